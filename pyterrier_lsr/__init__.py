@@ -1,0 +1,11 @@
+"""pyterrier-lsr: learned sparse retrieval methods as PyTerrier transformers."""
+__version__ = '0.1.0'
+
+from .encoders import SparseScorer, SparseTextEncoder, Splade, SpladeEncoder
+from .encoding import encode_texts
+from .index import LsrIndex, SpladeIndexer, quantize
+from .models import SpladeModel
+from .query import IDFQueryEncoder, StaticQueryEncoder, idf
+
+__all__ = ['Splade', 'SpladeEncoder', 'SparseScorer', 'SparseTextEncoder', 'SpladeModel', 'encode_texts',
+           'SpladeIndexer', 'LsrIndex', 'quantize', 'IDFQueryEncoder', 'StaticQueryEncoder', 'idf']

