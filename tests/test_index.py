@@ -1,0 +1,87 @@
+import json
+
+import pandas as pd
+import pyterrier as pt
+import pytest
+
+from pyterrier_lsr import LsrIndex, SpladeIndexer, quantize
+
+QUERIES = pd.DataFrame({'qid': ['1', '2', '3'], 'query': [
+    'MEASUREMENT OF DIELECTRIC CONSTANT OF LIQUIDS', 'electron density in the ionosphere', 'transistor amplifier']})
+
+
+@pytest.fixture(scope='module')
+def small_corpus(vaswani_docs):
+    docs = [dict(d) for d in vaswani_docs[:300]]
+    return docs + [{'docno': 'blank', 'text': ''}, {'docno': 'none', 'text': None}]
+
+
+@pytest.fixture(scope='module')
+def small_index(splade, small_corpus, tmp_path_factory):
+    return SpladeIndexer(tmp_path_factory.mktemp('idx') / 'small.lsr', splade, verbose=False).index(small_corpus)
+
+
+def test_no_document_dropped(small_index, small_corpus):
+    assert small_index.num_docs() == len(small_corpus) == small_index.pisa().num_docs()
+
+
+def test_pisa_ranks_as_brute_force_dot_product(small_index, small_corpus, splade):
+    scale = small_index.scale
+    docs = {d['docno']: quantize(v, scale) for d, v in zip(small_corpus, splade.encode([d['text'] for d in small_corpus]))}
+    results = small_index.retriever(num_results=len(small_corpus))(QUERIES)
+    for (qid, query), qvec in zip(QUERIES.itertuples(index=False), splade.encode(QUERIES['query'].tolist())):
+        q = quantize(qvec, scale)
+        brute = {docno: sum(w * d.get(t, 0) for t, w in q.items()) for docno, d in docs.items()}
+        brute = {docno: s for docno, s in brute.items() if s > 0}
+        got = results[results.qid == qid]
+        assert len(brute) > 10
+        assert dict(zip(got.docno, got.score)) == pytest.approx(brute, rel=0, abs=0)
+        assert list(got.sort_values('rank').score) == sorted(brute.values(), reverse=True)
+    assert 'blank' not in set(results.docno) and 'none' not in set(results.docno)
+
+
+def test_existing_index_needs_overwrite(small_index, splade, small_corpus):
+    with pytest.raises(FileExistsError, match='overwrite'):
+        SpladeIndexer(small_index.path, splade, verbose=False).index(small_corpus[:5])
+    again = SpladeIndexer(small_index.path.parent / 'other.lsr', splade, verbose=False).index(small_corpus[:5])
+    again = SpladeIndexer(again.path, splade, overwrite=True, verbose=False).index(small_corpus[:7])
+    assert again.num_docs() == 7
+
+
+def test_pipeline_indexing_and_reopen(splade, small_corpus, tmp_path):
+    path = tmp_path / 'pipe.lsr'
+    index = (splade.doc_encoder() >> SpladeIndexer(path, verbose=False)).index(small_corpus[:50])
+    assert index.num_docs() == 50
+    with pytest.raises(ValueError, match='records no model'):  # the pipeline hid the model from the indexer
+        LsrIndex(path).retriever()
+    res = LsrIndex(path, splade).retriever(num_results=5)(QUERIES)
+    assert len(res) == 15 and res.groupby('qid')['rank'].min().eq(0).all()
+
+
+def test_reopen_reloads_recorded_model(small_index, splade):
+    assert json.loads((small_index.path / 'lsr.json').read_text())['model'] == splade.name
+    reopened = LsrIndex(small_index.path)
+    res = reopened.retriever(num_results=10)(QUERIES)
+    pd.testing.assert_frame_equal(res, small_index.retriever(num_results=10)(QUERIES))
+
+
+def test_empty_query_toks_retrieve_nothing(small_index):
+    frame = pd.DataFrame({'qid': ['1', '2'], 'query': ['', 'x'], 'query_toks': [{}, {'nonexistentterm': 1.0}]})
+    res = small_index.toks_retriever()(frame)
+    assert len(res) == 0 and 'docno' in res.columns
+
+
+def test_bad_inputs(splade, tmp_path):
+    with pytest.raises(ValueError, match='empty collection'):
+        SpladeIndexer(tmp_path / 'empty.lsr', splade, verbose=False).index([])
+    with pytest.raises(KeyError, match='text'):
+        SpladeIndexer(tmp_path / 'bad.lsr', splade, verbose=False).index([{'docno': '1', 'body': 'x'}])
+    with pytest.raises(ValueError, match='scale'):
+        SpladeIndexer(tmp_path / 'bad2.lsr', splade, scale=0)
+    with pytest.raises(FileNotFoundError):
+        LsrIndex(tmp_path / 'nothing')
+
+
+def test_quantize():
+    assert quantize({'a': 1.239, 'b': 0.004, 'c': 0.0, 'd': 2.0}, 100) == {'a': 123, 'd': 200}
+    assert quantize({}, 100) == {}
