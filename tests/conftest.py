@@ -35,3 +35,23 @@ def texts(vaswani_docs):
     """Real documents of varied lengths, a non-ASCII one, and one far over max_length."""
     docs = [d['text'] for d in vaswani_docs[:40]]
     return docs + ['Über die Quantenmechanik: naïve café, 東京 and Ελληνικά', ' '.join(docs[:12])]
+
+
+TINY_WORDS = ('the a of and in to is for on with by nuclear reactor physics cat dog sat electron density ionosphere '
+              'transistor amplifier measurement dielectric constant liquids radio wave noise circuit').split()
+
+
+@pytest.fixture
+def tiny():
+    """A tiny random BERT masked LM (4 heads x 32 hidden, 1 layer) with a ~90-token WordPiece vocabulary."""
+    import torch
+    from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
+
+    from pyterrier_lsr import SpladeModel
+    letters = 'abcdefghijklmnopqrstuvwxyz'
+    vocab = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + TINY_WORDS + list(letters) + ['##' + c for c in letters]
+    tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True)
+    torch.manual_seed(0)
+    config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
+                        intermediate_size=64, max_position_embeddings=128)
+    return SpladeModel(BertForMaskedLM(config), tokenizer.all_special_ids), tokenizer

@@ -1,0 +1,248 @@
+"""The bundled training loop: plain torch, one readable function, used by every trained method.
+
+``train(model, tokenizer, examples, output_dir, TrainConfig(...))`` optimizes a :class:`~pyterrier_lsr.SpladeModel`
+(or any module mapping ``(input_ids, attention_mask)`` to batch x vocabulary weights) with InfoNCE and/or
+distillation losses plus FLOPS regularization; logs metrics to ``metrics.csv``/``metrics.json``; saves
+``checkpoint-<step>`` folders (an HF model folder plus ``trainer_state.pt``) from which ``resume=True`` continues
+exactly as an uninterrupted run would (same seed => same weights).
+"""
+import csv
+import json
+import random
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
+
+import torch
+from tqdm.auto import tqdm
+
+from . import losses as L
+from .data import Example
+
+STATE_FILE = 'trainer_state.pt'
+
+
+@dataclass
+class TrainConfig:
+    """Settings of :func:`train`. Defaults suit small CPU runs (published GPU recipes use larger batches)."""
+    steps: int = 1000
+    batch_size: int = 16               # examples per micro-batch
+    grad_accum: int = 1                # micro-batches per optimizer step
+    lr: float = 5e-5
+    weight_decay: float = 0.01
+    warmup_steps: int = 100            # linear warm-up, then linear decay to 0 at `steps`
+    max_grad_norm: float = 1.0
+    losses: Dict[str, float] = field(default_factory=lambda: {'infonce': 1.0})  # infonce, margin_mse, kl
+    in_batch_negatives: bool = True
+    temperature: float = 1.0           # for infonce and kl
+    lambda_q: float = 1e-2             # FLOPS weights, ramped up quadratically over flops_warmup_steps
+    lambda_d: float = 8e-3
+    flops_warmup_steps: int = 300
+    query_max_length: int = 32
+    doc_max_length: int = 256
+    bf16: bool = False                 # bf16 autocast for forward passes
+    seed: int = 42
+    log_every: int = 10
+    save_every: int = 0                # 0: only at the end
+    eval_every: int = 0                # 0: never (evaluate= is then called at the end only)
+
+    def __post_init__(self):
+        unknown = set(self.losses) - L.LOSSES
+        if unknown or not self.losses:
+            raise ValueError(f'losses must be a non-empty dict over {sorted(L.LOSSES)}, got {self.losses}')
+        for name in ('steps', 'batch_size', 'grad_accum'):
+            if getattr(self, name) < 1:
+                raise ValueError(f'{name} must be >= 1')
+
+
+def _batches(examples, batch_size: int, seed: int) -> Iterator[List[Example]]:
+    """Micro-batches: reshuffled epochs (seeded) for a sequence, one pass in order for a stream."""
+    if isinstance(examples, Sequence):
+        epoch = 0
+        while True:
+            order = list(range(len(examples)))
+            random.Random(seed + epoch).shuffle(order)
+            for start in range(0, len(order) - batch_size + 1, batch_size):
+                yield [examples[i] for i in order[start:start + batch_size]]
+            epoch += 1
+    else:
+        batch = []
+        for example in examples:
+            batch.append(example)
+            if len(batch) == batch_size:
+                yield batch
+                batch = []
+
+
+def _lr_lambda(config: TrainConfig):
+    def factor(step):
+        if step < config.warmup_steps:
+            return (step + 1) / config.warmup_steps
+        return max(0., (config.steps - step) / max(1, config.steps - config.warmup_steps))
+    return factor
+
+
+def _encode(model, tokenizer, texts: List[str], max_length: int, device) -> torch.Tensor:
+    inputs = tokenizer(texts, truncation=True, max_length=max_length, padding=True, return_tensors='pt')
+    return model(inputs['input_ids'].to(device), inputs['attention_mask'].to(device))
+
+
+def batch_loss(model, tokenizer, batch: List[Example], config: TrainConfig, step: int, query_encoder=None):
+    """Loss of one micro-batch and its parts (floats) for logging.
+
+    ``query_encoder`` (optional) maps ``(texts, tokenizer, max_length)`` to query vectors; by default queries go
+    through ``model`` like documents.
+    """
+    device = next(model.parameters()).device
+    n = len(batch[0].negatives)
+    if any(len(ex.negatives) != n for ex in batch):
+        raise ValueError('all examples of a batch must have the same number of negatives')
+    if {'margin_mse', 'kl'} & set(config.losses) and any(ex.teacher is None for ex in batch):
+        raise ValueError(f'losses {sorted(config.losses)} need teacher scores (see add_teacher_scores)')
+    ctx = torch.autocast(device.type, dtype=torch.bfloat16) if config.bf16 else torch.autocast(device.type, enabled=False)
+    with ctx:
+        queries = [ex.query for ex in batch]
+        q = (query_encoder(queries, tokenizer, config.query_max_length) if query_encoder is not None
+             else _encode(model, tokenizer, queries, config.query_max_length, device)).float()
+        d = _encode(model, tokenizer, [t for ex in batch for t in [ex.positive] + ex.negatives],
+                    config.doc_max_length, device).float()
+    docs = d.view(len(batch), 1 + n, -1)
+    scores = L.candidate_scores(q, docs)
+    parts = {}
+    if 'infonce' in config.losses:
+        parts['infonce'] = L.infonce(q, docs, config.in_batch_negatives, config.temperature)
+    if 'margin_mse' in config.losses or 'kl' in config.losses:
+        teacher = torch.tensor([ex.teacher for ex in batch], dtype=torch.float, device=device)
+        if 'margin_mse' in config.losses:
+            parts['margin_mse'] = L.margin_mse(scores, teacher)
+        if 'kl' in config.losses:
+            parts['kl'] = L.kl_distillation(scores, teacher, config.temperature)
+    lam_q = L.flops_weight(step, config.lambda_q, config.flops_warmup_steps)
+    lam_d = L.flops_weight(step, config.lambda_d, config.flops_warmup_steps)
+    flops_q, flops_d = L.flops(q), L.flops(d)
+    loss = sum(config.losses[k] * v for k, v in parts.items()) + lam_q * flops_q + lam_d * flops_d
+    logs = {k: v.item() for k, v in parts.items()}
+    logs.update(loss=loss.item(), flops_q=flops_q.item(), flops_d=flops_d.item(), lambda_q=lam_q, lambda_d=lam_d,
+                q_nnz=(q > 0).sum(1).float().mean().item(), d_nnz=(d > 0).sum(1).float().mean().item())
+    return loss, logs
+
+
+def _save(model, tokenizer, optimizer, scheduler, step: int, path: Path, config: TrainConfig, log: list):
+    path.mkdir(parents=True, exist_ok=True)
+    model.save_pretrained(str(path))
+    if tokenizer is not None:
+        tokenizer.save_pretrained(str(path))
+    torch.save({'step': step, 'optimizer': optimizer.state_dict(), 'scheduler': scheduler.state_dict(),
+                'model': model.state_dict(), 'torch_rng': torch.get_rng_state(), 'config': asdict(config),
+                'log': log}, path / STATE_FILE)
+
+
+def latest_checkpoint(output_dir) -> Optional[Path]:
+    found = sorted(Path(output_dir).glob('checkpoint-*/' + STATE_FILE), key=lambda p: int(p.parent.name.split('-')[1]))
+    return found[-1].parent if found else None
+
+
+def _write_log(output_dir: Path, log: List[dict]):
+    (output_dir / 'metrics.json').write_text(json.dumps(log, indent=1))
+    keys = sorted({k for row in log for k in row}, key=lambda k: (k != 'step', k))
+    with (output_dir / 'metrics.csv').open('w', newline='') as f:
+        writer = csv.DictWriter(f, fieldnames=keys)
+        writer.writeheader()
+        writer.writerows(log)
+
+
+def train(model: torch.nn.Module, tokenizer, examples: Iterable[Example], output_dir, config: TrainConfig = None,
+          evaluate: Optional[Callable[[torch.nn.Module], Dict[str, float]]] = None, resume: bool = False,
+          extra_parameters: Sequence[torch.nn.Parameter] = (), query_encoder=None, verbose: bool = True) -> List[dict]:
+    """Trains ``model`` in place and returns the metrics log (one row per ``log_every`` steps and per evaluation).
+
+    Args:
+        examples: a list (shuffled each epoch) or a stream (one pass) of :class:`Example`.
+        evaluate: called with the model every ``eval_every`` steps and at the end; returns metrics to log.
+        resume: continue from the latest ``checkpoint-*`` in ``output_dir``.
+        extra_parameters, query_encoder: trainable parameters and query side outside ``model`` (inference-free
+            training); see :func:`batch_loss`.
+    """
+    config = config or TrainConfig()
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    if isinstance(examples, Sequence) and len(examples) < config.batch_size:
+        raise ValueError(f'need at least batch_size={config.batch_size} examples, got {len(examples)}')
+    torch.manual_seed(config.seed)
+    params = [p for p in model.parameters() if p.requires_grad] + list(extra_parameters)
+    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config))
+    step, log = 0, []
+    checkpoint = latest_checkpoint(output_dir) if resume else None
+    if checkpoint is not None:
+        state = torch.load(checkpoint / STATE_FILE, weights_only=False)
+        model.load_state_dict(state['model'])
+        optimizer.load_state_dict(state['optimizer'])
+        scheduler.load_state_dict(state['scheduler'])
+        torch.set_rng_state(state['torch_rng'])
+        step, log = state['step'], state['log']
+    batches = _batches(examples, config.batch_size, config.seed)
+    for _ in range(step * config.grad_accum):  # replay the data order up to the checkpoint
+        next(batches)
+
+    model.train()
+    window: List[dict] = []
+    start_time = time.time()
+    with tqdm(total=config.steps, initial=step, desc='training', unit='step', disable=not verbose) as pbar:
+        while step < config.steps:
+            optimizer.zero_grad()
+            parts = []
+            for _ in range(config.grad_accum):
+                batch = next(batches, None)
+                if batch is None:
+                    break
+                loss, logs = batch_loss(model, tokenizer, batch, config, step, query_encoder)
+                (loss / config.grad_accum).backward()
+                parts.append(logs)
+            if not parts:
+                break  # a stream ran out
+            torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
+            optimizer.step()
+            scheduler.step()
+            step += 1
+            window.extend(parts)
+            pbar.update(1)
+            if step % config.log_every == 0 or step == config.steps:
+                row = {k: sum(p[k] for p in window if k in p) / len(window) for k in window[0]}
+                row.update(step=step, lr=scheduler.get_last_lr()[0], seconds=round(time.time() - start_time, 1))
+                log.append(row)
+                window = []
+                pbar.set_postfix(loss=f"{row['loss']:.3f}", d_nnz=f"{row['d_nnz']:.0f}")
+            if evaluate is not None and ((config.eval_every and step % config.eval_every == 0) or step == config.steps):
+                model.eval()
+                log.append({'step': step, **evaluate(model)})
+                model.train()
+            if (config.save_every and step % config.save_every == 0) or step == config.steps:
+                _save(model, tokenizer, optimizer, scheduler, step, output_dir / f'checkpoint-{step}', config, log)
+            if log:
+                _write_log(output_dir, log)
+    model.eval()
+    return log
+
+
+def experiment_evaluator(tokenizer, corpus: Sequence[dict], topics, qrels, measures=None, batch_size: int = 64,
+                         precision: str = 'fp32') -> Callable[[torch.nn.Module], Dict[str, float]]:
+    """An ``evaluate`` callback: indexes ``corpus`` with the current model in a temporary folder and runs
+    ``pt.Experiment`` on ``topics``/``qrels`` (default measure nDCG@10)."""
+    import tempfile
+
+    import pyterrier as pt
+    from pyterrier.measures import nDCG
+
+    from ..encoders import Splade
+    from ..index import SpladeIndexer
+    measures = measures or [nDCG @ 10]
+
+    def evaluate(model):
+        splade = Splade(model, tokenizer, device=next(model.parameters()).device, batch_size=batch_size, precision=precision)
+        with tempfile.TemporaryDirectory() as tmp:
+            index = SpladeIndexer(f'{tmp}/eval.lsr', splade, verbose=False).index(corpus)
+            res = pt.Experiment([index.retriever()], topics, qrels, measures, names=['model'])
+        return {k: float(v) for k, v in res.drop(columns='name').iloc[0].items()}
+    return evaluate

@@ -1,0 +1,73 @@
+"""Teacher scorers for distillation: PyTerrier transformers scoring ``qid, query, docno, text`` frames.
+
+Combine them with PyTerrier's operators, e.g. ``DenseScorer(...) + 0.02 * RetrieverScorer(bm25)``.
+"""
+from typing import List, Sequence
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+import pyterrier_alpha as pta
+import torch
+
+from ..encoding import autocast, resolve_device
+
+
+class DenseScorer(pt.Transformer):
+    """Cosine similarity of mean-pooled embeddings of a bi-encoder (e.g. all-MiniLM-L6-v2; HF name or folder)."""
+
+    def __init__(self, name_or_path: str, batch_size: int = 64, max_length: int = 256, device=None, precision='fp32'):
+        from transformers import AutoModel, AutoTokenizer
+        self.device = resolve_device(device)
+        self.tokenizer = AutoTokenizer.from_pretrained(name_or_path)
+        self.model = AutoModel.from_pretrained(name_or_path).to(self.device).eval()
+        self.batch_size, self.max_length, self.precision = batch_size, max_length, precision
+
+    @torch.inference_mode()
+    def embed(self, texts: Sequence[str]) -> np.ndarray:
+        out: List[np.ndarray] = []
+        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        with autocast(self.device, self.precision):
+            for start in range(0, len(order), self.batch_size):
+                batch = [texts[i] for i in order[start:start + self.batch_size]]
+                inputs = self.tokenizer(batch, truncation=True, max_length=self.max_length, padding=True,
+                                        return_tensors='pt').to(self.device)
+                hidden = self.model(**inputs).last_hidden_state.float()
+                mask = inputs['attention_mask'][..., None].float()
+                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
+                out.append(torch.nn.functional.normalize(pooled, dim=-1).cpu().numpy())
+        emb = np.concatenate(out) if out else np.zeros((0, 1), dtype=np.float32)
+        result = np.empty_like(emb)
+        result[order] = emb
+        return result
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        pta.validate.result_frame(inp, extra_columns=['query', 'text'])
+        if not len(inp):
+            return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
+        queries = inp['query'].fillna('').astype(str).unique().tolist()
+        texts = inp['text'].fillna('').astype(str).unique().tolist()
+        q = dict(zip(queries, self.embed(queries)))
+        d = dict(zip(texts, self.embed(texts)))
+        scores = [float(q[a] @ d[b]) for a, b in zip(inp['query'].fillna('').astype(str), inp['text'].fillna('').astype(str))]
+        return pt.model.add_ranks(inp.assign(score=scores))
+
+
+class RetrieverScorer(pt.Transformer):
+    """Scores given candidates with a retriever's scores (e.g. PISA BM25 over the corpus): each query is retrieved to
+    ``depth`` and candidates are matched by ``text``; candidates outside the top ``depth`` score 0."""
+
+    def __init__(self, retriever: pt.Transformer, docs_text: dict, depth: int = 1000):
+        self.retriever = retriever
+        self.docs_text = docs_text  # docno -> text of the retriever's corpus
+        self.depth = depth
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        pta.validate.result_frame(inp, extra_columns=['query', 'text'])
+        if not len(inp):
+            return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
+        queries = inp[['qid', 'query']].drop_duplicates('qid')
+        res = (self.retriever % self.depth)(queries)
+        found = {(qid, self.docs_text.get(docno)): score for qid, docno, score in zip(res['qid'], res['docno'], res['score'])}
+        scores = [found.get((qid, text), 0.) for qid, text in zip(inp['qid'], inp['text'])]
+        return pt.model.add_ranks(inp.assign(score=scores))

@@ -1,0 +1,156 @@
+import math
+import random
+
+import pandas as pd
+import pytest
+import torch
+
+from pyterrier_lsr import Splade
+from pyterrier_lsr.models.heads import head_report, rescale_head
+from pyterrier_lsr.train import (Example, TrainConfig, batch_loss, flops, flops_weight, from_dataframe, infonce,
+                                 kl_distillation, margin_mse, pseudo_query, self_supervised, train)
+
+Q = torch.tensor([[1., 0., 2.], [0., 1., 0.]])
+D = torch.tensor([[[1., 0., 1.], [0., 1., 0.]],     # query 0: positive, negative
+                  [[0., 2., 0.], [1., 0., 0.]]])    # query 1: positive, negative
+
+
+def test_infonce_by_hand():
+    # own candidates only: scores q0 = [3, 0], q1 = [2, 0]
+    expected = (-math.log(math.exp(3) / (math.exp(3) + 1)) - math.log(math.exp(2) / (math.exp(2) + 1))) / 2
+    assert infonce(Q, D, in_batch=False).item() == pytest.approx(expected)
+    # in-batch: q0 vs all four docs = [3, 0, 0, 1], target 0; q1 = [0, 1, 2, 0], target 2
+    s0, s1 = [3, 0, 0, 1], [0, 1, 2, 0]
+    expected = (-math.log(math.exp(3) / sum(map(math.exp, s0))) - math.log(math.exp(2) / sum(map(math.exp, s1)))) / 2
+    assert infonce(Q, D, in_batch=True).item() == pytest.approx(expected)
+
+
+def test_distillation_losses_by_hand():
+    scores = torch.tensor([[3., 0.], [2., 0.]])
+    teacher = torch.tensor([[1., 0.], [0., 1.]])
+    assert margin_mse(scores, teacher).item() == pytest.approx(((3 - 1) ** 2 + (2 + 1) ** 2) / 2)
+    p = [[math.exp(1) / (math.exp(1) + 1), 1 / (math.exp(1) + 1)], [1 / (math.exp(1) + 1), math.exp(1) / (math.exp(1) + 1)]]
+    qs = [[math.exp(3) / (math.exp(3) + 1), 1 / (math.exp(3) + 1)], [math.exp(2) / (math.exp(2) + 1), 1 / (math.exp(2) + 1)]]
+    expected = sum(p[i][j] * math.log(p[i][j] / qs[i][j]) for i in range(2) for j in range(2)) / 2
+    assert kl_distillation(scores, teacher).item() == pytest.approx(expected, rel=1e-5)
+
+
+def test_flops_and_warmup():
+    reps = torch.tensor([[1., 0., 2.], [3., 0., 0.]])
+    assert flops(reps).item() == pytest.approx(2. ** 2 + 0 + 1. ** 2)
+    assert [flops_weight(s, 0.4, 10) for s in (0, 5, 10, 20)] == pytest.approx([0, 0.1, 0.4, 0.4])
+    assert flops_weight(3, 0.4, 0) == 0.4
+
+
+def examples(n=32, negatives=1, teacher=False):
+    rng = random.Random(0)
+    words = 'nuclear reactor physics cat dog electron density ionosphere transistor amplifier radio wave noise circuit'.split()
+    out = []
+    for i in range(n):
+        pos = ' '.join(rng.sample(words, 5))
+        query = ' '.join(pos.split()[:2])
+        negs = [' '.join(rng.sample(words, 5)) for _ in range(negatives)]
+        out.append(Example(query, pos, negs, [1.] + [0.] * negatives if teacher else None))
+    return out
+
+
+def test_few_steps_decrease_loss(tiny, tmp_path):
+    model, tokenizer = tiny
+    data = examples(64, teacher=True)
+    config = TrainConfig(steps=30, batch_size=16, lr=3e-3, warmup_steps=0, losses={'infonce': 1., 'margin_mse': 1.},
+                         lambda_q=0, lambda_d=0)
+    before = sum(batch_loss(model, tokenizer, data[i:i + 16], config, 0)[1]['loss'] for i in range(0, 64, 16))
+    log = train(model, tokenizer, data, tmp_path, config, verbose=False)
+    after = sum(batch_loss(model, tokenizer, data[i:i + 16], config, 0)[1]['loss'] for i in range(0, 64, 16))
+    assert after < 0.7 * before
+    assert {'loss', 'infonce', 'margin_mse', 'q_nnz', 'd_nnz', 'flops_q', 'flops_d', 'lr', 'step'} <= set(log[-1])
+    assert (tmp_path / 'metrics.csv').exists() and (tmp_path / 'checkpoint-30' / 'config.json').exists()
+
+
+def test_resume_equals_uninterrupted_run(tiny, tmp_path):
+    import copy
+    model, tokenizer = tiny
+    data = examples(40)
+    fresh = copy.deepcopy(model)
+    config = TrainConfig(steps=6, batch_size=8, grad_accum=2, save_every=3, warmup_steps=2, flops_warmup_steps=4)
+    train(model, tokenizer, data, tmp_path / 'full', config, verbose=False)
+    train(copy.deepcopy(fresh), tokenizer, data, tmp_path / 'split', config, verbose=False)
+    # as if interrupted after step 3: keep only checkpoint-3, then resume a fresh copy of the initial model
+    import shutil
+    shutil.rmtree(tmp_path / 'split' / 'checkpoint-6')
+    resumed = copy.deepcopy(fresh)
+    train(resumed, tokenizer, data, tmp_path / 'split', config, resume=True, verbose=False)
+    for (name, a), b in zip(model.state_dict().items(), resumed.state_dict().values()):
+        assert torch.equal(a, b), name
+    assert not torch.equal(model.state_dict()['mlm.cls.predictions.bias'], fresh.state_dict()['mlm.cls.predictions.bias'])
+
+
+def test_rescale_head_divides_logits_and_survives_save_load(splade, texts, tmp_path):
+    model = Splade.from_pretrained(splade.name).model
+    hidden_before = _pooled(model, splade, texts[:3])
+    assert rescale_head(model, 16) == 16
+    hidden_after = _pooled(model, splade, texts[:3])
+    torch.testing.assert_close(hidden_after, hidden_before / 16)
+    model.save_pretrained(str(tmp_path))
+    splade.tokenizer.save_pretrained(str(tmp_path))
+    again = Splade.from_pretrained(str(tmp_path))
+    assert again.model.settings['head_scale'] == 16
+    torch.testing.assert_close(_pooled(again.model, splade, texts[:3]), hidden_after)
+    torch.testing.assert_close(to_weights(again, texts[:3]), torch.log1p(torch.relu(hidden_after)))
+
+
+def to_weights(splade, texts):
+    enc = splade.tokenizer(texts, padding=True, return_tensors='pt')
+    with torch.no_grad():
+        return splade.model(enc['input_ids'], enc['attention_mask'])
+
+
+def _pooled(model, splade, texts):
+    """Max-pooled logits before the activation (special tokens at -inf)."""
+    from pyterrier_lsr.models.heads import _pooled_logits
+    return _pooled_logits(model, splade.tokenizer, texts)[2]
+
+
+def test_head_report_and_auto(splade, texts):
+    model = Splade.from_pretrained(splade.name).model
+    report = head_report(model, splade.tokenizer, texts[:10])
+    assert report['decoder_row_norm_mean'] > 0 and report['nonzeros_per_text'] > 10
+    k = rescale_head(model, 'auto', splade.tokenizer, texts[:10])
+    assert k == pytest.approx(report['auto_factor'])
+    assert head_report(model, splade.tokenizer, texts[:10])['token_logit_std'] == pytest.approx(3.0, rel=1e-3)
+    with pytest.raises(ValueError, match='texts'):
+        rescale_head(model, 'auto')
+    with pytest.raises(ValueError, match='> 0'):
+        rescale_head(model, 0)
+
+
+def test_self_supervised_pairs_are_valid(vaswani_docs):
+    docs = vaswani_docs[:200] + [{'docno': 'dup', 'text': vaswani_docs[0]['text']}, {'docno': 'blank', 'text': ''}]
+    data = self_supervised(docs, num_negatives=3, seed=1, verbose=False)
+    texts = {d['text'] for d in docs}
+    assert len(data) == 201  # the blank document yields nothing
+    for ex in data:
+        assert ex.positive in texts and len(ex.negatives) == 3
+        assert ex.positive not in ex.negatives and len(set(ex.negatives)) == 3
+        assert set(ex.query.split()) <= set(ex.positive.split()) and 3 <= len(ex.query.split()) <= 12
+    assert pseudo_query('one two three four five', random.Random(0)) in 'one two three four five'
+
+
+def test_bad_inputs(tiny, tmp_path):
+    model, tokenizer = tiny
+    with pytest.raises(ValueError, match='empty'):
+        Example('query', float('nan'), ['neg'])
+    with pytest.raises(KeyError, match='positive'):
+        from_dataframe(pd.DataFrame({'query': ['q'], 'negative': ['n']}))
+    with pytest.raises(ValueError, match='empty'):
+        from_dataframe(pd.DataFrame(columns=['query', 'positive', 'negative']))
+    with pytest.raises(ValueError, match='at least'):
+        train(model, tokenizer, [], tmp_path, TrainConfig(steps=1), verbose=False)
+    with pytest.raises(ValueError, match='teacher'):
+        train(model, tokenizer, examples(16), tmp_path, TrainConfig(steps=1, batch_size=8, losses={'kl': 1.}), verbose=False)
+    with pytest.raises(ValueError, match='losses'):
+        TrainConfig(losses={'hinge': 1.})
+    with pytest.raises(ValueError, match='at least 2'):
+        self_supervised([{'docno': '1', 'text': 'only one'}], verbose=False)
+    frame = from_dataframe(pd.DataFrame({'query': ['q'], 'positive': ['p'], 'negatives': [['a', 'b']], 'teacher': [[1, 0, 0]]}))
+    assert frame[0].negatives == ['a', 'b'] and frame[0].teacher == [1, 0, 0]
