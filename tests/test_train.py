@@ -154,3 +154,19 @@ def test_bad_inputs(tiny, tmp_path):
         self_supervised([{'docno': '1', 'text': 'only one'}], verbose=False)
     frame = from_dataframe(pd.DataFrame({'query': ['q'], 'positive': ['p'], 'negatives': [['a', 'b']], 'teacher': [[1, 0, 0]]}))
     assert frame[0].negatives == ['a', 'b'] and frame[0].teacher == [1, 0, 0]
+
+
+def test_cli_trains_from_a_dataframe_file(tiny, tmp_path):
+    import json
+
+    from pyterrier_lsr.cli import main
+    model, tokenizer = tiny
+    model.save_pretrained(str(tmp_path / 'model'))
+    tokenizer.save_pretrained(str(tmp_path / 'model'))
+    rows = [{'query': ex.query, 'positive': ex.positive, 'negative': ex.negatives[0]} for ex in examples(16)]
+    (tmp_path / 'train.jsonl').write_text('\n'.join(json.dumps(r) for r in rows))
+    main(['train', '--model', str(tmp_path / 'model'), '--data', str(tmp_path / 'train.jsonl'), '--output-dir',
+          str(tmp_path / 'out'), '--steps', '2', '--batch-size', '8', '--no-in-batch-negatives', '--rescale-head', '4'])
+    log = json.loads((tmp_path / 'out' / 'metrics.json').read_text())
+    assert log[-1]['step'] == 2
+    assert Splade.from_pretrained(str(tmp_path / 'out' / 'checkpoint-2')).model.settings['head_scale'] == 4

@@ -31,6 +31,8 @@ def max_pooled_logits(hidden: torch.Tensor, attention_mask: torch.Tensor, weight
     constant over positions, so it is added after the max.  Under autocast the products run in the
     autocast dtype, as ``F.linear`` would.  Texts with no unmasked position get ``-inf``.
     """
+    if torch.is_grad_enabled() and (hidden.requires_grad or weight.requires_grad):
+        return _differentiable_max_pooled_logits(hidden, attention_mask, weight, bias)
     if chunk_elements is None:
         chunk_elements = CPU_CHUNK_ELEMENTS if hidden.device.type == 'cpu' else ACCELERATOR_CHUNK_ELEMENTS
     batch, length, dim = hidden.shape
@@ -58,6 +60,12 @@ def max_pooled_logits(hidden: torch.Tensor, attention_mask: torch.Tensor, weight
         pooled += bias.to(dtype)
     pooled[~valid.any(dim=1)] = float('-inf')
     return pooled
+
+
+def _differentiable_max_pooled_logits(hidden, attention_mask, weight, bias):
+    # Training keeps every tile alive for the backward pass anyway, so one masked projection is as lean.
+    logits = torch.nn.functional.linear(hidden, weight, bias)
+    return logits.masked_fill(~attention_mask.bool()[..., None], float('-inf')).amax(dim=1)
 
 
 def log_saturation(x: torch.Tensor) -> torch.Tensor:

@@ -71,3 +71,28 @@ class RetrieverScorer(pt.Transformer):
         found = {(qid, self.docs_text.get(docno)): score for qid, docno, score in zip(res['qid'], res['docno'], res['score'])}
         scores = [found.get((qid, text), 0.) for qid, text in zip(inp['qid'], inp['text'])]
         return pt.model.add_ranks(inp.assign(score=scores))
+
+
+class ZScoreFusion(pt.Transformer):
+    """Weighted sum of scorers' scores, each z-normalized within every query's candidates.
+
+    Scorers on different scales (BM25 vs cosine) become comparable; the weights also set the teacher's sharpness
+    for KL distillation (a margin of 1 z-unit times the weight).
+    """
+
+    def __init__(self, scorers: Sequence[pt.Transformer], weights: Sequence[float] = None):
+        self.scorers = list(scorers)
+        self.weights = list(weights) if weights is not None else [1.] * len(self.scorers)
+        if len(self.weights) != len(self.scorers):
+            raise ValueError('one weight per scorer')
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        pta.validate.result_frame(inp, extra_columns=['query', 'text'])
+        total = np.zeros(len(inp))
+        for scorer, weight in zip(self.scorers, self.weights):
+            res = scorer(inp.drop(columns=['score', 'rank'], errors='ignore'))
+            scores = inp[['qid', 'docno']].merge(res[['qid', 'docno', 'score']], on=['qid', 'docno'], how='left')['score']
+            grouped = scores.groupby(inp['qid'].values)
+            std = grouped.transform('std').fillna(0.).replace(0., 1.)
+            total += weight * ((scores - grouped.transform('mean')) / std).fillna(0.).to_numpy()
+        return pt.model.add_ranks(inp.assign(score=total))
