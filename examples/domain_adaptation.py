@@ -5,70 +5,125 @@ z-score fusion), with the bundled training loop. The test queries are used only 
     python examples/domain_adaptation.py --irds-cache ../shared/ir_datasets            # Vaswani, SPLADE-tiny
     python examples/domain_adaptation.py --dataset irds:antique/test --model splade-tiny --steps 600
 
+Training examples and each teacher's scores are cached as JSON under --cache-dir (default: the output folder), keyed
+by the settings that produce them, so later runs with other training settings skip the (MiniLM) scoring.
+
 Writes <output>/metrics.{csv,json} (loss parts, non-zeros, FLOPS, lr and nDCG@10 over steps) and <output>/result.json.
+The functions here are shared with examples/head_scale.py.
 """
 import argparse
+import hashlib
 import json
 import time
+from dataclasses import asdict
 from pathlib import Path
 
 from pyterrier_lsr.offline import resolve_model, use_irds_cache
 
+TEACHERS = {'none': [], 'bm25': ['bm25'], 'minilm': ['minilm'], 'fusion': ['bm25', 'minilm']}
 
-def run(args):
+
+def load_collection(dataset_id: str):
+    """``corpus`` (list of ``docno, text`` dicts), topics and qrels of a PyTerrier dataset."""
     import pyterrier as pt
-    import pyterrier_pisa
-    from pyterrier.measures import nDCG
-
-    from pyterrier_lsr import Splade
-    from pyterrier_lsr.train import (DenseScorer, RetrieverScorer, TrainConfig, ZScoreFusion, add_teacher_scores,
-                                     experiment_evaluator, self_supervised, train)
-    dataset = pt.get_dataset(args.dataset)
+    dataset = pt.get_dataset(dataset_id)
     corpus = [{'docno': d['docno'], 'text': d['text']} for d in dataset.get_corpus_iter(verbose=False)]
-    topics, qrels = dataset.get_topics(), dataset.get_qrels()
-    output = Path(args.output)
-    output.mkdir(parents=True, exist_ok=True)
-    start = time.time()
+    return corpus, dataset.get_topics(), dataset.get_qrels()
 
-    bm25_index = pyterrier_pisa.PisaIndex(str(output / 'bm25.pisa'), text_field='text')
+
+def _cached(path: Path, compute):
+    """JSON value at ``path``, computed (and written) on first use."""
+    if path.exists():
+        return json.loads(path.read_text())
+    value = compute()
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(value))
+    return value
+
+
+def _key(settings: dict) -> str:
+    return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def prepare_examples(args, corpus) -> list:
+    """Self-supervised examples with the teacher's scores (``args.teacher_scale`` times the sum of each teacher's
+    per-query z-scores, as :class:`ZScoreFusion` computes them), cached under ``args.cache_dir``."""
+    import pyterrier_pisa
+
+    from pyterrier_lsr.train import (DenseScorer, Example, RetrieverScorer, ZScoreFusion, add_teacher_scores,
+                                     self_supervised)
+    cache = Path(args.cache_dir or args.output)
+    data_settings = {'dataset': args.dataset, 'negatives': args.negatives, 'depth': args.depth,
+                     'per_doc': args.per_doc, 'seed': args.seed}
+    key = _key(data_settings)
+    bm25_index = pyterrier_pisa.PisaIndex(str(cache / f'bm25-{_key({"dataset": args.dataset})}.pisa'), text_field='text')
     if not bm25_index.built():
         bm25_index.index(corpus)
-    examples = self_supervised(corpus, num_negatives=args.negatives, depth=args.depth, seed=args.seed,
-                               per_doc=args.per_doc, bm25_index=bm25_index)
-    teachers = {'bm25': lambda: RetrieverScorer(bm25_index.bm25(), {d['docno']: d['text'] for d in corpus}),
-                'minilm': lambda: DenseScorer(resolve_model(args.dense_teacher))}
-    if args.teacher != 'none':
-        names = ['bm25', 'minilm'] if args.teacher == 'fusion' else [args.teacher]
-        scorer = ZScoreFusion([teachers[n]() for n in names], [args.teacher_scale] * len(names))
-        examples = add_teacher_scores(examples, scorer)
-    prep_seconds = time.time() - start
+    examples = [Example(**ex) for ex in _cached(cache / f'examples-{key}.json', lambda: [asdict(ex) for ex in self_supervised(
+        corpus, num_negatives=args.negatives, depth=args.depth, seed=args.seed, per_doc=args.per_doc, bm25_index=bm25_index)])]
+    scorers = {'bm25': lambda: RetrieverScorer(bm25_index.bm25(), {d['docno']: d['text'] for d in corpus}),
+               'minilm': lambda: DenseScorer(resolve_model(args.dense_teacher))}
+    names = {'bm25': 'bm25', 'minilm': args.dense_teacher}
+    total = None
+    for teacher in TEACHERS[args.teacher]:
+        z = _cached(cache / f'teacher-{key}-{_key({"teacher": names[teacher]})}.json',
+                    lambda: [ex.teacher for ex in add_teacher_scores(examples, ZScoreFusion([scorers[teacher]()]))])
+        total = z if total is None else [[a + b for a, b in zip(x, y)] for x, y in zip(total, z)]
+    if total is not None:
+        examples = [Example(ex.query, ex.positive, ex.negatives, [args.teacher_scale * s for s in scores])
+                    for ex, scores in zip(examples, total)]
+    return examples
 
-    splade = Splade.from_pretrained(resolve_model(args.model))
+
+def train_config(args):
+    from pyterrier_lsr.train import TrainConfig
     losses = dict(item.split('=') for item in args.losses.split(','))
-    config = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_steps=args.steps // 10,
-                         losses={k: float(v) for k, v in losses.items()}, lambda_q=args.lambda_q, lambda_d=args.lambda_d,
-                         flops_warmup_steps=args.steps // 3, doc_max_length=args.doc_max_length, bf16=args.bf16,
-                         seed=args.seed, eval_every=args.eval_every, log_every=10)
-    evaluate = experiment_evaluator(splade.tokenizer, corpus, topics, qrels, [nDCG @ 10], precision='bf16' if args.bf16 else 'fp32')
-    zero_shot = evaluate(splade.model)
+    return TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_steps=args.steps // 10,
+                       losses={k: float(v) for k, v in losses.items()}, lambda_q=args.lambda_q, lambda_d=args.lambda_d,
+                       flops_warmup_steps=args.steps // 3, doc_max_length=args.doc_max_length, bf16=args.bf16,
+                       seed=args.seed, eval_every=args.eval_every, log_every=10)
+
+
+def fine_tune(model, tokenizer, examples, corpus, topics, qrels, output: Path, args, prep_seconds: float = 0.) -> dict:
+    """Trains ``model`` (a :class:`SpladeModel`) on ``examples`` with the settings of ``args``, evaluating nDCG@10 on
+    ``topics``/``qrels`` along the way; writes and returns ``result.json``."""
+    from pyterrier.measures import nDCG
+
+    from pyterrier_lsr.train import experiment_evaluator, train
+    evaluate = experiment_evaluator(tokenizer, corpus, topics, qrels, [nDCG @ 10], precision='bf16' if args.bf16 else 'fp32')
+    zero_shot = evaluate(model)
     train_start = time.time()
-    log = train(splade.model, splade.tokenizer, examples, output, config, evaluate=evaluate)
-    result = {'args': vars(args), 'zero_shot': zero_shot, 'final': {k: v for k, v in log[-1].items()},
+    log = train(model, tokenizer, examples, output, train_config(args), evaluate=evaluate)
+    result = {'args': vars(args), 'zero_shot': zero_shot, 'final': log[-1],
               'prep_seconds': round(prep_seconds), 'train_seconds': round(time.time() - train_start),
               'curve': [(row['step'], row['nDCG@10']) for row in log if 'nDCG@10' in row]}
     (output / 'result.json').write_text(json.dumps(result, indent=1))
+    return result
+
+
+def run(args):
+    from pyterrier_lsr import Splade
+    corpus, topics, qrels = load_collection(args.dataset)
+    output = Path(args.output)
+    output.mkdir(parents=True, exist_ok=True)
+    start = time.time()
+    examples = prepare_examples(args, corpus)
+    splade = Splade.from_pretrained(resolve_model(args.model))
+    result = fine_tune(splade.model, splade.tokenizer, examples, corpus, topics, qrels, output, args,
+                       prep_seconds=time.time() - start)
     print(json.dumps(result, indent=1))
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def parser(description: str = __doc__, steps: int = 600) -> argparse.ArgumentParser:
+    """Command-line settings of the data and the training (shared with examples/head_scale.py)."""
+    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--dataset', default='irds:vaswani')
     parser.add_argument('--model', default='splade-tiny')
     parser.add_argument('--dense-teacher', default='all-MiniLM-L6-v2')
-    parser.add_argument('--teacher', choices=['none', 'bm25', 'minilm', 'fusion'], default='fusion')
+    parser.add_argument('--teacher', choices=sorted(TEACHERS), default='fusion')
     parser.add_argument('--teacher-scale', type=float, default=2.0, help='weight of each z-normalized teacher score')
     parser.add_argument('--losses', default='infonce=1,kl=1')
-    parser.add_argument('--steps', type=int, default=600)
+    parser.add_argument('--steps', type=int, default=steps)
     parser.add_argument('--batch-size', type=int, default=16)
     parser.add_argument('--negatives', type=int, default=3)
     parser.add_argument('--depth', type=int, default=30, help='BM25 depth negatives are sampled from')
@@ -81,12 +136,18 @@ def main():
     parser.add_argument('--eval-every', type=int, default=100)
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--output', default='runs/domain_adaptation')
+    parser.add_argument('--cache-dir', help='where examples, teacher scores and the BM25 index are cached '
+                                            '(default: --output)')
     parser.add_argument('--irds-cache', help='a prepared ir_datasets cache (copied to a temporary folder)')
+    return parser
+
+
+def parse_args(parser: argparse.ArgumentParser):
     args = parser.parse_args()
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
-    run(args)
+    return args
 
 
 if __name__ == '__main__':
-    main()
+    run(parse_args(parser()))

@@ -5,7 +5,9 @@ from .encoders import SparseScorer, SparseTextEncoder, Splade, SpladeEncoder
 from .encoding import encode_texts
 from .index import LsrIndex, SpladeIndexer, quantize
 from .models import SpladeModel
-from .query import IDFQueryEncoder, StaticQueryEncoder, idf
+from .inference_free import InferenceFreeSplade, load_model
+from .query import IDFQueryEncoder, StaticQueryEncoder, StaticQueryWeights, idf
 
 __all__ = ['Splade', 'SpladeEncoder', 'SparseScorer', 'SparseTextEncoder', 'SpladeModel', 'encode_texts',
-           'SpladeIndexer', 'LsrIndex', 'quantize', 'IDFQueryEncoder', 'StaticQueryEncoder', 'idf']
+           'SpladeIndexer', 'LsrIndex', 'quantize', 'IDFQueryEncoder', 'StaticQueryEncoder', 'StaticQueryWeights', 'idf',
+           'InferenceFreeSplade', 'load_model']

@@ -83,8 +83,8 @@ class LsrIndex:
         if self.encoder is None:
             if not self.meta.get('model'):
                 raise ValueError(f'{self.path} records no model; pass encoder= to LsrIndex')
-            from .encoders import Splade
-            self.encoder = Splade.from_pretrained(self.meta['model'])
+            from .inference_free import load_model
+            self.encoder = load_model(self.meta['model'])
         return self.encoder
 
     def retriever(self, num_results: int = 1000, **kwargs) -> pt.Transformer:

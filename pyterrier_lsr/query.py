@@ -1,13 +1,19 @@
 """Inference-free query encoders: a query is its tokens, each weighted by a static per-term table.
 
 No transformer runs at query time: the cost is a tokenizer call and a dictionary look-up.  The table is
-saved as ``idf.json`` (``{token: weight}``), the file OpenSearch's doc-only sparse models ship.
+saved as ``idf.json`` (``{token: weight}``), the file OpenSearch's doc-only sparse models ship.  IDF,
+learned and binary query sides are all a :class:`StaticQueryEncoder` with a different table;
+:class:`StaticQueryWeights` is the trainable form of the table used by doc-only training.
 """
 import json
 import math
 import os
 from collections import Counter
-from typing import Dict, Iterable, List, Mapping, Sequence
+from pathlib import Path
+from typing import Dict, Iterable, List, Mapping, Optional, Sequence
+
+import torch
+from torch import nn
 
 from .encoders import SparseTextEncoder
 from .encoding import is_blank
@@ -50,6 +56,12 @@ class StaticQueryEncoder(SparseTextEncoder):
             out.append(vec)
         return out
 
+    @classmethod
+    def binary(cls, tokenizer, **kwargs) -> 'StaticQueryEncoder':
+        """Every non-special token of the vocabulary weighs 1."""
+        special = set(tokenizer.all_special_tokens)
+        return cls(tokenizer, {t: 1. for t in tokenizer.get_vocab() if t not in special}, **kwargs)
+
     def save_pretrained(self, path: str):
         """Writes the tokenizer and ``idf.json`` into ``path`` (the OpenSearch doc-only layout)."""
         os.makedirs(path, exist_ok=True)
@@ -59,16 +71,27 @@ class StaticQueryEncoder(SparseTextEncoder):
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, **kwargs) -> 'StaticQueryEncoder':
-        """Loads a tokenizer and its ``idf.json`` from a local folder or a hub model name."""
+        """Loads a query side from a local folder or hub name holding either a tokenizer and ``idf.json`` (OpenSearch
+        layout) or a sentence-transformers sparse model whose query route is a ``SparseStaticEmbedding``
+        (read without importing sentence-transformers)."""
         from transformers import AutoTokenizer
-        if os.path.isdir(name_or_path):
-            weights_path = os.path.join(name_or_path, WEIGHTS_FILE)
-        else:
-            from huggingface_hub import hf_hub_download
-            weights_path = hf_hub_download(name_or_path, WEIGHTS_FILE)
-        with open(weights_path, encoding='utf8') as fin:
+        folder = _local_folder(name_or_path)
+        static = _static_module_folder(folder)
+        if static is not None:
+            from safetensors.torch import load_file
+            tokenizer = AutoTokenizer.from_pretrained(str(static))
+            weight = load_file(str(static / 'model.safetensors'))['weight']
+            return cls.from_tensor(tokenizer, weight, **kwargs)
+        with open(folder / WEIGHTS_FILE, encoding='utf8') as fin:
             weights = json.load(fin)
-        return cls(AutoTokenizer.from_pretrained(name_or_path), weights, **kwargs)
+        return cls(AutoTokenizer.from_pretrained(str(folder)), weights, **kwargs)
+
+    @classmethod
+    def from_tensor(cls, tokenizer, weight: torch.Tensor, **kwargs) -> 'StaticQueryEncoder':
+        """A table from a weight per token id (zeros are dropped)."""
+        weight = weight.detach().float().cpu()
+        vocab = tokenizer.get_vocab()
+        return cls(tokenizer, {t: weight[i].item() for t, i in vocab.items() if i < len(weight) and weight[i] != 0}, **kwargs)
 
     def __repr__(self):
         return f'{type(self).__name__}({len(self.weights)} terms)'
@@ -98,3 +121,49 @@ class IDFQueryEncoder(StaticQueryEncoder):
                 ids = tokenizer(str(text), add_special_tokens=False, truncation=True, max_length=max_length)['input_ids']
                 df.update(set(tokenizer.convert_ids_to_tokens(ids)))
         return cls.from_document_frequencies(tokenizer, df, num_docs, max_length=max_length, **kwargs)
+
+
+class StaticQueryWeights(nn.Module):
+    """The trainable query side of doc-only training: ``q_j = w_j`` for each token ``j`` present in the query.
+
+    Call it as the ``query_encoder`` of :func:`pyterrier_lsr.train.train` (with its parameters as
+    ``extra_parameters`` to learn them, or frozen for a fixed IDF side); :meth:`to_encoder` exports the learned
+    table as a :class:`StaticQueryEncoder`.  Negative learned weights are clipped to 0 (``relu``).
+    """
+
+    def __init__(self, tokenizer, init: Optional[Mapping[str, float]] = None, trainable: bool = True):
+        super().__init__()
+        self.tokenizer = tokenizer
+        vocab = tokenizer.get_vocab()
+        weight = torch.ones(max(vocab.values()) + 1) if init is None else torch.zeros(max(vocab.values()) + 1)
+        for token, value in (init or {}).items():
+            if token in vocab:
+                weight[vocab[token]] = value
+        weight[tokenizer.all_special_ids] = 0.
+        self.weight = nn.Parameter(weight, requires_grad=trainable)
+
+    def forward(self, texts: Sequence[str], tokenizer=None, max_length: int = 256) -> torch.Tensor:
+        ids = self.tokenizer(list(texts), add_special_tokens=False, truncation=True, max_length=max_length,
+                             padding=True, return_tensors='pt')
+        presence = torch.zeros(len(texts), len(self.weight), device=self.weight.device)
+        presence.scatter_(1, ids['input_ids'].to(self.weight.device), ids['attention_mask'].float().to(self.weight.device))
+        presence[:, self.tokenizer.all_special_ids] = 0.
+        return presence * torch.relu(self.weight)
+
+    def to_encoder(self, **kwargs) -> StaticQueryEncoder:
+        return StaticQueryEncoder.from_tensor(self.tokenizer, torch.relu(self.weight), **kwargs)
+
+
+def _local_folder(name_or_path: str) -> Path:
+    if os.path.isdir(name_or_path):
+        return Path(name_or_path)
+    from huggingface_hub import snapshot_download
+    return Path(snapshot_download(name_or_path))
+
+
+def _static_module_folder(folder: Path) -> Optional[Path]:
+    """The folder of a sentence-transformers ``SparseStaticEmbedding`` module inside ``folder``, if any."""
+    for path in sorted(folder.rglob('model.safetensors')):
+        if 'SparseStaticEmbedding' in path.parent.name and path.parent != folder:
+            return path.parent
+    return None

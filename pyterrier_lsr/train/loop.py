@@ -39,6 +39,7 @@ class TrainConfig:
     lambda_q: float = 1e-2             # FLOPS weights, ramped up quadratically over flops_warmup_steps
     lambda_d: float = 8e-3
     flops_warmup_steps: int = 300
+    flops_doc_threshold: int = 0       # > 0: FLOPS only on documents with more non-zero terms than this
     query_max_length: int = 32
     doc_max_length: int = 256
     bf16: bool = False                 # bf16 autocast for forward passes
@@ -120,7 +121,7 @@ def batch_loss(model, tokenizer, batch: List[Example], config: TrainConfig, step
             parts['kl'] = L.kl_distillation(scores, teacher, config.temperature)
     lam_q = L.flops_weight(step, config.lambda_q, config.flops_warmup_steps)
     lam_d = L.flops_weight(step, config.lambda_d, config.flops_warmup_steps)
-    flops_q, flops_d = L.flops(q), L.flops(d)
+    flops_q, flops_d = L.flops(q), L.flops(d, config.flops_doc_threshold)
     loss = sum(config.losses[k] * v for k, v in parts.items()) + lam_q * flops_q + lam_d * flops_d
     logs = {k: v.item() for k, v in parts.items()}
     logs.update(loss=loss.item(), flops_q=flops_q.item(), flops_d=flops_d.item(), lambda_q=lam_q, lambda_d=lam_d,
@@ -128,14 +129,14 @@ def batch_loss(model, tokenizer, batch: List[Example], config: TrainConfig, step
     return loss, logs
 
 
-def _save(model, tokenizer, optimizer, scheduler, step: int, path: Path, config: TrainConfig, log: list):
+def _save(model, tokenizer, optimizer, scheduler, step: int, path: Path, config: TrainConfig, log: list, extra):
     path.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(path))
     if tokenizer is not None:
         tokenizer.save_pretrained(str(path))
     torch.save({'step': step, 'optimizer': optimizer.state_dict(), 'scheduler': scheduler.state_dict(),
-                'model': model.state_dict(), 'torch_rng': torch.get_rng_state(), 'config': asdict(config),
-                'log': log}, path / STATE_FILE)
+                'model': model.state_dict(), 'extra': [p.detach().clone() for p in extra],
+                'torch_rng': torch.get_rng_state(), 'config': asdict(config), 'log': log}, path / STATE_FILE)
 
 
 def latest_checkpoint(output_dir) -> Optional[Path]:
@@ -170,7 +171,8 @@ def train(model: torch.nn.Module, tokenizer, examples: Iterable[Example], output
     if isinstance(examples, Sequence) and len(examples) < config.batch_size:
         raise ValueError(f'need at least batch_size={config.batch_size} examples, got {len(examples)}')
     torch.manual_seed(config.seed)
-    params = [p for p in model.parameters() if p.requires_grad] + list(extra_parameters)
+    extra_parameters = list(extra_parameters)
+    params = [p for p in model.parameters() if p.requires_grad] + extra_parameters
     optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config))
     step, log = 0, []
@@ -178,6 +180,9 @@ def train(model: torch.nn.Module, tokenizer, examples: Iterable[Example], output
     if checkpoint is not None:
         state = torch.load(checkpoint / STATE_FILE, weights_only=False)
         model.load_state_dict(state['model'])
+        with torch.no_grad():
+            for param, saved in zip(extra_parameters, state['extra']):
+                param.copy_(saved)
         optimizer.load_state_dict(state['optimizer'])
         scheduler.load_state_dict(state['scheduler'])
         torch.set_rng_state(state['torch_rng'])
@@ -219,7 +224,8 @@ def train(model: torch.nn.Module, tokenizer, examples: Iterable[Example], output
                 log.append({'step': step, **evaluate(model)})
                 model.train()
             if (config.save_every and step % config.save_every == 0) or step == config.steps:
-                _save(model, tokenizer, optimizer, scheduler, step, output_dir / f'checkpoint-{step}', config, log)
+                _save(model, tokenizer, optimizer, scheduler, step, output_dir / f'checkpoint-{step}', config, log,
+                      extra_parameters)
             if log:
                 _write_log(output_dir, log)
     model.eval()

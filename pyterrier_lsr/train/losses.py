@@ -36,8 +36,14 @@ def kl_distillation(scores: torch.Tensor, teacher: torch.Tensor, temperature: fl
                     log_target=True, reduction='batchmean')
 
 
-def flops(reps: torch.Tensor) -> torch.Tensor:
-    """FLOPS regularizer ``sum_j (mean_i |v_ij|)^2`` (Paria et al.)."""
+def flops(reps: torch.Tensor, min_nnz: int = 0) -> torch.Tensor:
+    """FLOPS regularizer ``sum_j (mean_i |v_ij|)^2`` (Paria et al.).
+
+    With ``min_nnz > 0`` only rows with more than ``min_nnz`` non-zero terms are regularized (mean over all rows),
+    so short vectors are left alone.
+    """
+    if min_nnz > 0:
+        reps = reps * ((reps != 0).sum(dim=1, keepdim=True) > min_nnz)
     return (reps.abs().mean(dim=0) ** 2).sum()
 
 
