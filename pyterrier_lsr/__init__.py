@@ -6,8 +6,9 @@ from .encoding import encode_texts
 from .index import LsrIndex, SpladeIndexer, quantize
 from .models import SpladeModel
 from .inference_free import InferenceFreeSplade, load_model
+from .pruning import Prune, prune
 from .query import IDFQueryEncoder, StaticQueryEncoder, StaticQueryWeights, idf
 
 __all__ = ['Splade', 'SpladeEncoder', 'SparseScorer', 'SparseTextEncoder', 'SpladeModel', 'encode_texts',
            'SpladeIndexer', 'LsrIndex', 'quantize', 'IDFQueryEncoder', 'StaticQueryEncoder', 'StaticQueryWeights', 'idf',
-           'InferenceFreeSplade', 'load_model']
+           'InferenceFreeSplade', 'load_model', 'Prune', 'prune']

@@ -1,4 +1,5 @@
-"""Command line: ``pyterrier-lsr train ...`` (the bundled training loop) and ``pyterrier-lsr head-report ...``."""
+"""Command line: ``pyterrier-lsr train ...`` (the bundled training loop), ``pyterrier-lsr head-report ...`` and
+``pyterrier-lsr report config.yaml`` (effectiveness-cost report)."""
 import argparse
 import json
 from dataclasses import fields
@@ -46,8 +47,14 @@ def main(argv=None):
     rep = sub.add_parser('head-report', help='MLM-head norms and activation statistics on sample texts')
     rep.add_argument('--model', required=True)
     rep.add_argument('texts', nargs='+')
+    report = sub.add_parser('report', help='effectiveness vs cost report from a YAML config (see examples/)')
+    report.add_argument('config')
     args = parser.parse_args(argv)
 
+    if args.command == 'report':
+        from .report import run_config
+        print(run_config(args.config).to_string(index=False))
+        return
     from .encoders import Splade
     from .offline import resolve_model
     splade = Splade.from_pretrained(resolve_model(args.model))

@@ -1,0 +1,261 @@
+"""Effectiveness-cost reports: pt.Experiment plus retrieval-cost columns, a table and a plot.
+
+Cost columns per system: mean/median/p95 ms per query (each query retrieved on its own), average non-zero terms per
+query and per document, index size on disk, and postings per query: the summed document frequencies of the query's
+terms, i.e. the postings an exhaustive traversal reads (PISA's dynamic pruning reads fewer but cannot count them).
+
+``pyterrier-lsr report config.yaml`` runs :func:`run_config`; see ``examples/report_vaswani.yaml``.
+"""
+import pickle
+import statistics
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+from tqdm.auto import tqdm
+
+
+def posting_lengths(index_path) -> Dict[str, int]:
+    """Document frequency of every term of a PISA index, read from its ``inv.docs`` and ``fwd.terms`` files."""
+    path = Path(index_path)
+    terms = path.joinpath('fwd.terms').read_text(encoding='utf8').split('\n')[:-1]
+    docs = np.fromfile(path / 'inv.docs', dtype=np.uint32)
+    lengths, pos = [], 2  # header: [1, num_docs]
+    while pos < len(docs):
+        lengths.append(int(docs[pos]))
+        pos += int(docs[pos]) + 1
+    return dict(zip(terms, lengths))
+
+
+def index_size_bytes(index_path) -> int:
+    return sum(f.stat().st_size for f in Path(index_path).rglob('*') if f.is_file())
+
+
+@dataclass
+class System:
+    """A retrieval system to report on.
+
+    ``query_side`` produces ``query_toks`` (``None`` for a text retriever such as BM25, whose query terms are then
+    PISA's tokens of the query text); ``retriever`` retrieves from the PISA index at ``index_path``.
+    """
+    name: str
+    retriever: pt.Transformer
+    index_path: str
+    query_side: Optional[pt.Transformer] = None
+    stemmer: str = 'none'
+
+    def pipeline(self) -> pt.Transformer:
+        return self.retriever if self.query_side is None else self.query_side >> self.retriever
+
+    def query_terms(self, topics: pd.DataFrame) -> List[Dict[str, float]]:
+        if self.query_side is not None:
+            return list(self.query_side(topics)['query_toks'])
+        import pyterrier_pisa
+        from pyterrier_pisa.stopwords import _STOPWORDS
+        stops = set(_STOPWORDS['terrier'])
+        return [{t: 1. for t in pyterrier_pisa.tokenize(q.lower(), self.stemmer) if t not in stops}
+                for q in topics['query']]
+
+
+def costs(system: System, topics: pd.DataFrame) -> Dict[str, float]:
+    """Cost columns of one system on ``topics`` (see the module docs)."""
+    pipeline = system.pipeline()
+    pipeline(topics.iloc[:1])  # warm-up: loads the index
+    times = []
+    for i in range(len(topics)):
+        start = time.perf_counter()
+        pipeline(topics.iloc[[i]])
+        times.append((time.perf_counter() - start) * 1e3)
+    df = posting_lengths(system.index_path)
+    queries = system.query_terms(topics)
+    num_docs = int(np.fromfile(Path(system.index_path) / 'inv.docs', dtype=np.uint32, count=2)[1])
+    return {
+        'ms_mean': statistics.mean(times), 'ms_median': statistics.median(times),
+        'ms_p95': float(np.percentile(times, 95)),
+        'query_nnz': statistics.mean(len(q) for q in queries),
+        'doc_nnz': sum(df.values()) / max(1, num_docs),
+        'postings_per_query': statistics.mean(sum(df.get(t, 0) for t in q) for q in queries),
+        'index_mb': index_size_bytes(system.index_path) / 2 ** 20,
+    }
+
+
+def report(systems: Sequence[System], topics: pd.DataFrame, qrels: pd.DataFrame, measures: Sequence,
+           output_dir, x: str = 'postings_per_query', title: str = '') -> pd.DataFrame:
+    """Runs ``pt.Experiment`` on ``systems``, adds cost columns, writes ``report.md``, ``report.csv`` and
+    ``report.png`` (first measure vs ``x``, one point per system) into ``output_dir``; returns the table."""
+    if not systems:
+        raise ValueError('no systems to report on')
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
+    table = pt.Experiment([s.pipeline() for s in systems], topics, qrels, list(measures), names=[s.name for s in systems])
+    cost_rows = [costs(s, topics) for s in tqdm(systems, desc='measuring costs', unit='system')]
+    table = pd.concat([table.reset_index(drop=True), pd.DataFrame(cost_rows)], axis=1)
+    if x not in table.columns:
+        raise ValueError(f'x={x!r} is not a report column; choose one of {list(pd.DataFrame(cost_rows).columns)}')
+    table.to_csv(output_dir / 'report.csv', index=False)
+    (output_dir / 'report.md').write_text(_markdown(table))
+    _plot(table, table.columns[1], x, output_dir / 'report.png', title)
+    return table
+
+
+def _markdown(table: pd.DataFrame) -> str:
+    cols = list(table.columns)
+    lines = ['| ' + ' | '.join(cols) + ' |', '|' + '---|' * len(cols)]
+    for row in table.itertuples(index=False):
+        lines.append('| ' + ' | '.join(f'{v:.4g}' if isinstance(v, float) else str(v) for v in row) + ' |')
+    return '\n'.join(lines) + '\n'
+
+
+def _plot(table: pd.DataFrame, y: str, x: str, path: Path, title: str):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, ax = plt.subplots(figsize=(8, 5.5))
+    groups = table['name'].str.split(' @ ').str[0]
+    for group in dict.fromkeys(groups):
+        part = table[groups == group].sort_values(x)
+        ax.plot(part[x], part[y], marker='o', label=group)
+        for _, row in part.iterrows():
+            ax.annotate(row['name'].split(' @ ')[-1] if ' @ ' in row['name'] else '', (row[x], row[y]),
+                        textcoords='offset points', xytext=(4, 4), fontsize=7)
+    ax.set_xscale('log')
+    ax.set_xlabel(x.replace('_', ' '))
+    ax.set_ylabel(y)
+    ax.set_title(title or f'{y} vs {x.replace("_", " ")}')
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+
+
+# --- YAML configs ------------------------------------------------------------------------------------------------
+
+TOP_KEYS = {'dataset': True, 'systems': True, 'output': True, 'measures': False, 'workdir': False,
+            'irds_cache': False, 'x': False, 'title': False, 'num_results': False}
+SYSTEM_KEYS = {'name': True, 'type': True, 'model': False, 'doc_pruning': False, 'query_pruning': False,
+               'levels': False}
+TYPES = {'bm25', 'splade', 'inference_free'}
+PRUNING_KEYS = {'top_n', 'ratio', 'threshold'}
+
+
+class ConfigError(ValueError):
+    pass
+
+
+def _check_keys(section: dict, spec: Dict[str, bool], where: str):
+    if not isinstance(section, dict):
+        raise ConfigError(f'{where} must be a mapping, got {type(section).__name__}')
+    for key in section:
+        if key not in spec:
+            raise ConfigError(f'unknown config key {where}.{key} (allowed: {sorted(spec)})'.replace('<top>.', ''))
+    for key, required in spec.items():
+        if required and key not in section:
+            raise ConfigError(f'missing config key {where}.{key}'.replace('<top>.', ''))
+
+
+def load_config(path) -> dict:
+    """Reads and validates a report config; errors name the offending key."""
+    import yaml
+    config = yaml.safe_load(Path(path).read_text())
+    _check_keys(config, TOP_KEYS, '<top>')
+    if not isinstance(config['systems'], list) or not config['systems']:
+        raise ConfigError('config key systems must be a non-empty list')
+    for i, system in enumerate(config['systems']):
+        where = f'systems[{i}]'
+        _check_keys(system, SYSTEM_KEYS, where)
+        if system['type'] not in TYPES:
+            raise ConfigError(f'config key {where}.type must be one of {sorted(TYPES)}, got {system["type"]!r}')
+        if system['type'] != 'bm25' and 'model' not in system:
+            raise ConfigError(f'missing config key {where}.model (needed by type {system["type"]})')
+        for key in ('doc_pruning', 'query_pruning'):
+            if key in system:
+                _check_keys(system[key], {k: False for k in PRUNING_KEYS}, f'{where}.{key}')
+        for j, level in enumerate(system.get('levels', [])):
+            _check_keys(level, {'doc_pruning': False, 'query_pruning': False}, f'{where}.levels[{j}]')
+    for key in ('measures',):
+        if key in config and not isinstance(config[key], list):
+            raise ConfigError(f'config key {key} must be a list')
+    return config
+
+
+def run_config(path) -> pd.DataFrame:
+    """Builds the systems of a YAML config (indexing what is missing, with document encodings cached in ``workdir``)
+    and writes the report. Each ``levels`` entry of a system adds one point (its pruning settings)."""
+    config = load_config(path)
+    if config.get('irds_cache'):
+        from .offline import use_irds_cache
+        use_irds_cache(str(Path(path).parent / config['irds_cache']))
+    from ir_measures import parse_measure
+    dataset = pt.get_dataset(config['dataset'])
+    workdir = Path(config.get('workdir', 'indices'))
+    measures = [parse_measure(m) for m in config.get('measures', ['nDCG@10', 'AP', 'R@100'])]
+    builder = _SystemBuilder(dataset, workdir, config.get('num_results', 1000))
+    systems = [s for spec in config['systems'] for s in builder.build(spec)]
+    return report(systems, dataset.get_topics(), dataset.get_qrels(), measures, config['output'],
+                  x=config.get('x', 'postings_per_query'), title=config.get('title', ''))
+
+
+class _SystemBuilder:
+    def __init__(self, dataset, workdir: Path, num_results: int):
+        self.dataset, self.workdir, self.num_results = dataset, workdir, num_results
+        self.models = {}
+
+    def _model(self, name: str):
+        if name not in self.models:
+            from .inference_free import load_model
+            from .offline import resolve_model
+            self.models[name] = load_model(resolve_model(name))
+        return self.models[name]
+
+    def _doc_vectors(self, model_name: str):
+        """Document encodings of the whole corpus, cached on disk per model."""
+        cache = self.workdir / f'{Path(model_name).name}.toks.pkl'
+        if cache.exists():
+            return pickle.loads(cache.read_bytes())
+        docs = list(self.dataset.get_corpus_iter(verbose=False))
+        vectors = self._model(model_name).encode([d['text'] for d in docs], verbose=True, desc='encoding corpus')
+        result = [(d['docno'], v) for d, v in zip(docs, vectors)]
+        cache.parent.mkdir(parents=True, exist_ok=True)
+        cache.write_bytes(pickle.dumps(result))
+        return result
+
+    def _index(self, model_name: str, doc_pruning: dict):
+        from .index import LsrIndex, SpladeIndexer
+        from .pruning import prune
+        tag = '-'.join(f'{k}{v}' for k, v in sorted(doc_pruning.items())) or 'full'
+        path = self.workdir / f'{Path(model_name).name}.{tag}.lsr'
+        if not (path / 'lsr.json').exists():
+            docs = ({'docno': docno, 'toks': prune(vec, **doc_pruning) if doc_pruning else vec}
+                    for docno, vec in self._doc_vectors(model_name))
+            SpladeIndexer(path, overwrite=True).index(docs)
+        return LsrIndex(path, self._model(model_name))
+
+    def build(self, spec: dict) -> List[System]:
+        from .pruning import Prune
+        from .query import IDFQueryEncoder
+        if spec['type'] == 'bm25':
+            import pyterrier_pisa
+            index = pyterrier_pisa.PisaIndex(str(self.workdir / 'bm25.pisa'), text_field='text')
+            if not index.built():
+                index.index(self.dataset.get_corpus_iter())
+            return [System(spec['name'], index.bm25(num_results=self.num_results), str(index.path), stemmer='porter2')]
+        levels = spec.get('levels') or [{}]
+        systems = []
+        for level in levels:
+            doc_pruning = {**spec.get('doc_pruning', {}), **level.get('doc_pruning', {})}
+            query_pruning = {**spec.get('query_pruning', {}), **level.get('query_pruning', {})}
+            index = self._index(spec['model'], doc_pruning)
+            query_side = (IDFQueryEncoder.from_index(index) if spec['type'] == 'inference_free'
+                          else self._model(spec['model']).query_encoder())
+            if query_pruning:
+                query_side = query_side >> Prune(**query_pruning, fields=['query_toks'])
+            label = ', '.join(f'{side[0]}:{k}={v}' for side, p in [('doc', doc_pruning), ('query', query_pruning)]
+                              for k, v in p.items())
+            name = f"{spec['name']} @ {label}" if label else spec['name']
+            systems.append(System(name, index.toks_retriever(num_results=self.num_results), str(index.path), query_side))
+        return systems
