@@ -86,7 +86,7 @@ def costs(system: System, topics: pd.DataFrame) -> Dict[str, float]:
 def report(systems: Sequence[System], topics: pd.DataFrame, qrels: pd.DataFrame, measures: Sequence,
            output_dir, x: str = 'postings_per_query', title: str = '') -> pd.DataFrame:
     """Runs ``pt.Experiment`` on ``systems``, adds cost columns, writes ``report.md``, ``report.csv`` and
-    ``report.png`` (first measure vs ``x``, one point per system) into ``output_dir``; returns the table."""
+    ``report.png`` (the first of ``measures`` vs ``x``, one point per system) into ``output_dir``; returns the table."""
     if not systems:
         raise ValueError('no systems to report on')
     output_dir = Path(output_dir)
@@ -98,7 +98,7 @@ def report(systems: Sequence[System], topics: pd.DataFrame, qrels: pd.DataFrame,
         raise ValueError(f'x={x!r} is not a report column; choose one of {list(pd.DataFrame(cost_rows).columns)}')
     table.to_csv(output_dir / 'report.csv', index=False)
     (output_dir / 'report.md').write_text(_markdown(table))
-    _plot(table, table.columns[1], x, output_dir / 'report.png', title)
+    _plot(table, str(measures[0]), x, output_dir / 'report.png', title)
     return table
 
 

@@ -49,8 +49,8 @@ def test_report_on_tiny_corpus(splade, vaswani_docs, tmp_path):
     systems = [System('SPLADE', index.toks_retriever(), str(index.path), splade.query_encoder()),
                System('SPLADE pruned', index.toks_retriever(), str(index.path),
                       splade.query_encoder() >> Prune(top_n=2, fields=['query_toks']))]
-    from pyterrier.measures import nDCG
-    table = report(systems, topics, qrels, [nDCG @ 10], tmp_path / 'out')
+    from pyterrier.measures import AP, nDCG
+    table = report(systems, topics, qrels, [nDCG @ 10, AP], tmp_path / 'out')
     for col in ['name', 'nDCG@10', 'ms_mean', 'ms_median', 'ms_p95', 'query_nnz', 'doc_nnz', 'postings_per_query', 'index_mb']:
         assert col in table.columns
     assert table['query_nnz'][1] == 2 and table['query_nnz'][0] > 2
