@@ -61,11 +61,13 @@ class SparseScorer(pt.Transformer):
         pta.validate.result_frame(inp, extra_columns=['query', self.doc_encoder.text_field])
         if not len(inp):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
-        queries = inp['query'].drop_duplicates().tolist()
-        texts = inp[self.doc_encoder.text_field].drop_duplicates().tolist()
+        # Missing texts become '' (encoded as empty vectors) so that they can key the caches below.
+        query_col = inp['query'].fillna('')
+        text_col = inp[self.doc_encoder.text_field].fillna('')
+        queries, texts = query_col.unique().tolist(), text_col.unique().tolist()
         qvecs = dict(zip(queries, self.query_encoder.encode(queries)))
         dvecs = dict(zip(texts, self.doc_encoder.encode(texts)))
-        scores = [sparse_dot(qvecs[q], dvecs[d]) for q, d in zip(inp['query'], inp[self.doc_encoder.text_field])]
+        scores = [sparse_dot(qvecs[q], dvecs[d]) for q, d in zip(query_col, text_col)]
         return pt.model.add_ranks(inp.assign(score=scores))
 
 

@@ -129,6 +129,8 @@ def test_scorer_is_exact_dot_product(splade, vaswani_docs):
         assert math.isclose(row['score'], expected, rel_tol=1e-6, abs_tol=1e-6)
     assert list(out.sort_values('rank')['score']) == sorted(out['score'], reverse=True)
     assert isinstance(splade.scorer(), SparseScorer)
+    missing = splade.scorer()(frame.iloc[:2].assign(text=[None, float('nan')]))
+    assert list(missing['score']) == [0., 0.]
 
 
 def test_save_load_round_trip(splade, texts, tmp_path):
