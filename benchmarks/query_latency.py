@@ -33,6 +33,8 @@ def main():
     parser.add_argument('--model', default='splade-tiny')
     parser.add_argument('--workdir', default='indices')
     parser.add_argument('--repeats', type=int, default=5)
+    parser.add_argument('--threads', type=int, default=None,
+                        help='torch threads (1 is steadier on a shared machine; default: torch\'s)')
     parser.add_argument('--irds-cache')
     parser.add_argument('--output', default=str(Path(__file__).parent / 'results' / 'query_latency.json'))
     args = parser.parse_args()
@@ -44,6 +46,8 @@ def main():
     import torch
 
     from pyterrier_lsr import IDFQueryEncoder, LsrIndex, Splade, SpladeIndexer, StaticQueryEncoder
+    if args.threads:
+        torch.set_num_threads(args.threads)
     dataset = pt.get_dataset('irds:vaswani')
     topics = dataset.get_topics()
     workdir = Path(args.workdir)

@@ -42,14 +42,19 @@ class StaticQueryEncoder(SparseTextEncoder):
         self.max_length = max_length
         self._special = set(tokenizer.all_special_tokens)
 
+    def _tokens(self, texts: List[str]) -> List[List[str]]:
+        if self.tokenizer.is_fast:  # the Rust tokenizer directly: half the per-query cost of the Python wrapper
+            rows = self.tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
+            return [row.tokens[:self.max_length] for row in rows]
+        ids = self.tokenizer(texts, add_special_tokens=False, truncation=True, max_length=self.max_length)['input_ids']
+        return [self.tokenizer.convert_ids_to_tokens(row) for row in ids]
+
     def encode(self, texts: Sequence) -> List[Dict[str, float]]:
         texts = ['' if is_blank(t) else str(t) for t in texts]
-        ids = self.tokenizer(texts, add_special_tokens=False, truncation=True, max_length=self.max_length,
-                             return_attention_mask=False)['input_ids'] if texts else []
         out = []
-        for row in ids:
+        for tokens in (self._tokens(texts) if texts else []):
             vec = {}
-            for token in self.tokenizer.convert_ids_to_tokens(row):
+            for token in tokens:
                 weight = self.weights.get(token, 0.)
                 if weight and token not in self._special:
                     vec[token] = weight
