@@ -10,7 +10,10 @@ An index has one ``scale`` (default 100), stored in its ``lsr.json``:
 * score            = ``sum_t int(q_t * scale) * int(d_t * scale)``, i.e. ``scale**2`` times the dot product
   up to rounding.
 
-Encoders never scale; the indexer and the retrievers read the same ``scale``.  A document whose vector is
+Encoders never scale; the indexer and the retrievers read the same ``scale``.
+
+PISA lowercases query terms (pre-tokenized ones too), so a term with uppercase letters (cased vocabularies) is stored
+and queried in an escaped form (:func:`pisa_term`); lowercase terms are stored as they are.  A document whose vector is
 empty (or quantizes to nothing) is still indexed, with no postings, so it keeps its docno and the index's
 document count equals the input's; it is simply never retrieved.
 """
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Dict, Iterable, Optional
 
 import more_itertools
+import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 from tqdm.auto import tqdm
@@ -37,6 +41,23 @@ def quantize(vector: Dict[str, float], scale: float) -> Dict[str, int]:
         if impact > 0:
             out[term] = impact
     return out
+
+
+def pisa_term(term: str) -> str:
+    """The form of ``term`` PISA stores: each uppercase letter becomes ``^`` + its lowercase and ``^`` becomes ``^^``,
+    so distinct terms stay distinct after PISA lowercases queries."""
+    if '^' not in term and not any(c.isupper() for c in term):
+        return term
+    return ''.join('^^' if c == '^' else '^' + c.lower() if c.isupper() else c for c in term)
+
+
+class _PisaQueryTerms(pt.Transformer):
+    """Maps ``query_toks`` keys to :func:`pisa_term` (a no-op for lowercase vocabularies)."""
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        pta.validate.columns(inp, includes=['query_toks'])
+        return inp.assign(query_toks=[{pisa_term(t): w for t, w in q.items()} if isinstance(q, dict) else q
+                                      for q in inp['query_toks']])
 
 
 class LsrIndex:
@@ -75,8 +96,8 @@ class LsrIndex:
 
     def toks_retriever(self, num_results: int = 1000, threads: int = 1, verbose: bool = False, **kwargs) -> pt.Transformer:
         """PISA dot-product retrieval for frames that already carry ``query_toks`` (floats, unscaled)."""
-        return self.pisa().quantized(num_results=num_results, threads=threads, verbose=verbose,
-                                     toks_scale=self.scale, **kwargs)
+        return _PisaQueryTerms() >> self.pisa().quantized(num_results=num_results, threads=threads, verbose=verbose,
+                                                          toks_scale=self.scale, **kwargs)
 
     def model(self):
         """The document encoder: the one given, or the model recorded at indexing time."""
@@ -161,7 +182,7 @@ class SpladeIndexer(pt.Indexer):
                     count += 1
                     pbar.update(1)
                     # Impacts are already integers, so PISA's own int(w * 1) keeps them as they are.
-                    yield {'docno': docno, 'toks': impacts}
+                    yield {'docno': docno, 'toks': {pisa_term(t): w for t, w in impacts.items()}}
 
         pisa = pyterrier_pisa.PisaIndex(str(self.path), stemmer='none')
         try:

@@ -18,6 +18,8 @@ import pandas as pd
 import pyterrier as pt
 from tqdm.auto import tqdm
 
+from .index import pisa_term
+
 
 def posting_lengths(index_path) -> Dict[str, int]:
     """Document frequency of every term of a PISA index, read from its ``inv.docs`` and ``fwd.terms`` files."""
@@ -78,7 +80,7 @@ def costs(system: System, topics: pd.DataFrame) -> Dict[str, float]:
         'ms_p95': float(np.percentile(times, 95)),
         'query_nnz': statistics.mean(len(q) for q in queries),
         'doc_nnz': sum(df.values()) / max(1, num_docs),
-        'postings_per_query': statistics.mean(sum(df.get(t, 0) for t in q) for q in queries),
+        'postings_per_query': statistics.mean(sum(df.get(pisa_term(t), 0) for t in q) for q in queries),
         'index_mb': index_size_bytes(system.index_path) / 2 ** 20,
     }
 

@@ -85,3 +85,16 @@ def test_bad_inputs(splade, tmp_path):
 def test_quantize():
     assert quantize({'a': 1.239, 'b': 0.004, 'c': 0.0, 'd': 2.0}, 100) == {'a': 123, 'd': 200}
     assert quantize({}, 100) == {}
+
+
+def test_cased_terms_survive_pisa_lowercasing(tmp_path):
+    from pyterrier_lsr.index import pisa_term
+    docs = [{'docno': 'lower', 'toks': {'cd': 1.}}, {'docno': 'upper', 'toks': {'Cd': 2.}},
+            {'docno': 'caret', 'toks': {'^cd': 3., 'ÉTÉ': 1.}}]
+    index = SpladeIndexer(tmp_path / 'cased.lsr', verbose=False).index(docs)
+    queries = pd.DataFrame({'qid': ['1', '2', '3', '4'], 'query': ['', '', '', ''],
+                            'query_toks': [{'cd': 1.}, {'Cd': 1.}, {'^cd': 1.}, {'ÉTÉ': 1.}]})
+    res = index.toks_retriever()(queries)
+    assert dict(zip(res.qid, res.docno)) == {'1': 'lower', '2': 'upper', '3': 'caret', '4': 'caret'}
+    assert len({pisa_term(t) for t in ['cd', 'Cd', '^cd', 'cD']}) == 4
+    assert index.document_frequencies() == {'cd': 1, 'Cd': 1, '^cd': 1, 'ÉTÉ': 1}
