@@ -5,10 +5,13 @@ from .encoders import SparseScorer, SparseTextEncoder, Splade, SpladeEncoder
 from .encoding import encode_texts
 from .index import LsrIndex, SpladeIndexer, quantize
 from .models import SpladeModel
+from .latent_terms import LatentTerms, build_latent_terms
+from .models.sae import SAEConfig, SparseAutoencoder, train_sae
 from .inference_free import InferenceFreeSplade, load_model
 from .pruning import Prune, prune
 from .query import IDFQueryEncoder, StaticQueryEncoder, StaticQueryWeights, idf
 
 __all__ = ['Splade', 'SpladeEncoder', 'SparseScorer', 'SparseTextEncoder', 'SpladeModel', 'encode_texts',
            'SpladeIndexer', 'LsrIndex', 'quantize', 'IDFQueryEncoder', 'StaticQueryEncoder', 'StaticQueryWeights', 'idf',
-           'InferenceFreeSplade', 'load_model', 'Prune', 'prune']
+           'InferenceFreeSplade', 'load_model', 'Prune', 'prune', 'LatentTerms', 'build_latent_terms', 'SAEConfig',
+           'SparseAutoencoder', 'train_sae']

@@ -1,0 +1,266 @@
+"""TopK sparse autoencoder (Gao et al., 2024) over any vectors, and its streaming trainer.
+
+``z = relu(topk((x - b_dec) W_enc + b_enc))``, ``x̂ = z W_dec + b_dec``.  Decoder rows stay unit-norm, so a
+latent's activation is its contribution's length; dead latents (not fired for ``dead_after`` vectors) are
+trained by the AuxK loss to explain the main reconstruction's residual.  With ``batch_topk`` the k x batch
+largest activations of a batch are kept (a per-vector budget that varies); at inference a learned threshold
+replaces the batch (Bussmann et al., 2024).
+
+A saved SAE is a folder: ``sae_config.json`` + ``sae.safetensors`` (see :meth:`SparseAutoencoder.save_pretrained`).
+"""
+import json
+import math
+import time
+from dataclasses import asdict, dataclass, fields
+from pathlib import Path
+from typing import Iterable, List, Optional, Union
+
+import numpy as np
+import torch
+from torch import nn
+from tqdm.auto import tqdm
+
+CONFIG_FILE = 'sae_config.json'
+WEIGHTS_FILE = 'sae.safetensors'
+
+
+@dataclass
+class SAEConfig:
+    """Architecture and training settings (all saved with the model).
+
+    ``k_aux`` defaults to ``d_in // 2`` and ``aux_coef`` to 1/32, Gao et al.'s choices; ``dead_after`` counts
+    training vectors (Gao et al. use 10M tokens; small corpora need far fewer, hence our default).
+    """
+    d_in: int
+    n_latents: int = 4096
+    k: int = 16
+    batch_topk: bool = False
+    k_aux: Optional[int] = None
+    aux_coef: float = 1 / 32
+    dead_after: int = 50_000
+    lr: float = 1e-3
+    batch_size: int = 1024
+    epochs: int = 1
+    seed: int = 0
+
+    def __post_init__(self):
+        if not 0 < self.k <= self.n_latents:
+            raise ValueError(f'need 0 < k <= n_latents, got k={self.k}, n_latents={self.n_latents}')
+        if self.k_aux is None:
+            self.k_aux = min(max(self.d_in // 2, 1), self.n_latents)
+
+
+class SparseAutoencoder(nn.Module):
+    def __init__(self, config: SAEConfig):
+        super().__init__()
+        self.config = config
+        generator = torch.Generator().manual_seed(config.seed)
+        decoder = torch.randn(config.n_latents, config.d_in, generator=generator)
+        self.W_dec = nn.Parameter(decoder / decoder.norm(dim=1, keepdim=True))
+        # Encoder = decoder transpose: each latent starts by reading the direction it writes (Gao et al.).
+        self.W_enc = nn.Parameter(self.W_dec.detach().t().clone())
+        self.b_enc = nn.Parameter(torch.zeros(config.n_latents))
+        self.b_dec = nn.Parameter(torch.zeros(config.d_in))
+        # Vectors seen since each latent last fired (training statistic, saved so training can resume).
+        self.register_buffer('since_fired', torch.zeros(config.n_latents, dtype=torch.long))
+        # BatchTopK's inference threshold: running mean of the smallest kept activation.
+        self.register_buffer('threshold', torch.zeros(()))
+
+    @property
+    def n_latents(self) -> int:
+        return self.config.n_latents
+
+    def pre_activations(self, x: torch.Tensor) -> torch.Tensor:
+        return (x - self.b_dec) @ self.W_enc + self.b_enc
+
+    def sparsify(self, pre: torch.Tensor) -> torch.Tensor:
+        """Keeps the top-k pre-activations (per vector, or per batch with ``batch_topk``), then relu."""
+        k = self.config.k
+        if not self.config.batch_topk:
+            values, indices = pre.topk(k, dim=-1)
+            return torch.zeros_like(pre).scatter(-1, indices, values.relu())
+        if not self.training:
+            return pre * (pre > self.threshold)
+        flat = pre.flatten()
+        values, indices = flat.topk(min(k * pre.shape[0], flat.numel()))
+        z = torch.zeros_like(flat).scatter(0, indices, values.relu()).view_as(pre)
+        positive = values[values > 0]
+        if len(positive):
+            with torch.no_grad():
+                self.threshold.lerp_(positive.min().detach(), 0.01)
+        return z
+
+    def encode(self, x: torch.Tensor) -> torch.Tensor:
+        """Latent activations (``... x n_latents``, dense tensor with at most k non-zeros per vector under TopK)."""
+        return self.sparsify(self.pre_activations(x))
+
+    def decode(self, z: torch.Tensor) -> torch.Tensor:
+        return z @ self.W_dec + self.b_dec
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.decode(self.encode(x))
+
+    def _active(self, xc: torch.Tensor, latents: torch.Tensor, k: int):
+        """Top-k latents (among ``latents``) of centred inputs and their relu'd activations.
+
+        Selection runs without autograd; only the k chosen pre-activations are recomputed with it (gathered encoder
+        columns), and decoding sums k decoder rows, so a step costs one dense matmul instead of six.
+        """
+        with torch.no_grad():
+            chosen = (xc @ self.W_enc[:, latents] + self.b_enc[latents]).topk(k, dim=-1).indices
+            chosen = latents[chosen]
+        values = torch.einsum('bd,bkd->bk', xc, self.W_enc.t()[chosen]) + self.b_enc[chosen]
+        return chosen, values.relu()
+
+    def _decode_sparse(self, indices: torch.Tensor, values: torch.Tensor) -> torch.Tensor:
+        return nn.functional.embedding_bag(indices, self.W_dec, per_sample_weights=values, mode='sum')
+
+    def losses(self, x: torch.Tensor) -> dict:
+        """One training step's quantities: ``loss`` (MSE + aux_coef x AuxK), ``mse``, ``aux``, ``z``."""
+        xc = x - self.b_dec
+        if self.config.batch_topk:  # a varying number of latents per vector: dense path
+            z = self.sparsify(xc @ self.W_enc + self.b_enc)
+            recon = self.decode(z)
+        else:
+            indices, values = self._active(xc, torch.arange(self.n_latents, device=x.device), self.config.k)
+            recon = self._decode_sparse(indices, values) + self.b_dec
+            z = torch.zeros(len(x), self.n_latents, device=x.device).scatter(-1, indices, values.detach())
+        mse = (recon - x).pow(2).sum(-1).mean()
+        dead = (self.since_fired >= self.config.dead_after).nonzero().squeeze(1)
+        aux = x.new_zeros(())
+        if len(dead):
+            # The dead latents' top-k_aux activations reconstruct what the live ones missed.
+            indices, values = self._active(xc, dead, min(self.config.k_aux, len(dead)))
+            aux = (self._decode_sparse(indices, values) - (x - recon).detach()).pow(2).sum(-1).mean()
+        return {'loss': mse + self.config.aux_coef * aux, 'mse': mse, 'aux': aux, 'z': z}
+
+    @torch.no_grad()
+    def update_dead(self, z: torch.Tensor):
+        fired = (z > 0).any(0)
+        self.since_fired.add_(z.shape[0]).masked_fill_(fired, 0)
+
+    @torch.no_grad()
+    def project_decoder_grad(self):
+        """Removes the gradient component along each decoder row (it would only change the row's norm)."""
+        if self.W_dec.grad is not None:
+            parallel = (self.W_dec.grad * self.W_dec).sum(-1, keepdim=True)
+            self.W_dec.grad.sub_(parallel * self.W_dec)
+
+    @torch.no_grad()
+    def normalize_decoder(self):
+        self.W_dec.div_(self.W_dec.norm(dim=1, keepdim=True).clamp(min=1e-8))
+
+    def save_pretrained(self, path):
+        from safetensors.torch import save_file
+        path = Path(path)
+        path.mkdir(parents=True, exist_ok=True)
+        (path / CONFIG_FILE).write_text(json.dumps(asdict(self.config), indent=1))
+        save_file({name: t.detach().contiguous().cpu() for name, t in self.state_dict().items()}, str(path / WEIGHTS_FILE))
+
+    @classmethod
+    def from_pretrained(cls, path, device=None) -> 'SparseAutoencoder':
+        from safetensors.torch import load_file
+        path = Path(path)
+        settings = json.loads((path / CONFIG_FILE).read_text())
+        known = {f.name for f in fields(SAEConfig)}
+        model = cls(SAEConfig(**{k: v for k, v in settings.items() if k in known}))
+        model.load_state_dict(load_file(str(path / WEIGHTS_FILE)))
+        return model.to(device or 'cpu').eval()
+
+
+Vectors = Union[torch.Tensor, np.ndarray, Iterable]
+
+
+def _tensor(batch) -> torch.Tensor:
+    # A copy: slices of read-only memmaps cannot back a tensor.
+    return batch if isinstance(batch, torch.Tensor) else torch.tensor(np.asarray(batch))
+
+
+def _batches(vectors: Vectors, config: SAEConfig, generator: torch.Generator):
+    """Shuffled batches of an array (memmaps read batch by batch) for ``epochs`` passes, or an iterator's batches."""
+    if isinstance(vectors, (torch.Tensor, np.ndarray)):
+        n = len(vectors)
+        for _ in range(config.epochs):
+            order = torch.randperm(n, generator=generator)
+            for start in range(0, n, config.batch_size):
+                # Sorted indices read a memmap sequentially; the batch's order does not matter to the loss.
+                idx = order[start:start + config.batch_size].sort().values
+                yield _tensor(vectors[idx] if isinstance(vectors, torch.Tensor) else vectors[idx.numpy()])
+    else:
+        yield from map(_tensor, vectors)
+
+
+def _num_batches(vectors: Vectors, config: SAEConfig) -> Optional[int]:
+    if isinstance(vectors, (torch.Tensor, np.ndarray)):
+        return config.epochs * math.ceil(len(vectors) / config.batch_size)
+    return len(vectors) if hasattr(vectors, '__len__') else None
+
+
+def _data_mean(vectors: Vectors, first: torch.Tensor) -> torch.Tensor:
+    """Mean of an array (chunked, so memmaps are not loaded at once); of the first batch for an iterator."""
+    if not isinstance(vectors, (torch.Tensor, np.ndarray)):
+        return first.float().mean(0)
+    total = torch.zeros(vectors.shape[1], dtype=torch.float64)
+    for start in range(0, len(vectors), 65536):
+        total += _tensor(vectors[start:start + 65536]).double().sum(0)
+    return (total / len(vectors)).float()
+
+
+def train_sae(vectors: Vectors, config: SAEConfig, model: Optional[SparseAutoencoder] = None, device=None,
+              log_every: int = 10, verbose: bool = True):
+    """Trains a TopK SAE on ``vectors`` (an ``N x d`` tensor/array/memmap, shuffled for ``config.epochs`` passes, or
+    an iterator of ``batch x d`` batches, consumed once).
+
+    A new model's ``b_dec`` starts at the data mean. Returns ``(model, log)``: ``log`` holds one dict per
+    ``log_every`` steps with ``step``, ``vectors``, ``mse``, ``fve`` (fraction of variance explained), ``l0``
+    (mean active latents per vector), ``dead`` (fraction of dead latents), ``aux`` and ``seconds``.
+    """
+    device = torch.device(device or 'cpu')
+    torch.manual_seed(config.seed)
+    generator = torch.Generator().manual_seed(config.seed)
+    batches = _batches(vectors, config, generator)
+    first = next(batches, None)
+    if first is None:
+        raise ValueError('no vectors to train on')
+    if model is None:
+        model = SparseAutoencoder(config)
+        with torch.no_grad():
+            model.b_dec.copy_(_data_mean(vectors, first))
+    model.to(device).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=config.lr)
+    log: List[dict] = []
+    seen, start, window = 0, time.perf_counter(), []
+
+    def steps():
+        yield first
+        yield from batches
+
+    def flush(step):
+        mse, fve, l0, aux = np.mean(window, axis=0).tolist()
+        window.clear()
+        dead = (model.since_fired >= config.dead_after).float().mean().item()
+        log.append({'step': step, 'vectors': seen, 'mse': mse, 'fve': fve, 'l0': l0, 'dead': dead, 'aux': aux,
+                    'seconds': time.perf_counter() - start})
+        pbar.set_postfix(mse=f'{mse:.4f}', fve=f'{fve:.3f}', l0=f'{l0:.1f}', dead=f'{dead:.3f}')
+
+    with tqdm(total=_num_batches(vectors, config), desc='training SAE', unit='batch', disable=not verbose) as pbar:
+        for step, batch in enumerate(steps(), 1):
+            x = batch.to(device, torch.float32)
+            out = model.losses(x)
+            optimizer.zero_grad(set_to_none=True)
+            out['loss'].backward()
+            model.project_decoder_grad()
+            optimizer.step()
+            model.normalize_decoder()
+            model.update_dead(out['z'])
+            seen += len(x)
+            with torch.no_grad():
+                variance = (x - x.mean(0)).pow(2).sum(-1).mean()
+                window.append((out['mse'].item(), (1 - out['mse'] / variance).item(), (out['z'] > 0).sum(-1).float().mean().item(),
+                               out['aux'].item()))
+            if step % log_every == 0:
+                flush(step)
+            pbar.update(1)
+        if window:
+            flush(step)
+    return model.eval(), log
