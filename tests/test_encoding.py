@@ -46,6 +46,24 @@ def test_chunked_pooling_matches_unchunked():
         torch.testing.assert_close(max_pooled_logits(hidden, mask, weight, bias, chunk_elements=chunk), full)
 
 
+def test_training_pooling_gradients_match_reference():
+    from pyterrier_lsr.models import log_saturation, max_pooled_logits
+    torch.manual_seed(0)
+    hidden = torch.randn(3, 7, 5, requires_grad=True)
+    weight, bias = torch.randn(1100, 5, requires_grad=True), torch.randn(1100, requires_grad=True)
+    mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3, [1] + [0] * 6])
+    coef = torch.randn(3, 1100)
+
+    def grads(pool):
+        loss = (log_saturation(pool(hidden, weight, bias)) * coef).sum()
+        return torch.autograd.grad(loss, [hidden, weight, bias])
+    ours = grads(lambda h, w, b: max_pooled_logits(h, mask, w, b))
+    ref = grads(lambda h, w, b: (h @ w.T + b).masked_fill(~mask.bool()[..., None], float('-inf')).amax(1))
+    for a, b in zip(ours, ref):
+        torch.testing.assert_close(a, b)
+    assert (ours[0][1, 4:] == 0).all()  # padding positions get no gradient
+
+
 def test_batch_composition_does_not_change_output(splade, texts):
     alone = to_dense(splade, [splade.encode([t])[0] for t in texts[:6]])
     for batch_size in (2, 5, 32):

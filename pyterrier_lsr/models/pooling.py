@@ -62,10 +62,48 @@ def max_pooled_logits(hidden: torch.Tensor, attention_mask: torch.Tensor, weight
     return pooled
 
 
+class _SparseBackwardMaxPool(torch.autograd.Function):
+    """Max-pooled logits whose backward pass only touches the (text, term) pairs with a non-zero gradient.
+
+    Forward: the projection in vocabulary tiles, keeping each maximum and the position it came from. Backward: a
+    SPLADE loss has zero gradient wherever ``relu`` is inactive, i.e. for all but the few hundred active terms of a
+    text, so instead of two dense batch x length x vocab products (and a saved logits tensor of that size) the
+    gradients are gathered and scattered at the arg-max positions of the non-zero pairs only.
+    """
+
+    @staticmethod
+    def forward(ctx, hidden, attention_mask, weight, chunk_elements):
+        batch, length, dim = hidden.shape
+        dtype = _compute_dtype(hidden)
+        h, w = hidden.to(dtype), weight.to(dtype)
+        flat = h.reshape(-1, dim)
+        pad = ~attention_mask.bool()[..., None]
+        step = max(MIN_VOCAB_STEP, chunk_elements // max(1, flat.shape[0]))
+        pooled = torch.empty(batch, weight.shape[0], dtype=dtype, device=hidden.device)
+        argmax = torch.empty(batch, weight.shape[0], dtype=torch.long, device=hidden.device)
+        for v0 in range(0, weight.shape[0], step):
+            logits = torch.mm(flat, w[v0:v0 + step].t()).view(batch, length, -1).masked_fill_(pad, float('-inf'))
+            torch.max(logits, dim=1, out=(pooled[:, v0:v0 + step], argmax[:, v0:v0 + step]))
+        ctx.save_for_backward(h, w, argmax)
+        ctx.dtypes = hidden.dtype, weight.dtype
+        return pooled
+
+    @staticmethod
+    def backward(ctx, grad):
+        h, w, argmax = ctx.saved_tensors
+        rows, cols = grad.nonzero(as_tuple=True)
+        g = grad[rows, cols].to(w.dtype)[:, None]
+        positions = argmax[rows, cols]
+        grad_hidden = torch.zeros(h.shape, dtype=ctx.dtypes[0], device=h.device)
+        grad_hidden.index_put_((rows, positions), (g * w[cols]).to(ctx.dtypes[0]), accumulate=True)
+        grad_weight = torch.zeros(w.shape, dtype=ctx.dtypes[1], device=w.device)
+        grad_weight.index_add_(0, cols, (g * h[rows, positions]).to(ctx.dtypes[1]))
+        return grad_hidden, None, grad_weight, None
+
+
 def _differentiable_max_pooled_logits(hidden, attention_mask, weight, bias):
-    # Training keeps every tile alive for the backward pass anyway, so one masked projection is as lean.
-    logits = torch.nn.functional.linear(hidden, weight, bias)
-    return logits.masked_fill(~attention_mask.bool()[..., None], float('-inf')).amax(dim=1)
+    pooled = _SparseBackwardMaxPool.apply(hidden, attention_mask, weight, 1 << 22)
+    return pooled if bias is None else pooled + bias.to(pooled.dtype)
 
 
 def log_saturation(x: torch.Tensor) -> torch.Tensor:
