@@ -75,6 +75,7 @@ def main():
     parser.add_argument('--doc-max-length', type=int, default=128)
     parser.add_argument('--lambda-q', type=float, default=1e-3)
     parser.add_argument('--lambda-d', type=float, default=1e-3)
+    parser.add_argument('--threads', type=int, default=None, help='torch threads (1 is steadier on a shared machine)')
     parser.add_argument('--irds-cache')
     parser.add_argument('--output', default=str(Path(__file__).parent / 'results' / 'train.json'))
     args = parser.parse_args()
@@ -82,6 +83,8 @@ def main():
         use_irds_cache(args.irds_cache)
     import pyterrier as pt
     import torch
+    if args.threads:
+        torch.set_num_threads(args.threads)
 
     from pyterrier_lsr.train import self_supervised
     corpus = list(pt.get_dataset('irds:vaswani').get_corpus_iter(verbose=False))
