@@ -2,8 +2,10 @@
 (pseudo-queries sampled from documents, BM25 hard negatives) and distillation from a teacher (MiniLM, BM25 or their
 z-score fusion), with the bundled training loop. The test queries are used only to report the curve.
 
-    python examples/domain_adaptation.py --irds-cache ../shared/ir_datasets            # Vaswani, SPLADE-tiny
+    OMP_NUM_THREADS=1 python examples/domain_adaptation.py --irds-cache ../shared/ir_datasets   # Vaswani, SPLADE-tiny
     python examples/domain_adaptation.py --dataset irds:antique/test --model splade-tiny --steps 600
+
+On a shared 2-core machine OMP_NUM_THREADS=1 was 2-3x faster per step than torch's default of 2 threads.
 
 Training examples and each teacher's scores are cached as JSON under --cache-dir (default: the output folder), keyed
 by the settings that produce them, so later runs with other training settings skip the (MiniLM) scoring.
@@ -56,14 +58,15 @@ def prepare_examples(args, corpus) -> list:
     data_settings = {'dataset': args.dataset, 'negatives': args.negatives, 'depth': args.depth,
                      'per_doc': args.per_doc, 'seed': args.seed}
     key = _key(data_settings)
+    precision = args.teacher_precision
     bm25_index = pyterrier_pisa.PisaIndex(str(cache / f'bm25-{_key({"dataset": args.dataset})}.pisa'), text_field='text')
     if not bm25_index.built():
         bm25_index.index(corpus)
     examples = [Example(**ex) for ex in _cached(cache / f'examples-{key}.json', lambda: [asdict(ex) for ex in self_supervised(
         corpus, num_negatives=args.negatives, depth=args.depth, seed=args.seed, per_doc=args.per_doc, bm25_index=bm25_index)])]
     scorers = {'bm25': lambda: RetrieverScorer(bm25_index.bm25(), {d['docno']: d['text'] for d in corpus}),
-               'minilm': lambda: DenseScorer(resolve_model(args.dense_teacher))}
-    names = {'bm25': 'bm25', 'minilm': args.dense_teacher}
+               'minilm': lambda: DenseScorer(resolve_model(args.dense_teacher), precision=precision)}
+    names = {'bm25': 'bm25', 'minilm': [args.dense_teacher, precision]}
     total = None
     for teacher in TEACHERS[args.teacher]:
         z = _cached(cache / f'teacher-{key}-{_key({"teacher": names[teacher]})}.json',
@@ -81,7 +84,7 @@ def train_config(args):
     return TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_steps=args.steps // 10,
                        losses={k: float(v) for k, v in losses.items()}, lambda_q=args.lambda_q, lambda_d=args.lambda_d,
                        flops_warmup_steps=args.steps // 3, doc_max_length=args.doc_max_length, bf16=args.bf16,
-                       seed=args.seed, eval_every=args.eval_every, log_every=10)
+                       seed=args.seed, eval_every=args.eval_every, log_every=args.log_every)
 
 
 def fine_tune(model, tokenizer, examples, corpus, topics, qrels, output: Path, args, prep_seconds: float = 0.) -> dict:
@@ -90,8 +93,9 @@ def fine_tune(model, tokenizer, examples, corpus, topics, qrels, output: Path, a
     from pyterrier.measures import nDCG
 
     from pyterrier_lsr.train import experiment_evaluator, train
-    evaluate = experiment_evaluator(tokenizer, corpus, topics, qrels, [nDCG @ 10], precision='bf16' if args.bf16 else 'fp32')
-    zero_shot = evaluate(model)
+    evaluate = (experiment_evaluator(tokenizer, corpus, topics, qrels, [nDCG @ 10], precision='bf16' if args.bf16 else 'fp32')
+                if args.evaluate else None)
+    zero_shot = evaluate(model) if evaluate is not None and args.zero_shot else None
     train_start = time.time()
     log = train(model, tokenizer, examples, output, train_config(args), evaluate=evaluate)
     result = {'args': vars(args), 'zero_shot': zero_shot, 'final': log[-1],
@@ -114,26 +118,32 @@ def run(args):
     print(json.dumps(result, indent=1))
 
 
-def parser(description: str = __doc__, steps: int = 600) -> argparse.ArgumentParser:
+def parser(description: str = __doc__, steps: int = 250) -> argparse.ArgumentParser:
     """Command-line settings of the data and the training (shared with examples/head_scale.py)."""
     parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--dataset', default='irds:vaswani')
     parser.add_argument('--model', default='splade-tiny')
     parser.add_argument('--dense-teacher', default='all-MiniLM-L6-v2')
     parser.add_argument('--teacher', choices=sorted(TEACHERS), default='fusion')
+    parser.add_argument('--teacher-precision', choices=['fp32', 'bf16'], default='fp32', help='of the dense teacher')
     parser.add_argument('--teacher-scale', type=float, default=2.0, help='weight of each z-normalized teacher score')
     parser.add_argument('--losses', default='infonce=1,kl=1')
     parser.add_argument('--steps', type=int, default=steps)
-    parser.add_argument('--batch-size', type=int, default=16)
+    parser.add_argument('--batch-size', type=int, default=8)
     parser.add_argument('--negatives', type=int, default=3)
     parser.add_argument('--depth', type=int, default=30, help='BM25 depth negatives are sampled from')
     parser.add_argument('--per-doc', type=int, default=1, help='pseudo-queries per document')
-    parser.add_argument('--lr', type=float, default=5e-5)
+    parser.add_argument('--lr', type=float, default=1e-4)
     parser.add_argument('--lambda-q', type=float, default=1e-3)
     parser.add_argument('--lambda-d', type=float, default=1e-3)
-    parser.add_argument('--doc-max-length', type=int, default=128)
+    parser.add_argument('--doc-max-length', type=int, default=96)
     parser.add_argument('--bf16', action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument('--eval-every', type=int, default=100)
+    parser.add_argument('--eval-every', type=int, default=125)
+    parser.add_argument('--evaluate', action=argparse.BooleanOptionalAction, default=True,
+                        help='evaluate nDCG@10 on the test topics every --eval-every steps and at the end')
+    parser.add_argument('--log-every', type=int, default=10)
+    parser.add_argument('--zero-shot', action=argparse.BooleanOptionalAction, default=True,
+                        help='evaluate the model before training too')
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--output', default='runs/domain_adaptation')
     parser.add_argument('--cache-dir', help='where examples, teacher scores and the BM25 index are cached '
