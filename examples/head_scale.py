@@ -34,11 +34,11 @@ def build(backbone: str, variant: str, sample_texts, target_active: float):
     """A calibrated SPLADE model (and its tokenizer) on ``backbone`` with a new MLM head, in the given variant."""
     from transformers import AutoTokenizer
 
-    from pyterrier_lsr.models.heads import _head_transform, calibrate_activation, rescale_head, splade_from_encoder
+    from pyterrier_lsr.models.heads import head_transform, calibrate_activation, rescale_head, splade_from_encoder
     tokenizer = AutoTokenizer.from_pretrained(backbone)
     model = splade_from_encoder(backbone, tokenizer.all_special_ids)
     if variant != 'plain':
-        layer_norm = _head_transform(model.mlm).LayerNorm
+        layer_norm = head_transform(model.mlm).LayerNorm
         with torch.no_grad():
             layer_norm.weight.mul_(FACTOR)
             layer_norm.bias.mul_(FACTOR)

@@ -170,3 +170,21 @@ def test_cli_trains_from_a_dataframe_file(tiny, tmp_path):
     log = json.loads((tmp_path / 'out' / 'metrics.json').read_text())
     assert log[-1]['step'] == 2
     assert Splade.from_pretrained(str(tmp_path / 'out' / 'checkpoint-2')).model.settings['head_scale'] == 4
+
+
+def test_splade_from_encoder_without_mlm_head_and_calibration(texts):
+    from transformers import AutoTokenizer
+
+    from pyterrier_lsr.models.heads import calibrate_activation, head_transform, splade_from_encoder
+    from pyterrier_lsr.offline import resolve_model
+    path = resolve_model('all-MiniLM-L6-v2')
+    tokenizer = AutoTokenizer.from_pretrained(path)
+    model = splade_from_encoder(path, tokenizer.all_special_ids)
+    transform, decoder = head_transform(model.mlm), model.mlm.get_output_embeddings()
+    assert torch.equal(transform.dense.weight, torch.eye(transform.dense.weight.shape[0]))
+    assert decoder.weight is model.mlm.get_input_embeddings().weight and not decoder.bias.any()
+    stats = calibrate_activation(model, tokenizer, texts[:20], target_active=0.01)
+    assert stats['active_before'] > 0.5  # an uncalibrated new head starts dense
+    assert stats['active_after'] == pytest.approx(0.01, abs=0.001)
+    again = head_report(model, tokenizer, texts[:20])
+    assert again['nonzeros_per_text'] == pytest.approx(0.01 * (model.vocab_size - len(tokenizer.all_special_ids)), rel=0.05)

@@ -98,7 +98,7 @@ def splade_from_encoder(name_or_path: str, special_token_ids=(), **kwargs) -> Sp
             if module is mlm.get_output_embeddings():
                 if module.bias is not None:
                     module.bias.zero_()
-        transform = _head_transform(mlm)
+        transform = head_transform(mlm)
         if transform is not None:
             nn.init.eye_(transform.dense.weight)
             nn.init.zeros_(transform.dense.bias)
@@ -107,7 +107,8 @@ def splade_from_encoder(name_or_path: str, special_token_ids=(), **kwargs) -> Sp
     return SpladeModel(mlm, special_token_ids)
 
 
-def _head_transform(mlm: nn.Module):
+def head_transform(mlm: nn.Module):
+    """The MLM head's dense + LayerNorm transform (BERT-style heads), or None."""
     for module in mlm.modules():
         if hasattr(module, 'dense') and hasattr(module, 'LayerNorm') and 'Transform' in type(module).__name__:
             return module
