@@ -89,15 +89,28 @@ def train_config(args):
 
 def fine_tune(model, tokenizer, examples, corpus, topics, qrels, output: Path, args, prep_seconds: float = 0.) -> dict:
     """Trains ``model`` (a :class:`SpladeModel`) on ``examples`` with the settings of ``args``, evaluating nDCG@10 on
-    ``topics``/``qrels`` along the way; writes and returns ``result.json``."""
+    ``topics``/``qrels`` along the way; writes and returns ``result.json``.
+
+    ``--query-side idf|learned`` trains an inference-free (doc-only) model: queries are a static table initialised
+    with the corpus idf (fixed, or learned jointly), FLOPS on documents only."""
+    from dataclasses import replace
+
     from pyterrier.measures import nDCG
 
+    from pyterrier_lsr import IDFQueryEncoder, StaticQueryWeights
     from pyterrier_lsr.train import experiment_evaluator, train
-    evaluate = (experiment_evaluator(tokenizer, corpus, topics, qrels, [nDCG @ 10], precision='bf16' if args.bf16 else 'fp32')
-                if args.evaluate else None)
+    config, weights, query_side = train_config(args), None, None
+    if args.query_side != 'model':
+        idf = IDFQueryEncoder.from_corpus(tokenizer, [d['text'] for d in corpus])
+        weights = StaticQueryWeights(tokenizer, idf.weights, trainable=args.query_side == 'learned')
+        config = replace(config, lambda_q=0.)
+        query_side = weights.to_encoder
+    evaluate = (experiment_evaluator(tokenizer, corpus, topics, qrels, [nDCG @ 10], precision='bf16' if args.bf16 else 'fp32',
+                                     query_side=query_side) if args.evaluate else None)
     zero_shot = evaluate(model) if evaluate is not None and args.zero_shot else None
     train_start = time.time()
-    log = train(model, tokenizer, examples, output, train_config(args), evaluate=evaluate)
+    log = train(model, tokenizer, examples, output, config, evaluate=evaluate, query_encoder=weights,
+                extra_parameters=[weights.weight] if args.query_side == 'learned' else [])
     result = {'args': vars(args), 'zero_shot': zero_shot, 'final': log[-1],
               'prep_seconds': round(prep_seconds), 'train_seconds': round(time.time() - train_start),
               'curve': [(row['step'], row['nDCG@10']) for row in log if 'nDCG@10' in row]}
@@ -128,6 +141,8 @@ def parser(description: str = __doc__, steps: int = 250) -> argparse.ArgumentPar
     parser.add_argument('--teacher-precision', choices=['fp32', 'bf16'], default='fp32', help='of the dense teacher')
     parser.add_argument('--teacher-scale', type=float, default=2.0, help='weight of each z-normalized teacher score')
     parser.add_argument('--losses', default='infonce=1,kl=1')
+    parser.add_argument('--query-side', choices=['model', 'idf', 'learned'], default='model',
+                        help='queries through the model (SPLADE) or a static idf table, fixed or learned (doc-only)')
     parser.add_argument('--steps', type=int, default=steps)
     parser.add_argument('--batch-size', type=int, default=8)
     parser.add_argument('--negatives', type=int, default=3)

@@ -94,8 +94,10 @@ class _SparseBackwardMaxPool(torch.autograd.Function):
         rows, cols = grad.nonzero(as_tuple=True)
         g = grad[rows, cols].to(w.dtype)[:, None]
         positions = argmax[rows, cols]
+        # index_add_ rather than index_put_(accumulate=True), which is not deterministic on CPU: resumed training
+        # must reproduce an uninterrupted run exactly.
         grad_hidden = torch.zeros(h.shape, dtype=ctx.dtypes[0], device=h.device)
-        grad_hidden.index_put_((rows, positions), (g * w[cols]).to(ctx.dtypes[0]), accumulate=True)
+        grad_hidden.view(-1, h.shape[-1]).index_add_(0, rows * h.shape[1] + positions, (g * w[cols]).to(ctx.dtypes[0]))
         grad_weight = torch.zeros(w.shape, dtype=ctx.dtypes[1], device=w.device)
         grad_weight.index_add_(0, cols, (g * h[rows, positions]).to(ctx.dtypes[1]))
         return grad_hidden, None, grad_weight, None
