@@ -94,10 +94,9 @@ def splade_from_encoder(name_or_path: str, special_token_ids=(), **kwargs) -> Sp
     mlm = AutoModelForMaskedLM.from_pretrained(name_or_path, **kwargs)
     mlm.tie_weights()
     with torch.no_grad():
-        for module in mlm.modules():
-            if module is mlm.get_output_embeddings():
-                if module.bias is not None:
-                    module.bias.zero_()
+        decoder = mlm.get_output_embeddings()
+        if decoder.bias is not None:
+            decoder.bias.zero_()
         transform = head_transform(mlm)
         if transform is not None:
             nn.init.eye_(transform.dense.weight)
