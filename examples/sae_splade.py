@@ -100,7 +100,7 @@ def main():
             splade = Splade.from_pretrained(resolve_model(args.model))
         record['train'] = fine_tune(splade.model, splade.tokenizer, examples, corpus, topics, qrels, out, args)
         if system == 'sae-splade':
-            record['alpha'] = float(splade.model.alpha)
+            record['alpha'] = splade.model.alpha.item()
         splade.save_pretrained(str(out / 'model'))
         model = type(splade).from_pretrained(str(out / 'model'))
         record['measures'] = measure(model, corpus, topics, qrels, out / 'index.lsr')

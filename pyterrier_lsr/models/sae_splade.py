@@ -85,7 +85,7 @@ class SaeSpladeModel(nn.Module):
 
     @property
     def settings(self) -> dict:
-        return {'kind': KIND, 'alpha': float(self.alpha), 'pooling': 'log1p-max', 'special_tokens': 'excluded',
+        return {'kind': KIND, 'alpha': self.alpha.item(), 'pooling': 'log1p-max', 'special_tokens': 'excluded',
                 'topk': 'per-token', 'sae': SAE_FOLDER}
 
     def token_latents(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
