@@ -13,7 +13,8 @@ exhaustive traversal reads) and ms/query (PISA, 1 thread, queries already encode
 stage 2); each system writes ``<output>/<system>/measures.json`` and ``<output>/summary.json`` collects the ones
 present.  ``--stage1-dir`` shares one stage-1 SAE between outputs (e.g. runs with other FLOPS weights).  On a shared
 machine ms/query drifts with the load, so ``--time-indexes A.lsr B.lsr ...`` re-times finished indexes interleaved, in
-one process (``<output>/timing.json``).
+one process (``<output>/timing.json``), and ``--interpret MODEL`` writes ``<output>/interpret.json``: the top words
+of the latents of the first topics, read off a sample of the corpus.
 """
 import json
 import time
@@ -73,6 +74,20 @@ def time_indexes(paths, topics, output: Path, rounds: int = 5) -> dict:
     return result
 
 
+def interpret(folder, corpus, topics, output: Path, n_docs: int = 2000, n_queries: int = 3) -> dict:
+    """What a model's latents mean: each of the first topics' top latents with the words of the query that fire it
+    and its top words on ``n_docs`` sampled documents."""
+    import random
+
+    from pyterrier_lsr import SaeSplade
+    model = SaeSplade.from_pretrained(str(folder))
+    sample = [d['text'] for d in random.Random(0).sample(corpus, min(n_docs, len(corpus)))]
+    words = model.top_words(sample, n=8)
+    result = {row.query: model.explain(row.query, top=8, words=words) for row in topics.head(n_queries).itertuples()}
+    (output / 'interpret.json').write_text(json.dumps(result, indent=1))
+    return result
+
+
 def measure(splade, corpus, topics, qrels, path: Path, repeats: int = 3) -> dict:
     """Indexes ``corpus`` with ``splade`` (a saved model, so the index records it) and measures effectiveness and
     cost; queries are encoded once, so ms/query is PISA alone."""
@@ -108,6 +123,7 @@ def main():
     p.add_argument('--alpha', type=float, help='initial α (default: DEFAULT_ALPHA of pyterrier_lsr.models.sae_splade)')
     p.add_argument('--stage1-dir', help='the stage-1 SAE folder (default: <output>/stage1; trained there if absent)')
     p.add_argument('--time-indexes', nargs='+', help='only re-time these finished indexes (see above)')
+    p.add_argument('--interpret', help='only describe the latents of this SAE-SPLADE model folder (see above)')
     args = parse_args(p)
     from pyterrier_lsr import SaeSplade, Splade
     from pyterrier_lsr.models.sae_splade import DEFAULT_ALPHA
@@ -116,6 +132,9 @@ def main():
     root.mkdir(parents=True, exist_ok=True)
     if args.time_indexes:
         print(json.dumps(time_indexes(args.time_indexes, topics, root), indent=1))
+        return
+    if args.interpret:
+        print(json.dumps(interpret(args.interpret, corpus, topics, root), indent=1))
         return
     examples = prepare_examples(args, corpus)
     for system in args.systems:
