@@ -12,7 +12,7 @@ Choices (all fixed by the saved settings):
 
 * **Special tokens** (``[CLS]``, ``[SEP]``, ``[PAD]``, ...; not ``[UNK]``, which stands for real text) take no part in
   the max: their states are alike in every text, so their latents would be posted in every document.  (Stage 1
-  trains on all token states, special ones included; they are 2 of ~60 per Vaswani document.)
+  trains on all token states, special ones included; they are 2 of ~48 per Vaswani document.)
 * **TopK stays on** at inference and in training: each token activates at most ``k`` latents, so vectors are sparse
   by construction (at most ``k x tokens`` non-zeros) before FLOPS regularization does anything.
 * **α** starts at :data:`DEFAULT_ALPHA`, chosen so that the initial scores are on SPLADE's scale (see there).
