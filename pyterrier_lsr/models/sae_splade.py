@@ -196,7 +196,7 @@ def latent_top_words(splade: SaeSplade, texts: Sequence, latents: Optional[Seque
         batch = texts[start:start + batch_size]
         enc = tokenizer(batch, truncation=True, max_length=splade.max_length, padding=True, return_tensors='pt')
         ids, mask = enc['input_ids'].to(splade.device), enc['attention_mask'].to(splade.device)
-        indices, acts, owner = model.token_latents(ids, mask)
+        indices, acts, _ = model.token_latents(ids, mask)
         # The pooled positions, in the row-major order of the token latents.
         text_of, position = model.features.token_mask(ids, mask).nonzero(as_tuple=True)
         spans = [_word_spans(enc.encodings[i], batch[i], int(mask[i].sum())) for i in range(len(batch))]
