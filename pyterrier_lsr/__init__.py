@@ -7,6 +7,7 @@ from .index import LsrIndex, SpladeIndexer, quantize
 from .models import SpladeModel
 from .latent_terms import LatentTerms, build_latent_terms
 from .models.sae import SAEConfig, SparseAutoencoder, train_sae
+from .models.sae_splade import SaeSplade, SaeSpladeModel, explain, latent_top_words, train_token_sae
 from .inference_free import InferenceFreeSplade, load_model
 from .pruning import Prune, prune
 from .query import IDFQueryEncoder, StaticQueryEncoder, StaticQueryWeights, idf
@@ -14,4 +15,5 @@ from .query import IDFQueryEncoder, StaticQueryEncoder, StaticQueryWeights, idf
 __all__ = ['Splade', 'SpladeEncoder', 'SparseScorer', 'SparseTextEncoder', 'SpladeModel', 'encode_texts',
            'SpladeIndexer', 'LsrIndex', 'quantize', 'IDFQueryEncoder', 'StaticQueryEncoder', 'StaticQueryWeights', 'idf',
            'InferenceFreeSplade', 'load_model', 'Prune', 'prune', 'LatentTerms', 'build_latent_terms', 'SAEConfig',
-           'SparseAutoencoder', 'train_sae']
+           'SparseAutoencoder', 'train_sae',
+           'SaeSplade', 'SaeSpladeModel', 'train_token_sae', 'latent_top_words', 'explain']

@@ -75,7 +75,8 @@ class Splade:
     """A SPLADE model and its tokenizer; hands out PyTerrier encoders and a scorer.
 
     Args:
-        model: a :class:`SpladeModel`.
+        model: a :class:`SpladeModel`, or any module mapping ``(input_ids, attention_mask)`` to batch x terms
+            weights; a model with a ``terms`` attribute (e.g. SAE-SPLADE's latent ids) names its own terms.
         tokenizer: its HF tokenizer.
         device: ``'cpu'``, ``'cuda'``...; default: CUDA when available.
         max_length: texts are truncated to this many tokens, special tokens included (default 256,
@@ -94,7 +95,8 @@ class Splade:
         self.batch_size = batch_size
         self.precision = resolve_precision(precision, self.device)
         self.name = name
-        self.terms = vocabulary_terms(tokenizer, model.vocab_size)
+        # Models with their own vocabulary (latent ids, ...) name their terms; SPLADE's terms are the tokenizer's.
+        self.terms = getattr(model, 'terms', None) or vocabulary_terms(tokenizer, model.vocab_size)
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, **kwargs) -> 'Splade':

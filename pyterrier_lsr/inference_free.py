@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Optional
 
 from .encoders import Splade
+from .models.sae_splade import SaeSplade, is_sae_splade_folder
 from .models.splade import SpladeModel
 from .query import WEIGHTS_FILE, StaticQueryEncoder, _local_folder, _static_module_folder
 
@@ -49,8 +50,11 @@ class InferenceFreeSplade(Splade):
 
 
 def load_model(name_or_path: str, **kwargs) -> Splade:
-    """:class:`InferenceFreeSplade` for a doc-only folder (``idf.json`` or a static query module), else :class:`Splade`."""
+    """:class:`InferenceFreeSplade` for a doc-only folder (``idf.json`` or a static query module), a
+    :class:`~pyterrier_lsr.SaeSplade` for an SAE-SPLADE folder, else :class:`Splade`."""
     path = Path(name_or_path)
+    if is_sae_splade_folder(path):
+        return SaeSplade.from_pretrained(name_or_path, **kwargs)
     if path.is_dir() and ((path / WEIGHTS_FILE).exists() or _static_module_folder(path) is not None):
         return InferenceFreeSplade.from_pretrained(name_or_path, **kwargs)
     return Splade.from_pretrained(name_or_path, **kwargs)

@@ -32,7 +32,7 @@ from tqdm.auto import tqdm
 from .encoders import SpladeEncoder
 from .encoding import autocast, encode_texts, is_blank, resolve_device, resolve_precision, to_dicts
 from .index import LsrIndex, SpladeIndexer
-from .models.sae import SAEConfig, SparseAutoencoder, train_sae
+from .models.sae import SAEConfig, SparseAutoencoder, latent_term_names, train_sae
 from .offline import resolve_model
 
 SETTINGS_FILE = 'latent_terms.json'
@@ -42,26 +42,34 @@ MODES = ('single', 'multi')
 
 
 class DenseFeatures(nn.Module):
-    """The SAE's inputs from a frozen HF encoder: one mean-pooled vector per text (``single``) or one per token
+    """The SAE's inputs from an HF encoder: one mean-pooled vector per text (``single``) or one per token
     (``multi``), L2-normalised so the SAE sees directions, not norms.
 
+    Positions holding ``skip_ids`` (e.g. ``[CLS]``/``[SEP]``) give no vector and take no part in the mean.
+    ``frozen=False`` keeps the encoder trainable (SAE-SPLADE fine-tunes it; Latent Terms never does).
     Returns ``(vectors, owner)``: ``n x dim`` vectors, grouped by text in batch order, and each one's text index.
     """
 
-    def __init__(self, dense: nn.Module, mode: str = 'single'):
+    def __init__(self, dense: nn.Module, mode: str = 'single', skip_ids: Sequence[int] = (), frozen: bool = True):
         super().__init__()
         if mode not in MODES:
             raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
-        self.dense = dense.requires_grad_(False)
+        self.dense = dense.requires_grad_(False) if frozen else dense
         self.mode = mode
+        self.register_buffer('skip_ids', torch.tensor(sorted(set(skip_ids)), dtype=torch.long), persistent=False)
 
     @property
     def dim(self) -> int:
         return self.dense.config.hidden_size
 
+    def token_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The positions that give vectors: non-padding, not in ``skip_ids``."""
+        mask = attention_mask.bool()
+        return mask & ~torch.isin(input_ids, self.skip_ids) if len(self.skip_ids) else mask
+
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
         hidden = self.dense(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state.float()
-        mask = attention_mask.bool()
+        mask = self.token_mask(input_ids, attention_mask)
         if self.mode == 'multi':
             owner = torch.arange(len(mask), device=mask.device)[:, None].expand_as(mask)[mask]
             vectors = hidden[mask]
@@ -134,7 +142,7 @@ class LatentTerms:
         # Built in eval mode: encode_texts restores the mode it finds, and a train-mode model would turn the
         # dense model's dropout on for everything after the first encode.
         self.model = LatentTermsModel(self.features, self.sae, self.sqrt_tf).eval()
-        self.terms = [f'l{i}' for i in range(sae.n_latents)]
+        self.terms = latent_term_names(sae.n_latents)
 
     @property
     def settings(self) -> dict:
@@ -292,15 +300,29 @@ def build_latent_terms(docs: Iterable[dict], index_path, dense: str = 'all-MiniL
     """
     docs = [(str(doc['docno']), doc[text_field]) for doc in docs]
     latent_terms = LatentTerms(dense, mode=mode, sqrt_tf=sqrt_tf, **latent_terms_kwargs)
-    vectors, offsets = cached_embeddings(latent_terms, [text for _, text in docs], cache_dir, verbose)
+    model, log, vectors, offsets = train_latent_sae(latent_terms, [text for _, text in docs], sae, cache_dir,
+                                                    max_train_vectors, verbose)
+    latent_terms.set_sae(model)
+    toks = latent_terms.encode_vectors(vectors, offsets)
+    index = SpladeIndexer(index_path, scale=scale, overwrite=overwrite, verbose=verbose).index(
+        {'docno': docno, 'toks': vec} for (docno, _), vec in zip(docs, toks))
+    return latent_terms, index, log
+
+
+def train_latent_sae(latent_terms: LatentTerms, texts: Sequence, sae: Optional[dict] = None, cache_dir='latent_cache',
+                     max_train_vectors: Optional[int] = 200_000, verbose: bool = True):
+    """Stage 1 shared by Latent Terms and SAE-SPLADE: ``latent_terms``'s (frozen) vectors of ``texts`` (cached in
+    ``cache_dir``), then a TopK SAE (``sae``: :class:`~pyterrier_lsr.models.sae.SAEConfig` settings, ``d_in`` from the
+    model) trained on a seeded random sample of at most ``max_train_vectors`` of them.
+
+    Returns ``(sae, log, vectors, offsets)``: the trained SAE, its training log and the cached vectors (see
+    :meth:`LatentTerms.embed`).
+    """
+    vectors, offsets = cached_embeddings(latent_terms, texts, cache_dir, verbose)
     config = SAEConfig(d_in=latent_terms.features.dim, **(sae or {}))
     train = vectors
     if max_train_vectors is not None and len(vectors) > max_train_vectors:
         rows = np.random.default_rng(config.seed).choice(len(vectors), max_train_vectors, replace=False)
         train = vectors[np.sort(rows)]
     model, log = train_sae(train, config, device=latent_terms.device, verbose=verbose)
-    latent_terms.set_sae(model)
-    toks = latent_terms.encode_vectors(vectors, offsets)
-    index = SpladeIndexer(index_path, scale=scale, overwrite=overwrite, verbose=verbose).index(
-        {'docno': docno, 'toks': vec} for (docno, _), vec in zip(docs, toks))
-    return latent_terms, index, log
+    return model, log, vectors, offsets

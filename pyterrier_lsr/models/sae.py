@@ -94,6 +94,14 @@ class SparseAutoencoder(nn.Module):
         """Latent activations (``... x n_latents``, dense tensor with at most k non-zeros per vector under TopK)."""
         return self.sparsify(self.pre_activations(x))
 
+    def encode_topk(self, x: torch.Tensor):
+        """Per-vector TopK in sparse form: ``(indices, values)``, both ``n x k`` (values relu'd, so some may be 0).
+
+        Equals :meth:`encode` of a (non-batch) TopK SAE without the dense ``n x n_latents`` output; under autograd
+        only the k chosen latents are differentiated (see :meth:`_active`), which keeps fine-tuning the encoder cheap.
+        """
+        return self._active(x - self.b_dec, torch.arange(self.n_latents, device=x.device), self.config.k)
+
     def decode(self, z: torch.Tensor) -> torch.Tensor:
         return z @ self.W_dec + self.b_dec
 
@@ -166,6 +174,11 @@ class SparseAutoencoder(nn.Module):
         model = cls(SAEConfig(**{k: v for k, v in settings.items() if k in known}))
         model.load_state_dict(load_file(str(path / WEIGHTS_FILE)))
         return model.to(device or 'cpu').eval()
+
+
+def latent_term_names(n_latents: int) -> List[str]:
+    """Index terms of latents: ``l<id>`` (lowercase, so PISA stores and queries them as they are)."""
+    return [f'l{i}' for i in range(n_latents)]
 
 
 Vectors = Union[torch.Tensor, np.ndarray, Iterable]

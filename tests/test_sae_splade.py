@@ -1,0 +1,125 @@
+import json
+import math
+import re
+
+import pytest
+import torch
+
+from pyterrier_lsr import LsrIndex, SaeSplade, SaeSpladeModel, SpladeIndexer, load_model, train_token_sae
+from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
+from pyterrier_lsr.models.sae_splade import DEFAULT_ALPHA, structural_token_ids
+from pyterrier_lsr.train import Example, TrainConfig, train
+
+TEXTS = ['the nuclear reactor physics', 'the cat sat on the dog', 'radio wave noise in a transistor amplifier circuit',
+         'dielectric constant of liquids', 'electron density in the ionosphere', 'measurement of noise']
+
+
+@pytest.fixture
+def sae_splade(tiny):
+    """The tiny BERT's encoder (32-d states) + an untrained 64-latent, k=4 SAE (deterministic, seeded)."""
+    mlm, tokenizer = tiny[0].mlm, tiny[1]
+    sae = SparseAutoencoder(SAEConfig(d_in=32, n_latents=64, k=4, seed=1))
+    return SaeSplade(SaeSpladeModel(mlm.bert, sae, structural_token_ids(tokenizer)), tokenizer, batch_size=2)
+
+
+def reference(splade, text):
+    """v_j = α log(1 + max_i z_ij) over the text's non-special tokens, from the dense SAE encoding."""
+    model = splade.model
+    enc = splade.tokenizer(text, return_tensors='pt')
+    with torch.no_grad():
+        hidden = model.backbone(**enc).last_hidden_state[0]
+        keep = ~torch.isin(enc['input_ids'][0], torch.tensor(splade.tokenizer.all_special_ids))
+        z = model.sae.encode(torch.nn.functional.normalize(hidden[keep], dim=-1))
+        return model.alpha * torch.log1p(z.max(0).values)
+
+
+def test_pooling_equals_reference(sae_splade):
+    vecs = sae_splade.encode(TEXTS)  # batches of 2 texts of different lengths: padding must not matter
+    for text, vec in zip(TEXTS, vecs):
+        expected = reference(sae_splade, text)
+        assert {int(t[1:]) for t in vec} == set(expected.nonzero()[:, 0].tolist())
+        for term, weight in vec.items():
+            assert math.isclose(weight, expected[int(term[1:])].item(), rel_tol=1e-5)
+    assert sae_splade.encode(TEXTS[:1], batch_size=1) == vecs[:1]
+    assert sae_splade.encode(['', None, '[CLS] [SEP]']) == [{}, {}, {}]  # special tokens alone pool nothing
+
+
+def test_terms_are_only_latent_ids(sae_splade):
+    import pandas as pd
+    docs = sae_splade.doc_encoder()(pd.DataFrame({'docno': ['1', '2'], 'text': TEXTS[:2]}))
+    queries = sae_splade.query_encoder()(pd.DataFrame({'qid': ['q'], 'query': ['nuclear dog']}))
+    terms = [t for v in list(docs['toks']) + list(queries['query_toks']) for t in v]
+    assert terms and all(re.fullmatch(r'l\d+', t) and int(t[1:]) < 64 for t in terms)
+    assert all(len(v) <= 4 * 8 for v in docs['toks'])  # TopK: at most k latents per token
+
+
+def test_alpha_is_learned_and_saved(sae_splade, tmp_path):
+    model, tokenizer = sae_splade.model, sae_splade.tokenizer
+    examples = [Example(TEXTS[i], TEXTS[i], [TEXTS[(i + 1) % len(TEXTS)]], [1., 0.]) for i in range(len(TEXTS))]
+    decoder, encoder = model.sae.W_dec.detach().clone(), model.sae.W_enc.detach().clone()
+    config = TrainConfig(steps=3, batch_size=2, lr=1e-2, warmup_steps=1, losses={'infonce': 1, 'kl': 1}, log_every=1)
+    train(model, tokenizer, examples, tmp_path / 'run', config, verbose=False)
+    alpha = model.alpha.item()
+    assert alpha != DEFAULT_ALPHA
+    assert not torch.equal(model.sae.W_enc, encoder) and torch.equal(model.sae.W_dec, decoder)  # decoder unused
+    checkpoint = tmp_path / 'run' / 'checkpoint-3'
+    assert json.loads((checkpoint / 'config.json').read_text())['lsr']['alpha'] == alpha
+    loaded = load_model(str(checkpoint))  # the loop's checkpoint is a complete SAE-SPLADE folder
+    assert isinstance(loaded, SaeSplade) and loaded.model.alpha.item() == alpha
+    assert loaded.encode(TEXTS) == SaeSplade(model, tokenizer).encode(TEXTS)
+
+
+def test_round_trip_encodes_identically(sae_splade, tmp_path):
+    with torch.no_grad():
+        sae_splade.model.alpha.fill_(2.5)
+    sae_splade.save_pretrained(str(tmp_path / 'm'))
+    assert sae_splade.name == str(tmp_path / 'm')
+    loaded = SaeSplade.from_pretrained(str(tmp_path / 'm'))
+    assert loaded.model.alpha.item() == 2.5 and loaded.terms == sae_splade.terms
+    assert loaded.encode(TEXTS) == sae_splade.encode(TEXTS)
+    assert SparseAutoencoder.from_pretrained(tmp_path / 'm' / 'sae').config == sae_splade.model.sae.config
+
+
+def test_index_and_retrieve_end_to_end(sae_splade, tmp_path):
+    sae_splade.save_pretrained(str(tmp_path / 'm'))
+    docs = [{'docno': str(i), 'text': t} for i, t in enumerate(TEXTS)]
+    SpladeIndexer(tmp_path / 'idx', sae_splade, verbose=False).index(docs)
+    index = LsrIndex(tmp_path / 'idx')  # reloads the recorded model through load_model
+    assert isinstance(index.model(), SaeSplade)
+    assert all(re.fullmatch(r'l\d+', t) for t in index.document_frequencies())
+    res = index.retriever().search('radio wave noise in a transistor amplifier circuit')
+    assert len(res) and res.iloc[0]['docno'] == '2'
+
+
+def test_interpretability(sae_splade):
+    words = sae_splade.top_words(TEXTS, n=3)
+    vocabulary = {w for t in TEXTS for w in t.split()}
+    assert words and all(len(found) <= 3 for found in words.values())
+    for found in words.values():
+        assert all(word in vocabulary for word, _ in found)  # whole words: wordpieces merged
+        assert [a for _, a in found] == sorted((a for _, a in found), reverse=True)
+    latent = next(iter(words))
+    assert sae_splade.top_words(TEXTS, latents=[latent], n=3) == {latent: words[latent]}
+    explained = sae_splade.explain(TEXTS[3], top=4, words=words)
+    vector = sae_splade.encode([TEXTS[3]])[0]
+    assert [e['term'] for e in explained] == sorted(vector, key=lambda t: -vector[t])[:4]
+    for entry in explained:
+        assert entry['in_text'] and all(w in TEXTS[3].split() for w, _ in entry['in_text'])
+        assert entry['words'] == words[entry['latent']]
+
+
+def test_stage1_and_bad_inputs(tiny, tmp_path):
+    mlm, tokenizer = tiny[0].mlm, tiny[1]
+    mlm.save_pretrained(tmp_path / 'backbone')
+    tokenizer.save_pretrained(tmp_path / 'backbone')
+    sae, log = train_token_sae(str(tmp_path / 'backbone'), TEXTS * 20, {'n_latents': 32, 'k': 2, 'batch_size': 64},
+                               cache_dir=tmp_path / 'cache', verbose=False)
+    assert sae.config.d_in == 32 and log[-1]['l0'] <= 2
+    splade = SaeSplade.from_backbone(str(tmp_path / 'backbone'), sae)  # the MLM head is dropped
+    assert all(len(v) > 0 for v in splade.encode(TEXTS))
+    with pytest.raises(ValueError, match='16-d vectors but the backbone gives 32-d'):
+        SaeSplade.from_backbone(str(tmp_path / 'backbone'), SparseAutoencoder(SAEConfig(d_in=16, n_latents=8, k=2)))
+    with pytest.raises(ValueError, match='per-token TopK'):
+        SaeSpladeModel(mlm.bert, SparseAutoencoder(SAEConfig(d_in=32, n_latents=8, k=2, batch_topk=True)))
+    with pytest.raises(ValueError, match='not an SAE-SPLADE folder'):
+        SaeSplade.from_pretrained(str(tmp_path / 'backbone'))
