@@ -10,8 +10,9 @@ from .models.sae import SAEConfig, SparseAutoencoder, train_sae
 from .inference_free import InferenceFreeSplade, load_model
 from .pruning import Prune, prune
 from .query import IDFQueryEncoder, StaticQueryEncoder, StaticQueryWeights, idf
+from .models.vocab_transfer import extend_vocabulary, sparsemax, train_wordpiece, transfer_vocabulary
 
 __all__ = ['Splade', 'SpladeEncoder', 'SparseScorer', 'SparseTextEncoder', 'SpladeModel', 'encode_texts',
            'SpladeIndexer', 'LsrIndex', 'quantize', 'IDFQueryEncoder', 'StaticQueryEncoder', 'StaticQueryWeights', 'idf',
            'InferenceFreeSplade', 'load_model', 'Prune', 'prune', 'LatentTerms', 'build_latent_terms', 'SAEConfig',
-           'SparseAutoencoder', 'train_sae']
+           'SparseAutoencoder', 'train_sae', 'transfer_vocabulary', 'train_wordpiece', 'extend_vocabulary', 'sparsemax']

@@ -154,6 +154,11 @@ def decomposition_embedder(model: nn.Module, tokenizer) -> Embedder:
     return embed
 
 
+def _vocab_size(tokenizer) -> int:
+    """Rows a model needs for this tokenizer: its largest id + 1 (a vocabulary may have holes)."""
+    return max(tokenizer.get_vocab().values()) + 1
+
+
 def _special_map(source_tokenizer, target_tokenizer) -> Dict[int, int]:
     """Target special token id -> the source special token id of the same role (cls/bos, sep/eos, pad, mask, unk)."""
     out = {}
@@ -246,11 +251,11 @@ def transfer_vocabulary(model: nn.Module, source_tokenizer, target_tokenizer, em
     if decoder is None:
         raise ValueError(f'{type(mlm).__name__} has no output embeddings (not a masked LM?)')
     source_bias = None if decoder.bias is None else decoder.bias.detach().float().clone()
-    if len(source_tokenizer) > len(source_weight):
-        raise ValueError(f'source tokenizer has {len(source_tokenizer)} tokens but the model only {len(source_weight)} '
-                         'embeddings: is it the model\'s own tokenizer?')
+    if _vocab_size(source_tokenizer) > len(source_weight):
+        raise ValueError(f'source tokenizer has ids up to {_vocab_size(source_tokenizer) - 1} but the model only '
+                         f'{len(source_weight)} embeddings: is it the model\'s own tokenizer?')
 
-    size = len(target_tokenizer)
+    size = _vocab_size(target_tokenizer)
     weight = source_weight.mean(0).repeat(size, 1)
     bias = None if source_bias is None else source_bias.mean().repeat(size)
     kind = ['fallback'] * size
@@ -266,7 +271,7 @@ def transfer_vocabulary(model: nn.Module, source_tokenizer, target_tokenizer, em
             bias[target] = source_bias[sources].mean()
         kind[target] = 'copied' if len(sources) == 1 else 'averaged'
 
-    report = {'source_vocab_size': len(source_tokenizer), 'target_vocab_size': size,
+    report = {'source_vocab_size': len(source_weight), 'target_vocab_size': size,
               'source_style': tokenizer_style(source_tokenizer), 'target_style': tokenizer_style(target_tokenizer),
               'composition': composition, 'temperature': temperature, 'support_mean': 0., 'norm_scale': 1.}
     if composition == 'sparsemax':
@@ -375,12 +380,13 @@ def extend_vocabulary(tokenizer, texts: Iterable[str], n: int = 1000, min_freque
         raise ValueError(f'n must be >= 1, got {n}')
     state = json.loads(tokenizer.backend_tokenizer.to_str())
     vocab = state['model']['vocab']
-    if len(tokenizer) != len(vocab):
-        raise ValueError(f'tokenizer has {len(tokenizer) - len(vocab)} added tokens outside its WordPiece vocabulary')
+    if set(tokenizer.get_vocab()) - set(vocab):
+        raise ValueError('tokenizer has added tokens outside its WordPiece vocabulary')
     counts = _normalized_words(tokenizer, texts)
     words = [w for w, c in counts.most_common() if c >= min_frequency and w.isalpha() and w not in vocab][:n]
-    for word in words:
-        vocab[word] = len(vocab)
+    first = _vocab_size(tokenizer)
+    for i, word in enumerate(words):
+        vocab[word] = first + i
     from tokenizers import Tokenizer
     new = type(tokenizer)(tokenizer_object=Tokenizer.from_str(json.dumps(state)), **tokenizer.special_tokens_map,
                           model_input_names=tokenizer.model_input_names, model_max_length=tokenizer.model_max_length)
