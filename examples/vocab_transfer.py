@@ -10,13 +10,14 @@ on the topics containing an added word, plus non-zeros.
 
 ``bpe`` (cased byte-level BPE backbones): a tiny RoBERTa-style and a tiny ModernBERT-style masked LM with a cased
 byte-level BPE tokenizer trained here on the Vaswani corpus (mixed-case copies of the texts), pre-trained briefly as
-MLMs; then ``original`` (SPLADE on the BPE vocabulary) vs ``vt`` (transfer to SPLADE-tiny's uncased WordPiece, MLM
-adaptation, APC), each with APC and the same SPLADE training. Reports the active fraction at step 0.
+MLMs; then ``original`` (SPLADE on the BPE vocabulary) vs ``vt`` (transfer to a lowercase WordPiece of the same size
+trained on the corpus); both get the same MLM adaptation, APC (``--target-active``) and SPLADE training. Reports the
+active fraction at step 0 too.
 
     OMP_NUM_THREADS=1 python examples/vocab_transfer.py --irds-cache /work/shared/ir_datasets \
         --cache-dir runs/cache --experiment domain --arms original extended
 
-Writes <output>/<experiment>/<arm>/{metrics.csv,result.json} and <output>/<experiment>/summary.json; --results
+Writes <output>/<experiment>/<arm>/{metrics.csv,result.json,arm.json} and <output>/<experiment>/summary.json; --results
 copies the summary into benchmarks/results/.
 """
 import argparse
@@ -56,18 +57,18 @@ def evaluate(model, tokenizer, corpus, topics, qrels, subset=()) -> dict:
     return out
 
 
-def mlm_config(args, steps: int):
+def mlm_config(args, steps: int, lr: float):
     from pyterrier_lsr.train import TrainConfig
-    return TrainConfig(steps=steps, batch_size=args.mlm_batch_size, lr=args.mlm_lr, warmup_steps=steps // 10,
+    return TrainConfig(steps=steps, batch_size=args.mlm_batch_size, lr=lr, warmup_steps=steps // 10,
                        bf16=args.bf16, seed=args.seed, log_every=args.log_every)
 
 
-def adapt(model, tokenizer, texts, output: Path, args, steps: int) -> dict:
+def adapt(model, tokenizer, texts, output: Path, args, steps: int, lr: float) -> dict:
     """MLM adaptation with the bundled loop; returns the first and last logged MLM loss/accuracy."""
     from pyterrier_lsr.train import train_mlm
     if steps <= 0:
         return {}
-    log = train_mlm(model, tokenizer, texts, output, mlm_config(args, steps), mask_rate=args.mask_rate,
+    log = train_mlm(model, tokenizer, texts, output, mlm_config(args, steps, lr), mask_rate=args.mask_rate,
                     max_length=args.mlm_max_length)
     return {'first': log[0], 'last': log[-1]}
 
@@ -98,18 +99,20 @@ def run_arm(arm, model, tokenizer, texts, args, corpus, topics, qrels, examples,
     start = time.time()
     if args.eval_start:
         result['start'] = evaluate(model, tokenizer, corpus, topics, qrels, subset)
-    result['mlm'] = adapt(model.mlm, tokenizer, texts, root / 'mlm', args, args.mlm_steps)
+    result['mlm'] = adapt(model.mlm, tokenizer, texts, root / 'mlm', args, args.mlm_steps, args.mlm_lr)
     result['mlm_seconds'] = round(time.time() - start)
     if args.target_active:
         result['calibration'] = calibrate_activation(model, tokenizer, sample, target_active=args.target_active)
-    result['head'] = head_report(model, tokenizer, sample[:64])
+    held_out = random.Random(args.seed + 1).sample(texts, 64)
+    result['head'] = head_report(model, tokenizer, held_out)
+    result['active_step0'] = result['head']['nonzeros_per_text'] / (model.vocab_size - len(model.special_token_ids))
     if args.eval_start and args.mlm_steps:
         result['after_mlm'] = evaluate(model, tokenizer, corpus, topics, qrels, subset)
     trained = fine_tune(model, tokenizer, examples, corpus, topics, qrels, root, args)
     result['step0'] = next(row for row in json.loads((root / 'metrics.json').read_text()) if 'd_nnz' in row)
     result['train_seconds'] = trained['train_seconds']
     result['final'] = evaluate(model, tokenizer, corpus, topics, qrels, subset)
-    (root / 'result.json').write_text(json.dumps(result, indent=1))
+    (root / 'arm.json').write_text(json.dumps(result, indent=1))
     print(json.dumps({k: v for k, v in result.items() if k != 'head'}, indent=1))
     return result
 
@@ -152,7 +155,7 @@ def bpe_arm(arm: str, args, corpus, topics, qrels, examples):
     """Tiny cased-BPE backbone pre-trained as an MLM (cached under --output), then original vs transferred."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from pyterrier_lsr import SpladeModel, transfer_vocabulary
+    from pyterrier_lsr import SpladeModel, train_wordpiece, transfer_vocabulary
     kind, variant = arm.split('-')
     texts = [d['text'] for d in corpus]
     cased = cased_copies(texts, args.seed)
@@ -160,14 +163,15 @@ def bpe_arm(arm: str, args, corpus, topics, qrels, examples):
     if not (base / 'model' / 'config.json').exists():
         tokenizer = bpe_tokenizer(cased, args.bpe_vocab)
         mlm = tiny_mlm(kind, len(tokenizer), args.seed)
-        adapt(mlm, tokenizer, cased, base / 'pretrain', args, args.pretrain_steps)
+        adapt(mlm, tokenizer, cased, base / 'pretrain', args, args.pretrain_steps, args.pretrain_lr)
         mlm.save_pretrained(str(base / 'model'))
         tokenizer.save_pretrained(str(base / 'model'))
     tokenizer = AutoTokenizer.from_pretrained(str(base / 'model'))
     mlm = AutoModelForMaskedLM.from_pretrained(str(base / 'model'))
     info = {'pretrain': json.loads((base / 'pretrain' / 'metrics.json').read_text())[-1]}
     if variant == 'vt':
-        target = AutoTokenizer.from_pretrained(resolve_model(args.target_vocab))
+        target = (train_wordpiece(texts, args.bpe_vocab) if args.target_vocab == 'corpus'
+                  else AutoTokenizer.from_pretrained(resolve_model(args.target_vocab)))
         model, tokenizer, info['transfer'] = transfer_vocabulary(mlm, tokenizer, target, temperature=args.temperature)
     else:
         model = SpladeModel(mlm, tokenizer.all_special_ids)
@@ -192,8 +196,11 @@ def main():
     p.add_argument('--calibration-texts', type=int, default=256)
     p.add_argument('--eval-start', action=argparse.BooleanOptionalAction, default=True, help='evaluate before/after MLM adaptation too')
     p.add_argument('--bpe-vocab', type=int, default=8000, help='BPE vocabulary of the tiny cased backbones (bpe)')
-    p.add_argument('--pretrain-steps', type=int, default=1500, help='MLM pre-training of the tiny backbones (bpe)')
-    p.add_argument('--target-vocab', default='splade-tiny', help='tokenizer the bpe arms transfer to')
+    p.add_argument('--pretrain-steps', type=int, default=600, help='MLM pre-training of the tiny backbones (bpe)')
+    p.add_argument('--pretrain-lr', type=float, default=5e-4)
+    p.add_argument('--target-vocab', default='corpus', help='tokenizer the bpe arms transfer to: a folder or offline '
+                   'name (splade-tiny: bert-base-uncased WordPiece), or "corpus" (train_wordpiece on the corpus, '
+                   '--bpe-vocab terms: the same size as the BPE vocabulary)')
     p.add_argument('--results', help='also write the summary to this JSON file')
     args = parse_args(p)
     corpus, topics, qrels = load_collection(args.dataset)
@@ -203,7 +210,7 @@ def main():
     for arm in arms:
         run(arm, args, corpus, topics, qrels, examples)
     root = Path(args.output) / args.experiment
-    summary = {path.parent.name: json.loads(path.read_text()) for path in sorted(root.glob('*/result.json'))}
+    summary = {path.parent.name: json.loads(path.read_text()) for path in sorted(root.glob('*/arm.json'))}
     for result in summary.values():
         result.pop('head', None)
     (root / 'summary.json').write_text(json.dumps(summary, indent=1))
