@@ -179,6 +179,23 @@ def bpe_arm(arm: str, args, corpus, topics, qrels, examples):
     return run_arm(arm, model, tokenizer, texts, args, corpus, topics, qrels, examples, [], info)
 
 
+def table(summary: dict) -> str:
+    """The summary as a Markdown table: nDCG@10 (all topics / topics with an added word) along the pipeline, non-zeros
+    and the active fraction at step 0."""
+    def ndcg(row):
+        return '' if not row else f"{row['nDCG@10']:.3f}" + (f" / {row['nDCG@10_subset']:.3f}" if 'nDCG@10_subset' in row else '')
+    lines = ['| arm | copied / averaged / composed / fallback | start | after MLM | final | doc nnz | query nnz | '
+             'active at step 0 | train s |', '|---|---|---|---|---|---:|---:|---:|---:|']
+    for arm, r in summary.items():
+        t = r.get('transfer') or {}
+        transfer = ' / '.join(str(t[k]) for k in ('copied', 'averaged', 'composed', 'fallback')) if t else '–'
+        active = r.get('active_step0', r.get('calibration', {}).get('active_after'))
+        lines.append(f"| {arm} | {transfer} | {ndcg(r.get('start'))} | {ndcg(r.get('after_mlm'))} | {ndcg(r['final'])} | "
+                     f"{r['final']['d_nnz']:.1f} | {r['final']['q_nnz']:.1f} | "
+                     f"{'' if active is None else f'{active:.4f}'} | {r['train_seconds']} |")
+    return '\n'.join(lines)
+
+
 def main():
     p = parser(description=__doc__, steps=250)
     p.set_defaults(output='runs/vocab_transfer', evaluate=False, zero_shot=False)
@@ -216,6 +233,7 @@ def main():
     (root / 'summary.json').write_text(json.dumps(summary, indent=1))
     if args.results:
         Path(args.results).write_text(json.dumps({'args': vars(args), 'arms': summary}, indent=1))
+    print(table(summary))
 
 
 if __name__ == '__main__':
