@@ -11,9 +11,10 @@ from .models.sae_splade import SaeSplade, SaeSpladeModel, explain, latent_top_wo
 from .inference_free import InferenceFreeSplade, load_model
 from .pruning import Prune, prune
 from .query import IDFQueryEncoder, StaticQueryEncoder, StaticQueryWeights, idf
+from .models.vocab_transfer import extend_vocabulary, sparsemax, train_wordpiece, transfer_vocabulary
 
 __all__ = ['Splade', 'SpladeEncoder', 'SparseScorer', 'SparseTextEncoder', 'SpladeModel', 'encode_texts',
            'SpladeIndexer', 'LsrIndex', 'quantize', 'IDFQueryEncoder', 'StaticQueryEncoder', 'StaticQueryWeights', 'idf',
            'InferenceFreeSplade', 'load_model', 'Prune', 'prune', 'LatentTerms', 'build_latent_terms', 'SAEConfig',
-           'SparseAutoencoder', 'train_sae',
-           'SaeSplade', 'SaeSpladeModel', 'train_token_sae', 'latent_top_words', 'explain']
+           'SparseAutoencoder', 'train_sae', 'SaeSplade', 'SaeSpladeModel', 'train_token_sae', 'latent_top_words',
+           'explain', 'transfer_vocabulary', 'train_wordpiece', 'extend_vocabulary', 'sparsemax']

@@ -16,6 +16,8 @@ from .splade import SpladeModel, _decoder_bypassed
 # Our "auto" reference: the standard deviation of per-token MLM logits of a BERT-style head. The offline
 # SPLADE-tiny (a BERT MLM head after SPLADE training) measures 2.95 on Vaswani documents.
 REFERENCE_LOGIT_STD = 3.0
+# Percentiles of the max-pooled logits that calibrate_activation reports (the published APC probe used the 60th).
+PERCENTILES = (50, 60, 90, 99)
 
 
 @torch.no_grad()
@@ -117,11 +119,13 @@ def head_transform(mlm: nn.Module):
 @torch.no_grad()
 def calibrate_activation(model: SpladeModel, tokenizer, texts: Sequence[str], target_active: float = 0.005,
                          max_length: int = 128) -> Dict[str, float]:
-    """Shifts the output bias so that a ``target_active`` fraction of (text, term) pairs starts active.
+    """Activation-potential calibration (APC): shifts the output bias so that a ``target_active`` fraction of
+    (text, term) pairs starts active, neither all dead (no gradient through the relu) nor dense.
 
-    Our formula (activation-potential calibration): with ``p`` the ``1 - target_active`` quantile of the max-pooled
-    logits over the sample texts and non-special terms, subtract ``p`` (times the head scale) from every bias entry,
-    so exactly that fraction of pooled logits is above 0.  Returns the active fraction before and after.
+    Our formula: with ``p`` the ``1 - target_active`` quantile of the max-pooled logits over the sample texts and
+    non-special terms, subtract ``p`` (times the head scale) from every bias entry, so exactly that fraction of pooled
+    logits is above 0. Returns the active fraction and the 50/60/90/99th percentiles of the pooled logits before and
+    after, and the shift.
     """
     if not 0 < target_active < 1:
         raise ValueError(f'target_active must be in (0, 1), got {target_active}')
@@ -130,8 +134,14 @@ def calibrate_activation(model: SpladeModel, tokenizer, texts: Sequence[str], ta
         raise ValueError('the MLM head has no output bias to calibrate')
     keep = torch.ones(model.vocab_size, dtype=torch.bool)
     keep[model.special_token_ids.cpu()] = False
-    pooled = _pooled_logits(model, tokenizer, texts, max_length)[2][:, keep].flatten().float()
-    before = (pooled > 0).float().mean().item()
-    shift = torch.kthvalue(pooled.cpu(), max(1, int(round(len(pooled) * (1 - target_active))))).values.item()
+    pooled = _pooled_logits(model, tokenizer, texts, max_length)[2][:, keep].flatten().float().cpu()
+    shift = torch.kthvalue(pooled, max(1, int(round(len(pooled) * (1 - target_active))))).values.item()
     decoder.bias -= shift * float(model.settings['head_scale'])
-    return {'active_before': before, 'active_after': (pooled - shift > 0).float().mean().item(), 'bias_shift': -shift}
+    stats = {'active_before': (pooled > 0).float().mean().item(), 'active_after': (pooled - shift > 0).float().mean().item(),
+             'bias_shift': -shift}
+    sample = pooled[torch.randperm(len(pooled), generator=torch.Generator().manual_seed(0))[:1_000_000]]  # quantile's limit
+    quantiles = torch.quantile(sample, torch.tensor(PERCENTILES, dtype=torch.float) / 100)
+    for percentile, value in zip(PERCENTILES, quantiles.tolist()):
+        stats[f'pooled_p{percentile}_before'] = value
+        stats[f'pooled_p{percentile}_after'] = value - shift
+    return stats

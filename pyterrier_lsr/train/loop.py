@@ -4,7 +4,8 @@
 (or any module mapping ``(input_ids, attention_mask)`` to batch x vocabulary weights) with InfoNCE and/or
 distillation losses plus FLOPS regularization; logs metrics to ``metrics.csv``/``metrics.json``; saves
 ``checkpoint-<step>`` folders (an HF model folder plus ``trainer_state.pt``) from which ``resume=True`` continues
-exactly as an uninterrupted run would (same seed => same weights).
+exactly as an uninterrupted run would (same seed => same weights). The optimization machinery itself,
+:func:`run_loop`, runs any ``loss_fn(batch, step)`` (the MLM adaptation of :mod:`.mlm` reuses it).
 """
 import csv
 import json
@@ -12,7 +13,7 @@ import random
 import time
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from tqdm.auto import tqdm
@@ -84,6 +85,11 @@ def _lr_lambda(config: TrainConfig):
     return factor
 
 
+def bf16_autocast(device: torch.device, enabled: bool):
+    """bf16 autocast around forward passes when ``enabled`` (and explicitly off otherwise)."""
+    return torch.autocast(device.type, dtype=torch.bfloat16) if enabled else torch.autocast(device.type, enabled=False)
+
+
 def _encode(model, tokenizer, texts: List[str], max_length: int, device) -> torch.Tensor:
     inputs = tokenizer(texts, truncation=True, max_length=max_length, padding=True, return_tensors='pt')
     return model(inputs['input_ids'].to(device), inputs['attention_mask'].to(device))
@@ -101,8 +107,7 @@ def batch_loss(model, tokenizer, batch: List[Example], config: TrainConfig, step
         raise ValueError('all examples of a batch must have the same number of negatives')
     if {'margin_mse', 'kl'} & set(config.losses) and any(ex.teacher is None for ex in batch):
         raise ValueError(f'losses {sorted(config.losses)} need teacher scores (see add_teacher_scores)')
-    ctx = torch.autocast(device.type, dtype=torch.bfloat16) if config.bf16 else torch.autocast(device.type, enabled=False)
-    with ctx:
+    with bf16_autocast(device, config.bf16):
         queries = [ex.query for ex in batch]
         q = (query_encoder(queries, tokenizer, config.query_max_length) if query_encoder is not None
              else _encode(model, tokenizer, queries, config.query_max_length, device)).float()
@@ -166,10 +171,29 @@ def train(model: torch.nn.Module, tokenizer, examples: Iterable[Example], output
             training); see :func:`batch_loss`.
     """
     config = config or TrainConfig()
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(examples, Sequence) and len(examples) < config.batch_size:
         raise ValueError(f'need at least batch_size={config.batch_size} examples, got {len(examples)}')
+    return run_loop(model, lambda batch, step: batch_loss(model, tokenizer, batch, config, step, query_encoder),
+                    _batches(examples, config.batch_size, config.seed), output_dir, config, tokenizer=tokenizer,
+                    evaluate=evaluate, resume=resume, extra_parameters=extra_parameters, verbose=verbose)
+
+
+def run_loop(model: torch.nn.Module, loss_fn: Callable[[object, int], Tuple[torch.Tensor, Dict[str, float]]],
+             batches: Iterator, output_dir, config: TrainConfig, tokenizer=None,
+             evaluate: Optional[Callable[[torch.nn.Module], Dict[str, float]]] = None, resume: bool = False,
+             extra_parameters: Sequence[torch.nn.Parameter] = (), verbose: bool = True, desc: str = 'training'
+             ) -> List[dict]:
+    """The optimization machinery shared by every objective: runs ``loss_fn(batch, step) -> (loss, logs)`` over
+    ``batches`` for ``config.steps`` optimizer steps (only the optimization, logging and checkpoint fields of
+    ``config`` are read).
+
+    AdamW, linear warm-up/decay, ``grad_accum`` micro-batches per step, gradient clipping, ``metrics.csv/json``,
+    ``checkpoint-<step>`` folders (``model.save_pretrained`` + ``tokenizer`` + ``trainer_state.pt``) and exact resume:
+    the batch iterator is replayed up to the checkpoint and torch's RNG restored, so ``batches`` must be
+    deterministic and any randomness in ``loss_fn`` must come from torch's global RNG.
+    """
+    output_dir = Path(output_dir)
+    output_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(config.seed)
     extra_parameters = list(extra_parameters)
     params = [p for p in model.parameters() if p.requires_grad] + extra_parameters
@@ -187,14 +211,13 @@ def train(model: torch.nn.Module, tokenizer, examples: Iterable[Example], output
         scheduler.load_state_dict(state['scheduler'])
         torch.set_rng_state(state['torch_rng'])
         step, log = state['step'], state['log']
-    batches = _batches(examples, config.batch_size, config.seed)
     for _ in range(step * config.grad_accum):  # replay the data order up to the checkpoint
         next(batches)
 
     model.train()
     window: List[dict] = []
     start_time = time.time()
-    with tqdm(total=config.steps, initial=step, desc='training', unit='step', disable=not verbose) as pbar:
+    with tqdm(total=config.steps, initial=step, desc=desc, unit='step', disable=not verbose) as pbar:
         while step < config.steps:
             optimizer.zero_grad()
             parts = []
@@ -202,7 +225,7 @@ def train(model: torch.nn.Module, tokenizer, examples: Iterable[Example], output
                 batch = next(batches, None)
                 if batch is None:
                     break
-                loss, logs = batch_loss(model, tokenizer, batch, config, step, query_encoder)
+                loss, logs = loss_fn(batch, step)
                 (loss / config.grad_accum).backward()
                 parts.append(logs)
             if not parts:
@@ -218,7 +241,7 @@ def train(model: torch.nn.Module, tokenizer, examples: Iterable[Example], output
                 row.update(step=step, lr=scheduler.get_last_lr()[0], seconds=round(time.time() - start_time, 1))
                 log.append(row)
                 window = []
-                pbar.set_postfix(loss=f"{row['loss']:.3f}", d_nnz=f"{row['d_nnz']:.0f}")
+                pbar.set_postfix({k: f'{row[k]:.3g}' for k in ('loss', 'd_nnz') if k in row})
             if evaluate is not None and ((config.eval_every and step % config.eval_every == 0) or step == config.steps):
                 model.eval()
                 log.append({'step': step, **evaluate(model)})
