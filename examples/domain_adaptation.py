@@ -81,7 +81,9 @@ def prepare_examples(args, corpus) -> list:
 def train_config(args):
     from pyterrier_lsr.train import TrainConfig
     losses = dict(item.split('=') for item in args.losses.split(','))
+    multipliers = dict(item.rsplit('=', 1) for item in args.lr_multipliers.split(',') if item)
     return TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_steps=args.steps // 10,
+                       lr_multipliers={k: float(v) for k, v in multipliers.items()},
                        losses={k: float(v) for k, v in losses.items()}, lambda_q=args.lambda_q, lambda_d=args.lambda_d,
                        flops_warmup_steps=args.steps // 3, doc_max_length=args.doc_max_length, bf16=args.bf16,
                        seed=args.seed, eval_every=args.eval_every, log_every=args.log_every)
@@ -149,6 +151,8 @@ def parser(description: str = __doc__, steps: int = 250) -> argparse.ArgumentPar
     parser.add_argument('--depth', type=int, default=30, help='BM25 depth negatives are sampled from')
     parser.add_argument('--per-doc', type=int, default=1, help='pseudo-queries per document')
     parser.add_argument('--lr', type=float, default=1e-4)
+    parser.add_argument('--lr-multipliers', default='', help='factors of --lr for parameters by name prefix, e.g. '
+                                                             'sae.=10,alpha=10 (SAE-SPLADE\'s SAE encoder and α)')
     parser.add_argument('--lambda-q', type=float, default=1e-3)
     parser.add_argument('--lambda-d', type=float, default=1e-3)
     parser.add_argument('--doc-max-length', type=int, default=96)

@@ -11,6 +11,8 @@ def _config_arguments(parser: argparse.ArgumentParser):
     for f in fields(TrainConfig):
         if f.name == 'losses':
             parser.add_argument('--losses', default='infonce=1', help='comma-separated name=weight (infonce, margin_mse, kl)')
+        elif f.name == 'lr_multipliers':
+            parser.add_argument('--lr-multipliers', default='', help='comma-separated parameter-name prefix=factor of --lr')
         elif f.type in (bool, 'bool'):
             parser.add_argument(f'--{f.name.replace("_", "-")}', action=argparse.BooleanOptionalAction, default=f.default)
         else:
@@ -64,8 +66,9 @@ def main(argv=None):
         return
     from .models.heads import rescale_head
     from .train.loop import train
-    values = {f.name: getattr(args, f.name) for f in fields(TrainConfig) if f.name != 'losses'}
-    values['losses'] = {k: float(v) for k, v in (item.split('=') for item in args.losses.split(','))}
+    values = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}
+    for name in ('losses', 'lr_multipliers'):  # comma-separated key=value
+        values[name] = {k: float(v) for k, v in (item.rsplit('=', 1) for item in values[name].split(',') if item)}
     config = TrainConfig(**values)
     examples = _load_examples(args)
     if args.rescale_head and not args.resume:

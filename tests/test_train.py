@@ -67,12 +67,14 @@ def test_few_steps_decrease_loss(tiny, tmp_path):
     assert (tmp_path / 'metrics.csv').exists() and (tmp_path / 'checkpoint-30' / 'config.json').exists()
 
 
-def test_resume_equals_uninterrupted_run(tiny, tmp_path):
+@pytest.mark.parametrize('lr_multipliers', [{}, {'mlm.cls.': 10.}])
+def test_resume_equals_uninterrupted_run(tiny, tmp_path, lr_multipliers):
     import copy
     model, tokenizer = tiny
     data = examples(40)
     fresh = copy.deepcopy(model)
-    config = TrainConfig(steps=6, batch_size=8, grad_accum=2, save_every=3, warmup_steps=2, flops_warmup_steps=4)
+    config = TrainConfig(steps=6, batch_size=8, grad_accum=2, save_every=3, warmup_steps=2, flops_warmup_steps=4,
+                         lr_multipliers=lr_multipliers)
     train(model, tokenizer, data, tmp_path / 'full', config, verbose=False)
     train(copy.deepcopy(fresh), tokenizer, data, tmp_path / 'split', config, verbose=False)
     # as if interrupted after step 3: keep only checkpoint-3, then resume a fresh copy of the initial model
@@ -83,6 +85,22 @@ def test_resume_equals_uninterrupted_run(tiny, tmp_path):
     for (name, a), b in zip(model.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), name
     assert not torch.equal(model.state_dict()['mlm.cls.predictions.bias'], fresh.state_dict()['mlm.cls.predictions.bias'])
+
+
+def test_lr_multipliers_scale_their_groups(tiny, tmp_path):
+    from pyterrier_lsr.train.loop import param_groups
+    model, tokenizer = tiny
+    config = TrainConfig(steps=3, batch_size=8, lr=1e-3, warmup_steps=0, lr_multipliers={'mlm.bert.encoder.': 0.,
+                                                                                         'mlm.cls.': 10.})
+    extra = torch.nn.Parameter(torch.zeros(2))
+    groups = param_groups(model, [extra], config)
+    assert [g['lr'] for g in groups] == [1e-3, 0., 1e-2]
+    assert any(p is extra for p in groups[0]['params'])  # extra parameters keep lr
+    assert sum(len(g['params']) for g in groups) == len([p for p in model.parameters() if p.requires_grad]) + 1
+    before = {name: p.detach().clone() for name, p in model.named_parameters()}
+    train(model, tokenizer, examples(24), tmp_path, config, verbose=False)
+    for name, p in model.named_parameters():  # a 0 multiplier freezes the encoder layers; the rest still trains
+        assert torch.equal(p, before[name]) == name.startswith('mlm.bert.encoder.'), name
 
 
 def test_rescale_head_divides_logits_and_survives_save_load(splade, texts, tmp_path):
@@ -150,6 +168,11 @@ def test_bad_inputs(tiny, tmp_path):
         train(model, tokenizer, examples(16), tmp_path, TrainConfig(steps=1, batch_size=8, losses={'kl': 1.}), verbose=False)
     with pytest.raises(ValueError, match='losses'):
         TrainConfig(losses={'hinge': 1.})
+    with pytest.raises(ValueError, match='lr_multipliers'):
+        TrainConfig(lr_multipliers={'mlm.': -1.})
+    with pytest.raises(ValueError, match=r"\['sae\.'\] match no trainable parameter"):
+        train(model, tokenizer, examples(16), tmp_path, TrainConfig(steps=1, batch_size=8, lr_multipliers={'sae.': 10.}),
+              verbose=False)
     with pytest.raises(ValueError, match='at least 2'):
         self_supervised([{'docno': '1', 'text': 'only one'}], verbose=False)
     frame = from_dataframe(pd.DataFrame({'query': ['q'], 'positive': ['p'], 'negatives': [['a', 'b']], 'teacher': [[1, 0, 0]]}))

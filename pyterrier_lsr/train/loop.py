@@ -31,6 +31,7 @@ class TrainConfig:
     batch_size: int = 16               # examples per micro-batch
     grad_accum: int = 1                # micro-batches per optimizer step
     lr: float = 5e-5
+    lr_multipliers: Dict[str, float] = field(default_factory=dict)  # parameter-name prefix -> factor of lr
     weight_decay: float = 0.01
     warmup_steps: int = 100            # linear warm-up, then linear decay to 0 at `steps`
     max_grad_norm: float = 1.0
@@ -56,6 +57,8 @@ class TrainConfig:
         for name in ('steps', 'batch_size', 'grad_accum'):
             if getattr(self, name) < 1:
                 raise ValueError(f'{name} must be >= 1')
+        if any(factor < 0 for factor in self.lr_multipliers.values()):
+            raise ValueError(f'lr_multipliers must be >= 0, got {self.lr_multipliers}')
 
 
 def _batches(examples, batch_size: int, seed: int) -> Iterator[List[Example]]:
@@ -83,6 +86,27 @@ def _lr_lambda(config: TrainConfig):
             return (step + 1) / config.warmup_steps
         return max(0., (config.steps - step) / max(1, config.steps - config.warmup_steps))
     return factor
+
+
+def param_groups(model: torch.nn.Module, extra_parameters: Sequence[torch.nn.Parameter], config: TrainConfig
+                 ) -> List[dict]:
+    """AdamW parameter groups: the trainable parameters of ``model`` whose name (as in ``named_parameters()``)
+    starts with a prefix of ``config.lr_multipliers`` get ``lr`` times its factor (the longest matching prefix wins),
+    all others and ``extra_parameters`` get ``lr``. Parts of a model can need larger steps than the rest, e.g. the
+    freshly initialised SAE encoder and scale of SAE-SPLADE next to a pre-trained backbone. The default group comes
+    first (its lr is the one logged), and the groups depend only on the model and config, so resume rebuilds them
+    identically."""
+    groups = {prefix: [] for prefix in config.lr_multipliers}
+    default = []
+    for name, param in model.named_parameters():
+        if param.requires_grad:
+            prefix = max((p for p in groups if name.startswith(p)), key=len, default=None)
+            (default if prefix is None else groups[prefix]).append(param)
+    unused = [prefix for prefix, params in groups.items() if not params]
+    if unused:
+        raise ValueError(f'lr_multipliers prefixes {unused} match no trainable parameter of the model')
+    return ([{'params': default + list(extra_parameters), 'lr': config.lr}] +
+            [{'params': params, 'lr': config.lr * config.lr_multipliers[prefix]} for prefix, params in groups.items()])
 
 
 def bf16_autocast(device: torch.device, enabled: bool):
@@ -187,17 +211,18 @@ def run_loop(model: torch.nn.Module, loss_fn: Callable[[object, int], Tuple[torc
     ``batches`` for ``config.steps`` optimizer steps (only the optimization, logging and checkpoint fields of
     ``config`` are read).
 
-    AdamW, linear warm-up/decay, ``grad_accum`` micro-batches per step, gradient clipping, ``metrics.csv/json``,
-    ``checkpoint-<step>`` folders (``model.save_pretrained`` + ``tokenizer`` + ``trainer_state.pt``) and exact resume:
-    the batch iterator is replayed up to the checkpoint and torch's RNG restored, so ``batches`` must be
+    AdamW (per-prefix learning rates: :func:`param_groups`), linear warm-up/decay, ``grad_accum`` micro-batches per
+    step, gradient clipping, ``metrics.csv/json``, ``checkpoint-<step>`` folders (``model.save_pretrained`` +
+    ``tokenizer`` + ``trainer_state.pt``) and exact resume: the batch iterator is replayed up to the checkpoint and torch's RNG restored, so ``batches`` must be
     deterministic and any randomness in ``loss_fn`` must come from torch's global RNG.
     """
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(config.seed)
     extra_parameters = list(extra_parameters)
-    params = [p for p in model.parameters() if p.requires_grad] + extra_parameters
-    optimizer = torch.optim.AdamW(params, lr=config.lr, weight_decay=config.weight_decay)
+    groups = param_groups(model, extra_parameters, config)
+    params = [p for group in groups for p in group['params']]
+    optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config))
     step, log = 0, []
     checkpoint = latest_checkpoint(output_dir) if resume else None
