@@ -21,7 +21,7 @@ import json
 import shutil
 from collections import Counter
 from pathlib import Path
-from typing import Dict, Iterable, Optional
+from typing import Dict, Iterable
 
 import more_itertools
 import pandas as pd

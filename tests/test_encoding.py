@@ -1,6 +1,5 @@
 import math
 
-import numpy as np
 import pandas as pd
 import pyterrier as pt
 import pytest

@@ -1,7 +1,6 @@
 import json
 
 import pandas as pd
-import pyterrier as pt
 import pytest
 
 from pyterrier_lsr import LsrIndex, SpladeIndexer, quantize

@@ -15,6 +15,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
+import pyterrier as pt
 import torch
 from tqdm.auto import tqdm
 
@@ -281,14 +282,13 @@ def run_loop(model: torch.nn.Module, loss_fn: Callable[[object, int], Tuple[torc
 
 
 def experiment_evaluator(tokenizer, corpus: Sequence[dict], topics, qrels, measures=None, batch_size: int = 64,
-                         precision: str = 'fp32', query_side: Optional[Callable[[], 'pt.Transformer']] = None
+                         precision: str = 'fp32', query_side: Optional[Callable[[], pt.Transformer]] = None
                          ) -> Callable[[torch.nn.Module], Dict[str, float]]:
     """An ``evaluate`` callback: indexes ``corpus`` with the current model in a temporary folder and runs
     ``pt.Experiment`` on ``topics``/``qrels`` (default measure nDCG@10). Queries go through the model, or through
     ``query_side()`` (e.g. the current static table of doc-only training)."""
     import tempfile
 
-    import pyterrier as pt
     from pyterrier.measures import nDCG
 
     from ..encoders import Splade
