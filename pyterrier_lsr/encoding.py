@@ -6,12 +6,16 @@ own longest text only; results come back in input order.  Models are any ``nn.Mo
 """
 import math
 from contextlib import nullcontext
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence
 
 import torch
 from tqdm.auto import tqdm
 
 PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
+
+# The largest term weight (model units) any index or query accepts: PISA repeats a query term int(w * scale) times
+# and stores impacts as 32-bit integers, so weights must stay bounded; SPLADE's log-saturated weights stay below ~10.
+MAX_WEIGHT = 1000.
 
 
 def resolve_device(device=None) -> torch.device:
@@ -55,6 +59,38 @@ def to_dicts(weights: torch.Tensor, terms: Sequence[str]) -> List[Dict[str, floa
     return out
 
 
+class Batch(NamedTuple):
+    positions: List[int]            # indices into the texts given to :func:`length_sorted_batches`
+    input_ids: torch.Tensor         # padded to the batch's longest text
+    attention_mask: torch.Tensor
+    encodings: list                 # the fast tokenizer's encodings of these texts (offsets, word ids), or []
+
+
+def length_sorted_batches(tokenizer, texts: Sequence, batch_size: int, max_length: int, device=None,
+                          verbose: bool = False, desc: str = 'encoding') -> Iterator[Batch]:
+    """The one batching engine: tokenizes the non-blank ``texts`` once (truncated to ``max_length`` tokens, special
+    tokens included), sorts them longest first and yields padded batches; blank texts (see :func:`is_blank`) are
+    skipped, so callers give them their empty result.  The progress bar counts texts."""
+    if batch_size < 1:
+        raise ValueError(f'batch_size must be >= 1, got {batch_size}')
+    device = resolve_device(device)
+    todo = [i for i, text in enumerate(texts) if not is_blank(text)]
+    if not todo:
+        return
+    encoded = tokenizer([str(texts[i]) for i in todo], truncation=True, max_length=max_length,
+                        return_attention_mask=False)
+    input_ids = encoded['input_ids']
+    encodings = encoded.encodings if tokenizer.is_fast else None
+    order = sorted(range(len(todo)), key=lambda j: len(input_ids[j]), reverse=True)
+    with tqdm(total=len(order), desc=desc, unit='text', disable=not verbose) as pbar:
+        for start in range(0, len(order), batch_size):
+            batch = order[start:start + batch_size]
+            padded = tokenizer.pad({'input_ids': [input_ids[j] for j in batch]}, return_tensors='pt')
+            yield Batch([todo[j] for j in batch], padded['input_ids'].to(device), padded['attention_mask'].to(device),
+                        [encodings[j] for j in batch] if encodings is not None else [])
+            pbar.update(len(batch))
+
+
 def encode_texts(model: torch.nn.Module, tokenizer, texts: Sequence, terms: Sequence[str], *,
                  batch_size: int = 32, max_length: int = 256, device=None, precision: str = 'fp32',
                  verbose: bool = False, desc: str = 'encoding') -> List[Dict[str, float]]:
@@ -62,29 +98,17 @@ def encode_texts(model: torch.nn.Module, tokenizer, texts: Sequence, terms: Sequ
 
     Texts longer than ``max_length`` tokens (special tokens included) are truncated.
     """
-    if batch_size < 1:
-        raise ValueError(f'batch_size must be >= 1, got {batch_size}')
     device = resolve_device(device)
     results: List[Dict[str, float]] = [{} for _ in texts]
-    todo = [i for i, text in enumerate(texts) if not is_blank(text)]
-    if not todo:
-        return results
-    input_ids = tokenizer([str(texts[i]) for i in todo], truncation=True, max_length=max_length,
-                          return_attention_mask=False)['input_ids']
-    order = sorted(range(len(todo)), key=lambda j: len(input_ids[j]), reverse=True)
     was_training = model.training
     if was_training:  # toggling every submodule costs ~1 ms, noticeable when encoding one query at a time
         model.eval()
     try:
-        with torch.inference_mode(), autocast(device, precision), \
-                tqdm(total=len(order), desc=desc, unit='text', disable=not verbose) as pbar:
-            for start in range(0, len(order), batch_size):
-                batch = order[start:start + batch_size]
-                padded = tokenizer.pad({'input_ids': [input_ids[j] for j in batch]}, return_tensors='pt')
-                weights = model(padded['input_ids'].to(device), padded['attention_mask'].to(device))
-                for j, vec in zip(batch, to_dicts(weights, terms)):
-                    results[todo[j]] = vec
-                pbar.update(len(batch))
+        with torch.inference_mode(), autocast(device, precision):
+            for batch in length_sorted_batches(tokenizer, texts, batch_size, max_length, device, verbose, desc):
+                weights = model(batch.input_ids, batch.attention_mask)
+                for i, vec in zip(batch.positions, to_dicts(weights, terms)):
+                    results[i] = vec
     finally:
         if was_training:
             model.train()

@@ -17,6 +17,7 @@ from torch import nn
 
 from .encoders import SparseTextEncoder
 from .encoding import is_blank
+from .loading import local_folder
 
 WEIGHTS_FILE = 'idf.json'
 
@@ -80,8 +81,8 @@ class StaticQueryEncoder(SparseTextEncoder):
         layout) or a sentence-transformers sparse model whose query route is a ``SparseStaticEmbedding``
         (read without importing sentence-transformers)."""
         from transformers import AutoTokenizer
-        folder = _local_folder(name_or_path)
-        static = _static_module_folder(folder)
+        folder = local_folder(name_or_path)
+        static = static_module_folder(folder)
         if static is not None:
             from safetensors.torch import load_file
             tokenizer = AutoTokenizer.from_pretrained(str(static))
@@ -159,14 +160,7 @@ class StaticQueryWeights(nn.Module):
         return StaticQueryEncoder.from_tensor(self.tokenizer, torch.relu(self.weight), **kwargs)
 
 
-def _local_folder(name_or_path: str) -> Path:
-    if os.path.isdir(name_or_path):
-        return Path(name_or_path)
-    from huggingface_hub import snapshot_download
-    return Path(snapshot_download(name_or_path))
-
-
-def _static_module_folder(folder: Path) -> Optional[Path]:
+def static_module_folder(folder: Path) -> Optional[Path]:
     """The folder of a sentence-transformers ``SparseStaticEmbedding`` module inside ``folder``, if any."""
     for path in sorted(folder.rglob('model.safetensors')):
         if 'SparseStaticEmbedding' in path.parent.name and path.parent != folder:

@@ -51,14 +51,20 @@ def test_pipeline_indexing_and_reopen(splade, small_corpus, tmp_path):
     path = tmp_path / 'pipe.lsr'
     index = (splade.doc_encoder() >> SpladeIndexer(path, verbose=False)).index(small_corpus[:50])
     assert index.num_docs() == 50
-    with pytest.raises(ValueError, match='records no model'):  # the pipeline hid the model from the indexer
-        LsrIndex(path).retriever()
-    res = LsrIndex(path, splade).retriever(num_results=5)(QUERIES)
+    # The doc encoder hands its model to the indexer, so the index reopens alone and retrieves like the model.
+    res = LsrIndex(path).retriever(num_results=5)(QUERIES)
     assert len(res) == 15 and res.groupby('qid')['rank'].min().eq(0).all()
+    pd.testing.assert_frame_equal(res, LsrIndex(path, splade).retriever(num_results=5)(QUERIES))
+    # Built from toks alone, an index records no model and says so.
+    toks = splade.doc_encoder()(pd.DataFrame(small_corpus[:5]))
+    bare = SpladeIndexer(tmp_path / 'bare.lsr', verbose=False).index(toks.to_dict('records'))
+    with pytest.raises(ValueError, match='records no model'):
+        LsrIndex(bare.path).retriever()
 
 
 def test_reopen_reloads_recorded_model(small_index, splade):
-    assert json.loads((small_index.path / 'lsr.json').read_text())['model'] == splade.name
+    recorded = json.loads((small_index.path / 'lsr.json').read_text())['model']
+    assert recorded == {'path': 'model', 'kind': 'splade', 'name': splade.name}
     reopened = LsrIndex(small_index.path)
     res = reopened.retriever(num_results=10)(QUERIES)
     pd.testing.assert_frame_equal(res, small_index.retriever(num_results=10)(QUERIES))
@@ -77,8 +83,12 @@ def test_bad_inputs(splade, tmp_path):
         SpladeIndexer(tmp_path / 'bad.lsr', splade, verbose=False).index([{'docno': '1', 'body': 'x'}])
     with pytest.raises(ValueError, match='scale'):
         SpladeIndexer(tmp_path / 'bad2.lsr', splade, scale=0)
-    with pytest.raises(FileNotFoundError):
-        LsrIndex(tmp_path / 'nothing')
+    missing = LsrIndex(tmp_path / 'nothing')  # an artifact that is not built yet: reading it is the error
+    assert not missing.built()
+    with pytest.raises(FileNotFoundError, match='no pyterrier-lsr index'):
+        missing.num_docs()
+    with pytest.raises(FileNotFoundError, match='no pyterrier-lsr index'):
+        missing.retriever()
 
 
 def test_quantize():

@@ -4,7 +4,7 @@ import torch
 
 from pyterrier_lsr import (IDFQueryEncoder, InferenceFreeSplade, LsrIndex, Splade, SpladeIndexer, StaticQueryEncoder,
                            StaticQueryWeights, load_model)
-from pyterrier_lsr.inference_free import train_inference_free
+from pyterrier_lsr.train import train_inference_free
 from pyterrier_lsr.train import TrainConfig, batch_loss, flops
 
 from test_train import examples
