@@ -92,7 +92,8 @@ def main():
     import torch
 
     from pyterrier_lsr import LsrIndex
-    from pyterrier_lsr.latent_terms import LatentTerms, build_latent_terms
+    from pyterrier_lsr.latent_terms import LatentTerms
+    from pyterrier_lsr.train import build_latent_terms
     torch.set_num_threads(1)
     docs, topics, qrels = load_collection(args)
     name = Path(args.limit).name if args.limit else 'vaswani'
@@ -114,19 +115,18 @@ def main():
     for i, text in enumerate(args.settings):
         setting = parse_setting(text, args.epochs)
         path = workdir / f'lt.{text.replace(":", "_")}'
-        if (path / 'log.json').exists():  # trained and indexed by an earlier run
-            lt, index, log = LatentTerms.from_pretrained(path), LsrIndex(path / 'index'), json.loads((path / 'log.json').read_text())
+        if (path / 'log.json').exists():  # trained and indexed by an earlier run (the index holds its model)
+            index, log = LsrIndex(path / 'index'), json.loads((path / 'log.json').read_text())
         else:
-            lt, index, log = build_latent_terms(docs.to_dict('records'), path / 'index', cache_dir=cache,
-                                                max_train_vectors=args.max_train, overwrite=True, **setting)
-            lt.save_pretrained(path)
+            _, index, log = build_latent_terms(docs.to_dict('records'), path / 'index', cache_dir=cache,
+                                               max_train_vectors=args.max_train, overwrite=True, **setting)
             (path / 'log.json').write_text(json.dumps(log))
         df = index.document_frequencies()
         postings = sum(df.values())
         extra.append({'fve': round(log[-1]['fve'], 3), 'dead': round(log[-1]['dead'], 3),
                       'train_s': round(log[-1]['seconds'], 1), 'latents_used': len(df),
                       'terms/doc': round(postings / index.num_docs(), 1)})
-        systems.append(lt.retriever(index, k1=args.k1, b=args.b))
+        systems.append(index.retriever(k1=args.k1, b=args.b))
         names.append(f'Latent Terms {text}')
         if i == 0:
             extra[-1]['df_slope'] = round(df_plot(index, args.plot, f'{name}: Latent Terms {text}, df of {len(df)} latents'), 2)

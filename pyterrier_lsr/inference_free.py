@@ -49,3 +49,15 @@ class InferenceFreeSplade(Splade):
         model = SpladeModel.from_pretrained(str(doc_folder), special_token_ids=tokenizer.all_special_ids)
         query_side = StaticQueryEncoder.from_pretrained(str(folder))
         return cls(model, tokenizer, query_side, name=str(name_or_path), **kwargs)
+
+
+def __getattr__(name):
+    # train_inference_free moved to pyterrier_lsr.train (training sits above the wrappers); its old home still works
+    # for one release.
+    if name == 'train_inference_free':
+        import warnings
+        warnings.warn('pyterrier_lsr.inference_free.train_inference_free moved to pyterrier_lsr.train',
+                      DeprecationWarning, stacklevel=2)
+        from .train.inference_free import train_inference_free
+        return train_inference_free
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -37,6 +37,11 @@ class SaeSplade(Splade):
         model, tokenizer = load_dense(backbone)
         return cls(SaeSpladeModel(model, sae, structural_token_ids(tokenizer), alpha), tokenizer, **kwargs)
 
+    def save_pretrained(self, path: str):
+        """Writes one folder (backbone, tokenizer, SAE, settings); the model is then named by ``path``."""
+        super().save_pretrained(path)
+        self.name = str(path)
+
     def top_words(self, texts: Sequence, latents: Optional[Sequence[int]] = None, n: int = 10,
                   batch_size: Optional[int] = None) -> Dict[int, List[Tuple[str, float]]]:
         """See :func:`latent_top_words`."""

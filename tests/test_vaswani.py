@@ -5,6 +5,7 @@ from pathlib import Path
 import pytest
 
 
+@pytest.mark.slow
 def test_vaswani_experiment_reproduces_reference(tmp_path):
     spec = importlib.util.spec_from_file_location('vaswani_example', Path(__file__).parents[1] / 'examples' / 'vaswani.py')
     example = importlib.util.module_from_spec(spec)

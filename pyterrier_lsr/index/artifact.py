@@ -21,6 +21,7 @@ import json
 import os
 import shutil
 import uuid
+import warnings
 from collections import Counter
 from contextlib import contextmanager
 from pathlib import Path
@@ -133,8 +134,11 @@ class LsrIndex(pta.Artifact, pt.Indexer):
 
     def __init__(self, path, model=None, *, scale: float = 100., engines: Sequence[str] = ('pisa',),
                  overwrite: bool = False, save_model: bool = True, scoring: Optional[dict] = None,
-                 text_field: str = 'text', batch_size: int = 1024, verbose: bool = True):
+                 text_field: str = 'text', batch_size: int = 1024, verbose: bool = True, encoder=None):
         super().__init__(path)
+        if encoder is not None:  # the 0.1 keyword, kept for one release
+            warnings.warn('LsrIndex(path, encoder=...) is deprecated; pass model=', DeprecationWarning, stacklevel=2)
+            model = encoder
         self.save_model = save_model
         self._scoring = scoring
         self._model = model

@@ -1,7 +1,8 @@
 """The engine-neutral form of an encoded corpus: the float vectors themselves, in Parquet shards.
 
 A vector folder holds shards ``part-<n>.parquet`` with the columns ``docno`` (string), ``terms`` (list of string) and
-``weights`` (list of float32, the encoder's own units: unquantized), and ``vectors.json`` listing the shards in corpus
+``weights`` (list of float64, the encoder's own units, unquantized: kept exact, so every engine quantizes the values the
+encoder emitted), and ``vectors.json`` listing the shards in corpus
 order with their row counts and byte sizes.  Shards are written under a temporary name and renamed when complete, and
 ``vectors.json`` is written last, so a folder with a manifest is whole.  Every engine (PISA, BMP, Seismic) is built from
 this form, so a corpus is encoded once; distributed writers produce shards independently (:func:`write_shard`) and one
@@ -22,7 +23,7 @@ __all__ = ['VectorStore', 'VectorWriter', 'write_shard', 'write_manifest', 'shar
 
 def _schema():
     import pyarrow as pa
-    return pa.schema([('docno', pa.string()), ('terms', pa.list_(pa.string())), ('weights', pa.list_(pa.float32()))])
+    return pa.schema([('docno', pa.string()), ('terms', pa.list_(pa.string())), ('weights', pa.list_(pa.float64()))])
 
 
 def shard_name(number: int) -> str:
@@ -134,12 +135,12 @@ class VectorStore:
             local = np.array([vocabulary.setdefault(t, len(vocabulary)) for t in encoded.dictionary.to_pylist()],
                              dtype=np.int32)
             term_ids.append(local[encoded.indices.to_numpy()] if len(encoded) else np.zeros(0, np.int32))
-            weights.append(table.column('weights').combine_chunks().flatten().to_numpy().astype(np.float32))
+            weights.append(table.column('weights').combine_chunks().flatten().to_numpy())
         indptr = np.zeros(len(docnos) + 1, dtype=np.int64)
         if lengths:
             np.cumsum(np.concatenate(lengths), out=indptr[1:])
         ids = np.concatenate(term_ids) if term_ids else np.zeros(0, np.int32)
-        values = np.concatenate(weights) if weights else np.zeros(0, np.float32)
+        values = np.concatenate(weights) if weights else np.zeros(0, np.float64)
         return docnos, list(vocabulary), indptr, ids, values
 
     def total_bytes(self) -> int:

@@ -2,7 +2,7 @@
 
 Combine them with PyTerrier's operators, e.g. ``DenseScorer(...) + 0.02 * RetrieverScorer(bm25)``.
 """
-from typing import List, Sequence
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
