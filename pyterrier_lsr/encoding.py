@@ -8,10 +8,17 @@ import math
 from contextlib import nullcontext
 from typing import Dict, List, Optional, Sequence
 
+import numpy as np
+import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
 PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
+# The largest term weight (model units) that an index or a query table accepts. PISA repeats a query term
+# int(w * scale) times, so at the default scale of 100 a weight of 100 is already 10,000 repetitions, while a weight
+# of 1e7 runs for minutes and inf aborts the process. No trained model comes near it: log(1 + relu(x)) of any
+# float32 logit is below 89, and BM25's idf is below 20 for a billion documents.
+MAX_WEIGHT = 100.0
 
 
 def resolve_device(device=None) -> torch.device:
@@ -36,9 +43,28 @@ def autocast(device: torch.device, precision: str):
     return nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
+def is_missing(value) -> bool:
+    """None, NaN (float or numpy) and pandas' NA/NaT: a missing value, not a text."""
+    return (value is None or value is pd.NA or value is pd.NaT
+            or (isinstance(value, (float, np.floating)) and math.isnan(value)))
+
+
+def as_text(value, position: Optional[int] = None) -> str:
+    """A text to encode: missing values (see :func:`is_missing`) become ``''``; anything but a ``str`` (bytes, lists,
+    numbers, ...) raises ``TypeError`` naming its position, since ``str(value)`` would encode ``"b'...'"``, ``"[...]"``
+    or ``"<NA>"`` as if it were text. Bytes are refused rather than decoded: their encoding is the caller's to know."""
+    if is_missing(value):
+        return ''
+    if not isinstance(value, str):
+        where = '' if position is None else f' at position {position}'
+        raise TypeError(f'text{where} is {type(value).__name__}, not str: {value!r:.60}')
+    return value
+
+
 def is_blank(text) -> bool:
-    """None, NaN and whitespace-only texts encode to an empty vector without running the model."""
-    return text is None or (isinstance(text, float) and math.isnan(text)) or not str(text).strip()
+    """Missing values and whitespace-only texts encode to an empty vector without running the model; non-``str``
+    values raise ``TypeError`` (see :func:`as_text`)."""
+    return not as_text(text).strip()
 
 
 def to_dicts(weights: torch.Tensor, terms: Sequence[str]) -> List[Dict[str, float]]:
@@ -60,17 +86,24 @@ def encode_texts(model: torch.nn.Module, tokenizer, texts: Sequence, terms: Sequ
                  verbose: bool = False, desc: str = 'encoding') -> List[Dict[str, float]]:
     """Encodes ``texts`` with ``model`` into ``{term: weight}`` dicts, in input order.
 
-    Texts longer than ``max_length`` tokens (special tokens included) are truncated.
+    Texts longer than ``max_length`` tokens (special tokens included) are truncated. Missing, blank and texts that
+    tokenize to special tokens only (e.g. control characters) give ``{}`` without running the model; non-``str``
+    texts raise ``TypeError`` and non-finite model outputs ``ValueError``, each naming the text's position.
     """
     if batch_size < 1:
         raise ValueError(f'batch_size must be >= 1, got {batch_size}')
     device = resolve_device(device)
+    texts = [as_text(text, i) for i, text in enumerate(texts)]
     results: List[Dict[str, float]] = [{} for _ in texts]
-    todo = [i for i, text in enumerate(texts) if not is_blank(text)]
+    todo = [i for i, text in enumerate(texts) if text.strip()]
     if not todo:
         return results
-    input_ids = tokenizer([str(texts[i]) for i in todo], truncation=True, max_length=max_length,
+    input_ids = tokenizer([texts[i] for i in todo], truncation=True, max_length=max_length,
                           return_attention_mask=False)['input_ids']
+    # [UNK] stands for real text; a text of [CLS]/[SEP]/... only has no content, like ''.
+    structural = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}
+    keep = [j for j, ids in enumerate(input_ids) if not structural.issuperset(ids)]
+    todo, input_ids = [todo[j] for j in keep], [input_ids[j] for j in keep]
     order = sorted(range(len(todo)), key=lambda j: len(input_ids[j]), reverse=True)
     was_training = model.training
     if was_training:  # toggling every submodule costs ~1 ms, noticeable when encoding one query at a time
@@ -82,6 +115,10 @@ def encode_texts(model: torch.nn.Module, tokenizer, texts: Sequence, terms: Sequ
                 batch = order[start:start + batch_size]
                 padded = tokenizer.pad({'input_ids': [input_ids[j] for j in batch]}, return_tensors='pt')
                 weights = model(padded['input_ids'].to(device), padded['attention_mask'].to(device))
+                if not torch.isfinite(weights).all():
+                    bad = sorted(todo[batch[r]] for r in (~torch.isfinite(weights)).any(dim=1).nonzero()[:, 0].tolist())
+                    raise ValueError(f'the model produced non-finite weights (inf/NaN) for the texts at positions '
+                                     f'{bad}')
                 for j, vec in zip(batch, to_dicts(weights, terms)):
                     results[todo[j]] = vec
                 pbar.update(len(batch))
