@@ -1,6 +1,6 @@
 """SPLADE model: any HF masked LM whose MLM logits are max-pooled into one weight per vocabulary term."""
 import math
-from typing import Callable, Iterable, Optional
+from typing import Iterable, Optional, Tuple
 
 import torch
 from torch import nn
@@ -33,23 +33,34 @@ def check_settings(settings: dict, where: str = 'config.json') -> dict:
     return settings
 
 
-def _head_transform(mlm: nn.Module) -> Optional[Callable[[torch.Tensor], torch.Tensor]]:
-    """The MLM head up to, not including, its vocabulary projection (the decoder), for the head layouts we know
-    (BERT, RoBERTa/XLM-R, DistilBERT, ModernBERT); None for others. Each reproduces the library's own forward op
-    for op, so outputs are bit-identical to ``mlm(...).logits`` pooled."""
+def _head_layout(mlm: nn.Module) -> Optional[Tuple[str, str]]:
+    """Which known MLM-head layout ``mlm`` has, and the name of the module holding its transform (the head up to,
+    not including, its vocabulary projection): BERT, RoBERTa/XLM-R, DistilBERT or ModernBERT; None for others.
+    A name, not a module reference, so that copies and state dicts of the model are unaffected."""
     decoder = mlm.get_output_embeddings()
-    for module in mlm.modules():
+    for name, module in mlm.named_modules():
         if getattr(module, 'decoder', None) is decoder and isinstance(getattr(module, 'transform', None), nn.Module):
-            return module.transform  # BERT: BertLMPredictionHead
+            return 'bert', f'{name}.transform'  # BertLMPredictionHead
     lm_head = getattr(mlm, 'lm_head', None)
     if getattr(lm_head, 'decoder', None) is decoder and {'dense', 'layer_norm'} <= set(dict(lm_head.named_children())):
-        from transformers.activations import gelu
-        return lambda x: lm_head.layer_norm(gelu(lm_head.dense(x)))  # RoBERTa: RobertaLMHead
+        return 'roberta', 'lm_head'
     if getattr(mlm, 'decoder', None) is decoder and isinstance(getattr(mlm, 'head', None), nn.Module):
-        return mlm.head  # ModernBERT
+        return 'modernbert', 'head'
     if getattr(mlm, 'vocab_projector', None) is decoder:
-        return lambda x: mlm.vocab_layer_norm(mlm.activation(mlm.vocab_transform(x)))  # DistilBERT
+        return 'distilbert', ''
     return None
+
+
+def _head_transform(mlm: nn.Module, layout: Tuple[str, str], hidden: torch.Tensor) -> torch.Tensor:
+    """The head transform of ``layout``, op for op as the library's own forward (bit-identical results)."""
+    kind, name = layout
+    module = mlm.get_submodule(name)
+    if kind == 'roberta':
+        from transformers.activations import gelu
+        return module.layer_norm(gelu(module.dense(hidden)))
+    if kind == 'distilbert':
+        return module.vocab_layer_norm(module.activation(module.vocab_transform(hidden)))
+    return module(hidden)
 
 
 class SpladeModel(nn.Module):
@@ -59,7 +70,7 @@ class SpladeModel(nn.Module):
     are zeroed in the output so they never become terms.
 
     The forward pass never modifies a module, so one model may encode from several threads at once. For the head
-    layouts of :func:`_head_transform` the backbone and head transform run explicitly and the vocabulary projection
+    layouts of :func:`_head_layout` the backbone and head transform run explicitly and the vocabulary projection
     is fused with the max pooling (no batch x length x vocabulary tensor); any other masked LM runs whole (same
     result, more memory).
     """
@@ -71,7 +82,7 @@ class SpladeModel(nn.Module):
         setattr(mlm.config, CONFIG_KEY, check_settings(settings))
         self.register_buffer('special_token_ids', torch.tensor(sorted(set(special_token_ids)), dtype=torch.long),
                              persistent=False)
-        self._transform = _head_transform(mlm)
+        self._head_layout = _head_layout(mlm)
 
     @property
     def settings(self) -> dict:
@@ -83,15 +94,15 @@ class SpladeModel(nn.Module):
 
     def decoder_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         """The MLM head's input to its vocabulary projection, batch x length x hidden."""
-        if self._transform is None:
+        if self._head_layout is None:
             raise NotImplementedError(f'the MLM head layout of {type(self.mlm).__name__} is not one SpladeModel can '
                                       'split before its vocabulary projection (BERT, RoBERTa, DistilBERT, ModernBERT)')
         hidden = self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask)[0]
-        return self._transform(hidden)
+        return _head_transform(self.mlm, self._head_layout, hidden)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         decoder = self.mlm.get_output_embeddings()
-        if self._transform is None:
+        if self._head_layout is None:
             logits = self.mlm(input_ids=input_ids, attention_mask=attention_mask).logits
             pooled = logits.masked_fill(~attention_mask.bool()[..., None], float('-inf')).amax(dim=1)
         else:
