@@ -231,9 +231,10 @@ def test_resume_refuses_a_changed_config(tiny, tmp_path):
                   resume=True, verbose=False)
     train(copy.deepcopy(model), tokenizer, examples(), tmp_path, dataclasses.replace(CONFIG, log_every=1),
           resume=True, verbose=False)  # logging settings may change
-    log = train(copy.deepcopy(model), tokenizer, examples(), tmp_path, dataclasses.replace(CONFIG, steps=6),
-                resume='force', verbose=False)
-    assert log[-1]['step'] == 6 and (tmp_path / 'checkpoint-6').is_dir()
+    forced = dataclasses.replace(CONFIG, steps=6, lr=2e-3, log_every=1)
+    log = train(copy.deepcopy(model), tokenizer, examples(), tmp_path, forced, resume='force', verbose=False)
+    assert [row['step'] for row in log[-2:]] == [5, 6] and (tmp_path / 'checkpoint-6').is_dir()
+    assert log[-2]['lr'] == pytest.approx(2e-3 * (6 - 5) / (6 - 1))  # the new lr and schedule apply
     with pytest.raises(ValueError, match='resume must be'):
         train(copy.deepcopy(model), tokenizer, examples(), tmp_path, CONFIG, resume='yes', verbose=False)
 

@@ -257,8 +257,8 @@ def train(model: torch.nn.Module, tokenizer, examples: Iterable[Example], output
         evaluate: called with the model every ``eval_every`` steps and at the end; returns metrics to log.
         resume: ``True``: continue from the newest intact ``checkpoint-*`` in ``output_dir`` (from scratch if there is
             none), refusing a config that differs from the saved one in anything but ``log_every``/``save_every``/
-            ``eval_every``; ``'force'``: continue with the new config anyway (the saved optimizer and scheduler state
-            is kept, the new settings apply from the checkpoint's step on).
+            ``eval_every``; ``'force'``: continue with the new config anyway (from the checkpoint's step on; the
+            optimizer's moments are kept, its learning rates, schedule and weight decay are the new config's).
         extra_parameters, query_encoder: trainable parameters and query side outside ``model`` (inference-free
             training); see :func:`batch_loss`.
     """
@@ -307,6 +307,11 @@ def run_loop(model: torch.nn.Module, loss_fn: Callable[[object, int], Tuple[torc
         scheduler.load_state_dict(state['scheduler'])
         torch.set_rng_state(state['torch_rng'])
         step, log = state['step'], state['log']
+        if resume == 'force':  # the loaded optimizer and scheduler carry the saved rates: the new config's apply
+            scheduler.base_lrs = [group['lr'] for group in param_groups(model, extra_parameters, config)]
+            factor = _lr_lambda(config)(scheduler.last_epoch)
+            for group, base_lr in zip(optimizer.param_groups, scheduler.base_lrs):
+                group.update(initial_lr=base_lr, lr=base_lr * factor, weight_decay=config.weight_decay)
     for _ in range(step * config.grad_accum):  # replay the data order up to the checkpoint
         next(batches)
 
