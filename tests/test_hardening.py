@@ -125,7 +125,8 @@ def test_forward_equals_full_mlm_logits(kind):
     ids = dict(pad_token_id=1, bos_token_id=0, eos_token_id=2)
     mlm = {'bert': lambda: BertForMaskedLM(BertConfig(**common)),
            'roberta': lambda: RobertaForMaskedLM(RobertaConfig(type_vocab_size=1, **common, **ids)),
-           'modernbert': lambda: ModernBertForMaskedLM(ModernBertConfig(cls_token_id=0, sep_token_id=2, **common, **ids)),
+           'modernbert': lambda: ModernBertForMaskedLM(ModernBertConfig(cls_token_id=0, sep_token_id=2, **common,
+                                                                        **ids)),
            'distilbert': lambda: DistilBertForMaskedLM(DistilBertConfig(vocab_size=120, dim=32, hidden_dim=64,
                                                                         n_layers=1, n_heads=2)),
            'electra': lambda: ElectraForMaskedLM(ElectraConfig(embedding_size=16, **common))}[kind]().eval()
