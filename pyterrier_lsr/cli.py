@@ -19,6 +19,20 @@ def _config_arguments(parser: argparse.ArgumentParser):
             parser.add_argument(f'--{f.name.replace("_", "-")}', type=type(f.default), default=f.default)
 
 
+def _key_values(text: str, name: str) -> dict:
+    """``'a=1,b=0.5'`` -> ``{'a': 1.0, 'b': 0.5}``; ``ValueError`` naming the flag otherwise."""
+    out = {}
+    for item in filter(None, text.split(',')):
+        key, sep, value = item.rpartition('=')
+        try:
+            out[key] = float(value)
+        except ValueError:
+            sep = ''
+        if not sep or not key:
+            raise ValueError(f'--{name.replace("_", "-")}: {item!r} is not name=number') from None
+    return out
+
+
 def _load_examples(args):
     from .train import data
     if args.data.startswith('irds:'):
@@ -44,7 +58,8 @@ def main(argv=None):
     tr.add_argument('--limit', type=int, default=None, help='use at most this many examples')
     tr.add_argument('--negatives', type=int, default=1, help='hard negatives per example (self-supervised data)')
     tr.add_argument('--rescale-head', default=None, help='divide MLM logits by this factor, or "auto"')
-    tr.add_argument('--resume', action='store_true')
+    tr.add_argument('--resume', nargs='?', const=True, default=False, choices=['force'],
+                    help="continue from the newest intact checkpoint; '--resume force' even with changed settings")
     _config_arguments(tr)
     rep = sub.add_parser('head-report', help='MLM-head norms and activation statistics on sample texts')
     rep.add_argument('--model', required=True)
@@ -54,9 +69,22 @@ def main(argv=None):
     args = parser.parse_args(argv)
 
     if args.command == 'report':
-        from .report import run_config
-        print(run_config(args.config).to_string(index=False))
+        from .report import ConfigError, run_config
+        try:
+            table = run_config(args.config)
+        except ConfigError as e:
+            parser.exit(2, f'pyterrier-lsr report: error: {e}\n')
+        print(table.to_string(index=False))
         return
+    if args.command == 'train':  # every setting is checked before the model and data are loaded
+        values = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}
+        try:
+            for name in ('losses', 'lr_multipliers'):
+                values[name] = _key_values(values[name], name)
+            config = TrainConfig(**values)
+            rescale = args.rescale_head if args.rescale_head in (None, 'auto') else float(args.rescale_head)
+        except ValueError as e:
+            parser.error(str(e).replace('could not convert string to float', '--rescale-head: not a number or auto'))
     from .encoders import Splade
     from .offline import resolve_model
     splade = Splade.from_pretrained(resolve_model(args.model))
@@ -66,15 +94,10 @@ def main(argv=None):
         return
     from .models.heads import rescale_head
     from .train.loop import train
-    values = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}
-    for name in ('losses', 'lr_multipliers'):  # comma-separated key=value
-        values[name] = {k: float(v) for k, v in (item.rsplit('=', 1) for item in values[name].split(',') if item)}
-    config = TrainConfig(**values)
     examples = _load_examples(args)
-    if args.rescale_head and not args.resume:
+    if rescale is not None and not args.resume:
         sample = [ex.positive for ex, _ in zip(examples, range(64))] if isinstance(examples, list) else ()
-        rescale_head(splade.model, args.rescale_head if args.rescale_head == 'auto' else float(args.rescale_head),
-                     splade.tokenizer, sample)
+        rescale_head(splade.model, rescale, splade.tokenizer, sample)
     train(splade.model, splade.tokenizer, examples, args.output_dir, config, resume=args.resume)
 
 

@@ -8,9 +8,9 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
-from .encoding import encode_texts, resolve_device, resolve_precision, vocabulary_terms
+from .encoding import as_text, encode_texts, resolve_device, resolve_precision, vocabulary_terms
 from .loading import CONFIG_FILE, CONFIG_KEY
-from .models.splade import SpladeModel
+from .models.splade import ModelLoadError, SpladeModel
 from .offline import resolve_model
 
 
@@ -75,13 +75,24 @@ class SparseScorer(pt.Transformer):
         if not len(inp):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         # Missing texts become '' (encoded as empty vectors) so that they can key the caches below.
-        query_col = inp['query'].fillna('')
-        text_col = inp[self.doc_encoder.text_field].fillna('')
-        queries, texts = query_col.unique().tolist(), text_col.unique().tolist()
+        query_col = [as_text(q, i) for i, q in enumerate(inp['query'])]
+        text_col = [as_text(t, i) for i, t in enumerate(inp[self.doc_encoder.text_field])]
+        queries, texts = list(dict.fromkeys(query_col)), list(dict.fromkeys(text_col))
         qvecs = dict(zip(queries, self.query_encoder.encode(queries)))
         dvecs = dict(zip(texts, self.doc_encoder.encode(texts)))
         scores = [sparse_dot(qvecs[q], dvecs[d]) for q, d in zip(query_col, text_col)]
         return pt.model.add_ranks(inp.assign(score=scores))
+
+
+def check_tokenizer(tokenizer, vocab_size: int, where='the model') -> None:
+    """Raises :class:`ModelLoadError` unless the tokenizer's ids fit a head over ``vocab_size`` terms and cover at
+    least half of them. Heads may have a few unused rows (vocabularies padded to a multiple of 64 or 128), but a
+    tokenizer with ids beyond the head cannot be encoded, and one far smaller (a folder whose tokenizer files are
+    missing gives a 5-token tokenizer mapping every word to [UNK]) belongs to another model."""
+    size = max(len(tokenizer), max(tokenizer.get_vocab().values(), default=-1) + 1)
+    if size > vocab_size or size < vocab_size // 2:
+        raise ModelLoadError(f'{where}: the tokenizer has {size} token ids but the MLM head scores {vocab_size} terms; '
+                             'the tokenizer files are missing or belong to another model')
 
 
 class Splade:
@@ -124,15 +135,18 @@ class Splade:
             self.terms = getattr(model, 'terms', None) or vocabulary_terms(tokenizer, model.vocab_size)
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str, **kwargs) -> 'Splade':
+    def from_pretrained(cls, name_or_path: str, new_head: bool = False, **kwargs) -> 'Splade':
         """Loads any HF ``AutoModelForMaskedLM`` checkpoint (hub name or local folder) as a SPLADE model.
 
-        ``kwargs`` go to :class:`Splade` (device, max_length, batch_size, precision).
+        Refuses (:class:`~pyterrier_lsr.models.splade.ModelLoadError`) a checkpoint without MLM head unless
+        ``new_head=True``, invalid ``lsr`` settings, and a tokenizer that does not fit the head (see
+        :func:`check_tokenizer`). ``kwargs`` go to :class:`Splade` (device, max_length, batch_size, precision).
         """
         from transformers import AutoTokenizer
         folder = resolve_model(str(name_or_path))  # offline short names ('splade-tiny') work everywhere
         tokenizer = AutoTokenizer.from_pretrained(folder)
-        model = SpladeModel.from_pretrained(folder, special_token_ids=tokenizer.all_special_ids)
+        model = SpladeModel.from_pretrained(folder, special_token_ids=tokenizer.all_special_ids, new_head=new_head)
+        check_tokenizer(tokenizer, model.vocab_size, name_or_path)
         return cls(model, tokenizer, name=str(name_or_path), **kwargs)
 
     def save_pretrained(self, path: str):

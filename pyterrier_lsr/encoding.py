@@ -8,13 +8,16 @@ import math
 from contextlib import nullcontext
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence
 
+import numpy as np
+import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
 PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
-
-# The largest term weight (model units) any index or query accepts: PISA repeats a query term int(w * scale) times
-# and stores impacts as 32-bit integers, so weights must stay bounded; SPLADE's log-saturated weights stay below ~10.
+# The largest term weight (model units) that an index, a query or a query table accepts. PISA repeats a query term
+# int(w * scale) times (a weight of 1e7 runs for minutes, inf aborts the process) and stores impacts as 32-bit
+# integers. No model comes near it: log(1 + relu(x)) of any float32 logit is below 89, BM25's idf is below 20 for a
+# billion documents, and Latent Terms' summed activations of a 256-token text stay in the hundreds at most.
 MAX_WEIGHT = 1000.
 
 
@@ -40,9 +43,28 @@ def autocast(device: torch.device, precision: str):
     return nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
+def is_missing(value) -> bool:
+    """None, NaN (float or numpy) and pandas' NA/NaT: a missing value, not a text."""
+    return (value is None or value is pd.NA or value is pd.NaT
+            or (isinstance(value, (float, np.floating)) and math.isnan(value)))
+
+
+def as_text(value, position: Optional[int] = None) -> str:
+    """A text to encode: missing values (see :func:`is_missing`) become ``''``; anything but a ``str`` (bytes, lists,
+    numbers, ...) raises ``TypeError`` naming its position, since ``str(value)`` would encode ``"b'...'"``, ``"[...]"``
+    or ``"<NA>"`` as if it were text. Bytes are refused rather than decoded: their encoding is the caller's to know."""
+    if is_missing(value):
+        return ''
+    if not isinstance(value, str):
+        where = '' if position is None else f' at position {position}'
+        raise TypeError(f'text{where} is {type(value).__name__}, not str: {value!r:.60}')
+    return value
+
+
 def is_blank(text) -> bool:
-    """None, NaN and whitespace-only texts encode to an empty vector without running the model."""
-    return text is None or (isinstance(text, float) and math.isnan(text)) or not str(text).strip()
+    """Missing values and whitespace-only texts encode to an empty vector without running the model; non-``str``
+    values raise ``TypeError`` (see :func:`as_text`)."""
+    return not as_text(text).strip()
 
 
 def to_dicts(weights: torch.Tensor, terms: Sequence[str]) -> List[Dict[str, float]]:
@@ -69,18 +91,22 @@ class Batch(NamedTuple):
 def length_sorted_batches(tokenizer, texts: Sequence, batch_size: int, max_length: int, device=None,
                           verbose: bool = False, desc: str = 'encoding') -> Iterator[Batch]:
     """The one batching engine: tokenizes the non-blank ``texts`` once (truncated to ``max_length`` tokens, special
-    tokens included), sorts them longest first and yields padded batches; blank texts (see :func:`is_blank`) are
-    skipped, so callers give them their empty result.  The progress bar counts texts."""
+    tokens included), sorts them longest first and yields padded batches. Blank texts (see :func:`is_blank`) and texts
+    of special tokens only are skipped, so callers give them their empty result; non-``str`` texts raise
+    ``TypeError`` (see :func:`as_text`). The progress bar counts texts."""
     if batch_size < 1:
         raise ValueError(f'batch_size must be >= 1, got {batch_size}')
     device = resolve_device(device)
-    todo = [i for i, text in enumerate(texts) if not is_blank(text)]
+    todo = [i for i, text in enumerate(texts) if as_text(text, i).strip()]
     if not todo:
         return
-    encoded = tokenizer([str(texts[i]) for i in todo], truncation=True, max_length=max_length,
+    encoded = tokenizer([as_text(texts[i], i) for i in todo], truncation=True, max_length=max_length,
                         return_attention_mask=False)
-    input_ids = encoded['input_ids']
-    encodings = encoded.encodings if tokenizer.is_fast else None
+    # [UNK] stands for real text; a text of [CLS]/[SEP]/... only (e.g. control characters) has no content, like ''.
+    structural = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}
+    keep = [j for j, ids in enumerate(encoded['input_ids']) if not structural.issuperset(ids)]
+    todo, input_ids = [todo[j] for j in keep], [encoded['input_ids'][j] for j in keep]
+    encodings = [encoded.encodings[j] for j in keep] if tokenizer.is_fast else None
     order = sorted(range(len(todo)), key=lambda j: len(input_ids[j]), reverse=True)
     with tqdm(total=len(order), desc=desc, unit='text', disable=not verbose) as pbar:
         for start in range(0, len(order), batch_size):
@@ -96,9 +122,12 @@ def encode_texts(model: torch.nn.Module, tokenizer, texts: Sequence, terms: Sequ
                  verbose: bool = False, desc: str = 'encoding') -> List[Dict[str, float]]:
     """Encodes ``texts`` with ``model`` into ``{term: weight}`` dicts, in input order.
 
-    Texts longer than ``max_length`` tokens (special tokens included) are truncated.
+    Texts longer than ``max_length`` tokens (special tokens included) are truncated. Missing, blank and texts that
+    tokenize to special tokens only (e.g. control characters) give ``{}`` without running the model; non-``str``
+    texts raise ``TypeError`` and non-finite model outputs ``ValueError``, each naming the text's position.
     """
     device = resolve_device(device)
+    texts = [as_text(text, i) for i, text in enumerate(texts)]
     results: List[Dict[str, float]] = [{} for _ in texts]
     was_training = model.training
     if was_training:  # toggling every submodule costs ~1 ms, noticeable when encoding one query at a time
@@ -107,6 +136,10 @@ def encode_texts(model: torch.nn.Module, tokenizer, texts: Sequence, terms: Sequ
         with torch.inference_mode(), autocast(device, precision):
             for batch in length_sorted_batches(tokenizer, texts, batch_size, max_length, device, verbose, desc):
                 weights = model(batch.input_ids, batch.attention_mask)
+                finite = torch.isfinite(weights).all(dim=1)
+                if not finite.all():
+                    bad = sorted(batch.positions[r] for r in (~finite).nonzero()[:, 0].tolist())
+                    raise ValueError(f'the model produced non-finite weights (inf/NaN) for the texts at positions {bad}')
                 for i, vec in zip(batch.positions, to_dicts(weights, terms)):
                     results[i] = vec
     finally:

@@ -16,10 +16,30 @@ import torch
 from torch import nn
 
 from .encoders import SparseTextEncoder
-from .encoding import is_blank
+from .encoding import MAX_WEIGHT, as_text, is_blank
 from .loading import local_folder
 
 WEIGHTS_FILE = 'idf.json'
+
+
+def check_weights(weights: Mapping[str, float], where: str = 'query weights') -> Dict[str, float]:
+    """``weights`` as a ``{str: float}`` dict; ``ValueError`` naming the term unless every weight is a number in
+    ``[0, MAX_WEIGHT]`` (NaN, infinities, strings and booleans are refused too; see
+    :data:`pyterrier_lsr.encoding.MAX_WEIGHT` for why there is a cap)."""
+    if not isinstance(weights, Mapping):
+        raise ValueError(f'{where} must be a mapping of term -> weight, got {type(weights).__name__}')
+    checked = {}
+    for term, weight in weights.items():
+        if not isinstance(term, str):
+            raise ValueError(f'{where}: term {term!r} is {type(term).__name__}, not str')
+        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
+            raise ValueError(f'{where}: the weight of term {term!r} is {type(weight).__name__} {weight!r:.40}, '
+                             'not a number')
+        if not 0 <= weight <= MAX_WEIGHT:  # also False for NaN
+            raise ValueError(f'{where}: the weight of term {term!r} is {weight!r}; weights must lie in '
+                             f'[0, {MAX_WEIGHT:g}]')
+        checked[term] = float(weight)
+    return checked
 
 
 def idf(df: int, num_docs: int) -> float:
@@ -33,13 +53,14 @@ class StaticQueryEncoder(SparseTextEncoder):
     Tokens are produced by the document model's tokenizer (without special tokens, truncated to
     ``max_length``); a token repeated in the query counts once; tokens absent from ``weights`` or with a
     weight of 0 are dropped, so a query of unknown tokens has empty ``query_toks`` (and retrieves nothing).
+    ``weights`` are validated (:func:`check_weights`): numbers in ``[0, MAX_WEIGHT]``.
     """
     text_field = 'query'
     out_field = 'query_toks'
 
     def __init__(self, tokenizer, weights: Mapping[str, float], max_length: int = 256):
         self.tokenizer = tokenizer
-        self.weights = dict(weights)
+        self.weights = check_weights(weights)
         self.max_length = max_length
         self._special = set(tokenizer.all_special_tokens)
 
@@ -51,7 +72,7 @@ class StaticQueryEncoder(SparseTextEncoder):
         return [self.tokenizer.convert_ids_to_tokens(row) for row in ids]
 
     def encode(self, texts: Sequence) -> List[Dict[str, float]]:
-        texts = ['' if is_blank(t) else str(t) for t in texts]
+        texts = [as_text(t, i) for i, t in enumerate(texts)]
         out = []
         for tokens in (self._tokens(texts) if texts else []):
             vec = {}
@@ -72,8 +93,10 @@ class StaticQueryEncoder(SparseTextEncoder):
         """Writes the tokenizer and ``idf.json`` into ``path`` (the OpenSearch doc-only layout)."""
         os.makedirs(path, exist_ok=True)
         self.tokenizer.save_pretrained(path)
-        with open(os.path.join(path, WEIGHTS_FILE), 'wt', encoding='utf8') as fout:
+        target = os.path.join(path, WEIGHTS_FILE)
+        with open(target + '.tmp', 'wt', encoding='utf8') as fout:
             json.dump(self.weights, fout, ensure_ascii=False)
+        os.replace(target + '.tmp', target)  # a reader never sees half a table
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, **kwargs) -> 'StaticQueryEncoder':
@@ -89,7 +112,7 @@ class StaticQueryEncoder(SparseTextEncoder):
             weight = load_file(str(static / 'model.safetensors'))['weight']
             return cls.from_tensor(tokenizer, weight, **kwargs)
         with open(folder / WEIGHTS_FILE, encoding='utf8') as fin:
-            weights = json.load(fin)
+            weights = check_weights(json.load(fin), str(folder / WEIGHTS_FILE))
         return cls(AutoTokenizer.from_pretrained(str(folder)), weights, **kwargs)
 
     @classmethod

@@ -6,12 +6,13 @@ terms, i.e. the postings an exhaustive traversal reads (PISA's dynamic pruning r
 
 ``pyterrier-lsr report config.yaml`` runs :func:`run_config`; see ``examples/report_vaswani.yaml``.
 """
-import pickle
+import json
+import os
 import statistics
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
@@ -63,6 +64,10 @@ class System:
                 for q in topics['query']]
 
 
+# The columns costs() adds (in order).
+COST_COLUMNS = ('ms_mean', 'ms_median', 'ms_p95', 'query_nnz', 'doc_nnz', 'postings_per_query', 'index_mb')
+
+
 def costs(system: System, topics: pd.DataFrame) -> Dict[str, float]:
     """Cost columns of one system on ``topics`` (see the module docs)."""
     pipeline = system.pipeline()
@@ -91,13 +96,13 @@ def report(systems: Sequence[System], topics: pd.DataFrame, qrels: pd.DataFrame,
     ``report.png`` (the first of ``measures`` vs ``x``, one point per system) into ``output_dir``; returns the table."""
     if not systems:
         raise ValueError('no systems to report on')
+    if x not in COST_COLUMNS + tuple(str(m) for m in measures):
+        raise ValueError(f'x={x!r} is not a report column; choose one of {list(COST_COLUMNS)} or a measure')
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     table = pt.Experiment([s.pipeline() for s in systems], topics, qrels, list(measures), names=[s.name for s in systems])
     cost_rows = [costs(s, topics) for s in tqdm(systems, desc='measuring costs', unit='system')]
     table = pd.concat([table.reset_index(drop=True), pd.DataFrame(cost_rows)], axis=1)
-    if x not in table.columns:
-        raise ValueError(f'x={x!r} is not a report column; choose one of {list(pd.DataFrame(cost_rows).columns)}')
     table.to_csv(output_dir / 'report.csv', index=False)
     (output_dir / 'report.md').write_text(_markdown(table))
     _plot(table, str(measures[0]), x, output_dir / 'report.png', title)
@@ -137,36 +142,80 @@ def _plot(table: pd.DataFrame, y: str, x: str, path: Path, title: str):
 
 # --- YAML configs ------------------------------------------------------------------------------------------------
 
-TOP_KEYS = {'dataset': True, 'systems': True, 'output': True, 'measures': False, 'workdir': False,
-            'irds_cache': False, 'x': False, 'title': False, 'num_results': False}
-SYSTEM_KEYS = {'name': True, 'type': True, 'model': False, 'doc_pruning': False, 'query_pruning': False,
-               'levels': False}
+# key -> (required, type); every key is checked (type and value) before anything is loaded, indexed or written.
+TOP_KEYS = {'dataset': (True, str), 'systems': (True, list), 'output': (True, str), 'measures': (False, list),
+            'workdir': (False, str), 'irds_cache': (False, str), 'x': (False, str), 'title': (False, str),
+            'num_results': (False, int)}
+SYSTEM_KEYS = {'name': (True, str), 'type': (True, str), 'model': (False, str), 'doc_pruning': (False, dict),
+               'query_pruning': (False, dict), 'levels': (False, list)}
+LEVEL_KEYS = {'doc_pruning': (False, dict), 'query_pruning': (False, dict)}
+PRUNING_KEYS = {'top_n': (False, int), 'ratio': (False, float), 'threshold': (False, float)}
 TYPES = {'bm25', 'splade', 'inference_free'}
-PRUNING_KEYS = {'top_n', 'ratio', 'threshold'}
+DEFAULT_MEASURES = ['nDCG@10', 'AP', 'R@100']
+TYPE_NAMES = {str: 'a string', list: 'a list', dict: 'a mapping', int: 'an integer', float: 'a number'}
 
 
 class ConfigError(ValueError):
-    pass
+    """An invalid report config; the message is one line naming the key."""
 
 
-def _check_keys(section: dict, spec: Dict[str, bool], where: str):
+def _key(where: str, key) -> str:
+    return f'{where}.{key}' if where else str(key)
+
+
+def _check_value(value, kind: type, key: str):
+    ok = isinstance(value, kind) and not isinstance(value, bool)
+    if kind is float:  # YAML writes 1 for 1.0
+        ok = isinstance(value, (int, float)) and not isinstance(value, bool)
+    if not ok:
+        raise ConfigError(f'config key {key} must be {TYPE_NAMES[kind]}, got {type(value).__name__} {value!r:.60}')
+    if kind is str and not value.strip():
+        raise ConfigError(f'config key {key} must not be empty')
+
+
+def _check_keys(section, spec: Dict[str, tuple], where: str):
     if not isinstance(section, dict):
-        raise ConfigError(f'{where} must be a mapping, got {type(section).__name__}')
+        raise ConfigError(f'config key {where or "<top level>"} must be a mapping, got {type(section).__name__}')
     for key in section:
         if key not in spec:
-            raise ConfigError(f'unknown config key {where}.{key} (allowed: {sorted(spec)})'.replace('<top>.', ''))
-    for key, required in spec.items():
-        if required and key not in section:
-            raise ConfigError(f'missing config key {where}.{key}'.replace('<top>.', ''))
+            raise ConfigError(f'unknown config key {_key(where, key)} (allowed: {sorted(spec)})')
+    for key, (required, kind) in spec.items():
+        if key in section:
+            _check_value(section[key], kind, _key(where, key))
+        elif required:
+            raise ConfigError(f'missing config key {_key(where, key)}')
 
 
-def load_config(path) -> dict:
-    """Reads and validates a report config; errors name the offending key."""
-    import yaml
-    config = yaml.safe_load(Path(path).read_text())
-    _check_keys(config, TOP_KEYS, '<top>')
-    if not isinstance(config['systems'], list) or not config['systems']:
+def _check_pruning(section: dict, where: str):
+    from .pruning import Prune
+    _check_keys(section, PRUNING_KEYS, where)
+    if section:
+        try:
+            Prune(**section)
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f'config key {where}: {e}') from None
+
+
+def check_config(config) -> dict:
+    """Validates a parsed report config (types and values of every key); raises :class:`ConfigError` naming the key."""
+    from ir_measures import parse_measure
+    _check_keys(config, TOP_KEYS, '')
+    if not config['systems']:
         raise ConfigError('config key systems must be a non-empty list')
+    measures = []
+    for i, measure in enumerate(config.get('measures', DEFAULT_MEASURES)):
+        _check_value(measure, str, f'measures[{i}]')
+        try:
+            measures.append(str(parse_measure(measure)))
+        except Exception as e:  # ir_measures raises several types
+            raise ConfigError(f'config key measures[{i}]: {measure!r} is not a measure '
+                              f'({" ".join(str(e).split())[:200]})') from None
+    if 'measures' in config and not measures:
+        raise ConfigError('config key measures must be a non-empty list')
+    if config.get('x', 'postings_per_query') not in COST_COLUMNS + tuple(measures):
+        raise ConfigError(f'config key x must be one of {list(COST_COLUMNS) + measures}, got {config["x"]!r}')
+    if config.get('num_results', 1) < 1:
+        raise ConfigError(f'config key num_results must be >= 1, got {config["num_results"]}')
     for i, system in enumerate(config['systems']):
         where = f'systems[{i}]'
         _check_keys(system, SYSTEM_KEYS, where)
@@ -174,20 +223,39 @@ def load_config(path) -> dict:
             raise ConfigError(f'config key {where}.type must be one of {sorted(TYPES)}, got {system["type"]!r}')
         if system['type'] != 'bm25' and 'model' not in system:
             raise ConfigError(f'missing config key {where}.model (needed by type {system["type"]})')
+        if system['type'] == 'bm25' and set(system) - {'name', 'type'}:
+            raise ConfigError(f'config key {where}: a bm25 system takes only name and type, got {sorted(system)}')
         for key in ('doc_pruning', 'query_pruning'):
             if key in system:
-                _check_keys(system[key], {k: False for k in PRUNING_KEYS}, f'{where}.{key}')
+                _check_pruning(system[key], f'{where}.{key}')
         for j, level in enumerate(system.get('levels', [])):
-            _check_keys(level, {'doc_pruning': False, 'query_pruning': False}, f'{where}.levels[{j}]')
-    for key in ('measures',):
-        if key in config and not isinstance(config[key], list):
-            raise ConfigError(f'config key {key} must be a list')
+            _check_keys(level, LEVEL_KEYS, f'{where}.levels[{j}]')
+            for key in level:
+                _check_pruning(level[key], f'{where}.levels[{j}].{key}')
     return config
+
+
+def load_config(path) -> dict:
+    """Reads and validates a report config (:func:`check_config`); errors name the offending key."""
+    import yaml
+    try:
+        text = Path(path).read_text(encoding='utf8')
+    except OSError as e:
+        raise ConfigError(f'cannot read config {path}: {e.strerror or e}') from None
+    try:
+        config = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        raise ConfigError(f'{path} is not valid YAML: {" ".join(str(e).split())}') from None
+    return check_config(config)
 
 
 def run_config(path) -> pd.DataFrame:
     """Builds the systems of a YAML config (indexing what is missing, with document encodings cached in ``workdir``)
-    and writes the report. Each ``levels`` entry of a system adds one point (its pruning settings)."""
+    and writes the report. Each ``levels`` entry of a system adds one point (its pruning settings).
+
+    The whole config is validated and every model loaded before anything is indexed or written. Index folders are
+    created under ``workdir`` and reused when they hold an index; an existing folder that is not a pyterrier-lsr
+    index is an error, never overwritten."""
     config = load_config(path)
     if config.get('irds_cache'):
         from .offline import use_irds_cache
@@ -195,8 +263,11 @@ def run_config(path) -> pd.DataFrame:
     from ir_measures import parse_measure
     dataset = pt.get_dataset(config['dataset'])
     workdir = Path(config.get('workdir', 'indices'))
-    measures = [parse_measure(m) for m in config.get('measures', ['nDCG@10', 'AP', 'R@100'])]
+    measures = [parse_measure(m) for m in config.get('measures', DEFAULT_MEASURES)]
     builder = _SystemBuilder(dataset, workdir, config.get('num_results', 1000))
+    for spec in config['systems']:
+        if 'model' in spec:
+            builder._model(spec['model'])
     systems = [s for spec in config['systems'] for s in builder.build(spec)]
     return report(systems, dataset.get_topics(), dataset.get_qrels(), measures, config['output'],
                   x=config.get('x', 'postings_per_query'), title=config.get('title', ''))
@@ -209,21 +280,30 @@ class _SystemBuilder:
 
     def _model(self, name: str):
         if name not in self.models:
-            from .inference_free import load_model
+            from .loading import load_model
             from .offline import resolve_model
             self.models[name] = load_model(resolve_model(name))
         return self.models[name]
 
-    def _doc_vectors(self, model_name: str):
-        """Document encodings of the whole corpus, cached on disk per model."""
-        cache = self.workdir / f'{Path(model_name).name}.toks.pkl'
+    def _doc_vectors(self, model_name: str) -> List[Tuple[str, Dict[str, float]]]:
+        """Document encodings of the whole corpus, cached on disk per model as JSON lines ``{"docno", "toks"}``
+        (plain data: reading a cache runs no code)."""
+        cache = self.workdir / f'{Path(model_name).name}.toks.jsonl'
         if cache.exists():
-            return pickle.loads(cache.read_bytes())
+            try:
+                with cache.open(encoding='utf8') as fin:
+                    return [(row['docno'], row['toks']) for row in map(json.loads, fin)]
+            except (ValueError, KeyError, TypeError) as e:
+                raise ValueError(f'the encoding cache {cache} is damaged ({e}); delete it to re-encode') from None
         docs = list(self.dataset.get_corpus_iter(verbose=False))
         vectors = self._model(model_name).encode([d['text'] for d in docs], verbose=True, desc='encoding corpus')
         result = [(d['docno'], v) for d, v in zip(docs, vectors)]
         cache.parent.mkdir(parents=True, exist_ok=True)
-        cache.write_bytes(pickle.dumps(result))
+        tmp = cache.with_name(cache.name + '.tmp')
+        with tmp.open('w', encoding='utf8') as fout:
+            for docno, vec in result:
+                fout.write(json.dumps({'docno': docno, 'toks': vec}, ensure_ascii=False) + '\n')
+        os.replace(tmp, cache)  # a cache file is always complete
         return result
 
     def _index(self, model_name: str, doc_pruning: dict):
@@ -232,9 +312,13 @@ class _SystemBuilder:
         tag = '-'.join(f'{k}{v}' for k, v in sorted(doc_pruning.items())) or 'full'
         path = self.workdir / f'{Path(model_name).name}.{tag}.lsr'
         if not (path / 'lsr.json').exists():
+            if path.exists():
+                raise FileExistsError(f'{path} exists but is not a pyterrier-lsr index (no lsr.json); the report '
+                                      'builds its indexes there and never deletes a folder it did not make: move it '
+                                      'away or choose another workdir')
             docs = ({'docno': docno, 'toks': prune(vec, **doc_pruning) if doc_pruning else vec}
                     for docno, vec in self._doc_vectors(model_name))
-            SpladeIndexer(path, overwrite=True).index(docs)
+            SpladeIndexer(path, self._model(model_name), verbose=False).index(docs)  # toks as given; model recorded
         return LsrIndex(path, self._model(model_name))
 
     def build(self, spec: dict) -> List[System]:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from .pooling import max_pooled_logits
-from .splade import SpladeModel, _decoder_bypassed
+from .splade import SpladeModel
 
 # Our "auto" reference: the standard deviation of per-token MLM logits of a BERT-style head. The offline
 # SPLADE-tiny (a BERT MLM head after SPLADE training) measures 2.95 on Vaswani documents.
@@ -28,8 +28,7 @@ def _pooled_logits(model: SpladeModel, tokenizer, texts: Sequence[str], max_leng
     decoder = model.mlm.get_output_embeddings()
     was_training = model.training
     model.eval()
-    with _decoder_bypassed(decoder):
-        hidden = model.mlm(input_ids=ids, attention_mask=mask).logits
+    hidden = model.decoder_inputs(ids, mask)
     model.train(was_training)
     token_logits = (hidden[mask.bool()] @ decoder.weight.T + (0 if decoder.bias is None else decoder.bias))
     pooled = max_pooled_logits(hidden, mask, decoder.weight, decoder.bias)

@@ -6,14 +6,24 @@ distillation losses plus FLOPS regularization; logs metrics to ``metrics.csv``/`
 ``checkpoint-<step>`` folders (an HF model folder plus ``trainer_state.pt``) from which ``resume=True`` continues
 exactly as an uninterrupted run would (same seed => same weights). The optimization machinery itself,
 :func:`run_loop`, runs any ``loss_fn(batch, step)`` (the MLM adaptation of :mod:`.mlm` reuses it).
+
+Checkpoints are written into a hidden temporary sibling (``.checkpoint-<step>.tmp``) and renamed into place when
+complete, so a ``checkpoint-<step>`` folder is always whole. ``trainer_state.pt`` holds tensors, numbers, strings,
+lists and dicts only (torch's RNG state is a tensor) and is read with ``torch.load(weights_only=True)``: a checkpoint
+cannot run code. Resume takes the newest checkpoint that loads, warning about newer ones that do not, and refuses a
+``TrainConfig`` that differs from the saved one unless ``resume='force'``.
 """
 import csv
 import json
+import os
 import random
+import re
+import shutil
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 from tqdm.auto import tqdm
@@ -22,6 +32,10 @@ from . import losses as L
 from .data import Example
 
 STATE_FILE = 'trainer_state.pt'
+CHECKPOINT_NAME = re.compile(r'checkpoint-(\d+)')
+STATE_KEYS = {'step', 'optimizer', 'scheduler', 'model', 'extra', 'torch_rng', 'config', 'log'}
+# Fields that change logging and saving only: a resumed run may change them without resume='force'.
+BOOKKEEPING_FIELDS = {'log_every', 'save_every', 'eval_every'}
 
 
 @dataclass
@@ -159,18 +173,68 @@ def batch_loss(model, tokenizer, batch: List[Example], config: TrainConfig, step
 
 
 def _save(model, tokenizer, optimizer, scheduler, step: int, path: Path, config: TrainConfig, log: list, extra):
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(path))
+    tmp = path.with_name(f'.{path.name}.tmp')
+    shutil.rmtree(tmp, ignore_errors=True)  # left over by a save that died
+    tmp.mkdir(parents=True)
+    model.save_pretrained(str(tmp))
     if tokenizer is not None:
-        tokenizer.save_pretrained(str(path))
+        tokenizer.save_pretrained(str(tmp))
     torch.save({'step': step, 'optimizer': optimizer.state_dict(), 'scheduler': scheduler.state_dict(),
                 'model': model.state_dict(), 'extra': [p.detach().clone() for p in extra],
-                'torch_rng': torch.get_rng_state(), 'config': asdict(config), 'log': log}, path / STATE_FILE)
+                'torch_rng': torch.get_rng_state(), 'config': asdict(config), 'log': log}, tmp / STATE_FILE)
+    if path.exists():  # saving a step again (a rerun): the old folder stays whole until the new one is in place
+        old = path.with_name(f'.{path.name}.old')
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, path)
+
+
+def _checkpoints(output_dir) -> List[Path]:
+    """``checkpoint-<step>`` folders, newest first."""
+    found = [p for p in Path(output_dir).glob('checkpoint-*') if CHECKPOINT_NAME.fullmatch(p.name) and p.is_dir()]
+    return sorted(found, key=lambda p: int(p.name.split('-')[1]), reverse=True)
+
+
+def _load_state(checkpoint: Path) -> dict:
+    state = torch.load(checkpoint / STATE_FILE, weights_only=True, map_location='cpu')
+    if not isinstance(state, dict) or not STATE_KEYS <= set(state):
+        raise ValueError(f'{STATE_FILE} lacks {sorted(STATE_KEYS - set(state if isinstance(state, dict) else ()))}')
+    return state
+
+
+def _latest_state(output_dir) -> Tuple[Optional[Path], Optional[dict]]:
+    """The newest checkpoint whose state loads (tensors and plain data only), warning about newer broken ones;
+    ``ValueError`` when checkpoints exist but none loads (starting over would silently discard the run)."""
+    skipped = []
+    for checkpoint in _checkpoints(output_dir):
+        try:
+            return checkpoint, _load_state(checkpoint)
+        except Exception as e:  # truncated, foreign or tampered (e.g. a pickle that would run code): never trusted
+            skipped.append(checkpoint)
+            warnings.warn(f'skipping checkpoint {checkpoint}: its {STATE_FILE} does not load safely '
+                          f'({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ""})')
+    if skipped:
+        raise ValueError(f'no intact checkpoint to resume from in {output_dir}: '
+                         f'{[p.name for p in skipped]} do not load')
+    return None, None
 
 
 def latest_checkpoint(output_dir) -> Optional[Path]:
-    found = sorted(Path(output_dir).glob('checkpoint-*/' + STATE_FILE), key=lambda p: int(p.parent.name.split('-')[1]))
-    return found[-1].parent if found else None
+    """The newest intact ``checkpoint-<step>`` folder of ``output_dir`` (see :func:`run_loop`), or None."""
+    return _latest_state(output_dir)[0]
+
+
+def _check_resumed_config(saved: dict, config: TrainConfig, checkpoint: Path):
+    current = asdict(config)
+    changed = sorted(k for k in saved.keys() | current.keys()
+                     if k not in BOOKKEEPING_FIELDS and saved.get(k) != current.get(k))
+    if changed:
+        diff = ', '.join(f'{k}: {saved.get(k)!r} -> {current.get(k)!r}' for k in changed)
+        raise ValueError(f'the TrainConfig differs from the one {checkpoint} was trained with ({diff}); resuming would '
+                         "not continue that run. Pass resume='force' to continue with the new settings anyway")
 
 
 def _write_log(output_dir: Path, log: List[dict]):
@@ -183,14 +247,17 @@ def _write_log(output_dir: Path, log: List[dict]):
 
 
 def train(model: torch.nn.Module, tokenizer, examples: Iterable[Example], output_dir, config: TrainConfig = None,
-          evaluate: Optional[Callable[[torch.nn.Module], Dict[str, float]]] = None, resume: bool = False,
+          evaluate: Optional[Callable[[torch.nn.Module], Dict[str, float]]] = None, resume: Union[bool, str] = False,
           extra_parameters: Sequence[torch.nn.Parameter] = (), query_encoder=None, verbose: bool = True) -> List[dict]:
     """Trains ``model`` in place and returns the metrics log (one row per ``log_every`` steps and per evaluation).
 
     Args:
         examples: a list (shuffled each epoch) or a stream (one pass) of :class:`Example`.
         evaluate: called with the model every ``eval_every`` steps and at the end; returns metrics to log.
-        resume: continue from the latest ``checkpoint-*`` in ``output_dir``.
+        resume: ``True``: continue from the newest intact ``checkpoint-*`` in ``output_dir`` (from scratch if there is
+            none), refusing a config that differs from the saved one in anything but ``log_every``/``save_every``/
+            ``eval_every``; ``'force'``: continue with the new config anyway (from the checkpoint's step on; the
+            optimizer's moments are kept, its learning rates, schedule and weight decay are the new config's).
         extra_parameters, query_encoder: trainable parameters and query side outside ``model`` (inference-free
             training); see :func:`batch_loss`.
     """
@@ -204,7 +271,7 @@ def train(model: torch.nn.Module, tokenizer, examples: Iterable[Example], output
 
 def run_loop(model: torch.nn.Module, loss_fn: Callable[[object, int], Tuple[torch.Tensor, Dict[str, float]]],
              batches: Iterator, output_dir, config: TrainConfig, tokenizer=None,
-             evaluate: Optional[Callable[[torch.nn.Module], Dict[str, float]]] = None, resume: bool = False,
+             evaluate: Optional[Callable[[torch.nn.Module], Dict[str, float]]] = None, resume: Union[bool, str] = False,
              extra_parameters: Sequence[torch.nn.Parameter] = (), verbose: bool = True, desc: str = 'training'
              ) -> List[dict]:
     """The optimization machinery shared by every objective: runs ``loss_fn(batch, step) -> (loss, logs)`` over
@@ -214,8 +281,10 @@ def run_loop(model: torch.nn.Module, loss_fn: Callable[[object, int], Tuple[torc
     AdamW (per-prefix learning rates: :func:`param_groups`), linear warm-up/decay, ``grad_accum`` micro-batches per
     step, gradient clipping, ``metrics.csv/json``, ``checkpoint-<step>`` folders (``model.save_pretrained`` +
     ``tokenizer`` + ``trainer_state.pt``) and exact resume: the batch iterator is replayed up to the checkpoint and torch's RNG restored, so ``batches`` must be
-    deterministic and any randomness in ``loss_fn`` must come from torch's global RNG.
+    deterministic and any randomness in ``loss_fn`` must come from torch's global RNG. ``resume``: see :func:`train`.
     """
+    if resume not in (False, True, 'force'):
+        raise ValueError(f"resume must be False, True or 'force', got {resume!r}")
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
     torch.manual_seed(config.seed)
@@ -225,9 +294,10 @@ def run_loop(model: torch.nn.Module, loss_fn: Callable[[object, int], Tuple[torc
     optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config))
     step, log = 0, []
-    checkpoint = latest_checkpoint(output_dir) if resume else None
+    checkpoint, state = _latest_state(output_dir) if resume else (None, None)
     if checkpoint is not None:
-        state = torch.load(checkpoint / STATE_FILE, weights_only=False)
+        if resume != 'force':
+            _check_resumed_config(state['config'], config, checkpoint)
         model.load_state_dict(state['model'])
         with torch.no_grad():
             for param, saved in zip(extra_parameters, state['extra']):
@@ -236,6 +306,11 @@ def run_loop(model: torch.nn.Module, loss_fn: Callable[[object, int], Tuple[torc
         scheduler.load_state_dict(state['scheduler'])
         torch.set_rng_state(state['torch_rng'])
         step, log = state['step'], state['log']
+        if resume == 'force':  # the loaded optimizer and scheduler carry the saved rates: the new config's apply
+            scheduler.base_lrs = [group['lr'] for group in param_groups(model, extra_parameters, config)]
+            factor = _lr_lambda(config)(scheduler.last_epoch)
+            for group, base_lr in zip(optimizer.param_groups, scheduler.base_lrs):
+                group.update(initial_lr=base_lr, lr=base_lr * factor, weight_decay=config.weight_decay)
     for _ in range(step * config.grad_accum):  # replay the data order up to the checkpoint
         next(batches)
 
