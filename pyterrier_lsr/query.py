@@ -16,30 +16,10 @@ import torch
 from torch import nn
 
 from .encoders import SparseTextEncoder
-from .encoding import MAX_WEIGHT, as_text, is_blank
+from .encoding import as_text, check_weights, is_blank
 from .loading import local_folder
 
 WEIGHTS_FILE = 'idf.json'
-
-
-def check_weights(weights: Mapping[str, float], where: str = 'query weights') -> Dict[str, float]:
-    """``weights`` as a ``{str: float}`` dict; ``ValueError`` naming the term unless every weight is a number in
-    ``[0, MAX_WEIGHT]`` (NaN, infinities, strings and booleans are refused too; see
-    :data:`pyterrier_lsr.encoding.MAX_WEIGHT` for why there is a cap)."""
-    if not isinstance(weights, Mapping):
-        raise ValueError(f'{where} must be a mapping of term -> weight, got {type(weights).__name__}')
-    checked = {}
-    for term, weight in weights.items():
-        if not isinstance(term, str):
-            raise ValueError(f'{where}: term {term!r} is {type(term).__name__}, not str')
-        if isinstance(weight, bool) or not isinstance(weight, (int, float)):
-            raise ValueError(f'{where}: the weight of term {term!r} is {type(weight).__name__} {weight!r:.40}, '
-                             'not a number')
-        if not 0 <= weight <= MAX_WEIGHT:  # also False for NaN
-            raise ValueError(f'{where}: the weight of term {term!r} is {weight!r}; weights must lie in '
-                             f'[0, {MAX_WEIGHT:g}]')
-        checked[term] = float(weight)
-    return checked
 
 
 def idf(df: int, num_docs: int) -> float:

@@ -17,10 +17,9 @@ PISA lowercases query terms (pre-tokenized ones too), so a term with uppercase l
 and queried in an escaped form (:func:`pisa_term`); lowercase terms are stored as they are.
 """
 import math
-from numbers import Real
 from typing import Dict, Mapping
 
-from ..encoding import MAX_WEIGHT
+from ..encoding import MAX_WEIGHT, check_weights
 
 __all__ = ['MAX_WEIGHT', 'quantize', 'pisa_term', 'check_vector', 'check_docno']
 
@@ -54,19 +53,9 @@ def check_docno(docno) -> str:
     return docno
 
 
-def check_vector(vector, what: str) -> Mapping[str, float]:
-    """``vector`` if it is a ``{term: weight}`` dict an engine can store; ``what`` names it in the error
+def check_vector(vector, what: str) -> Dict[str, float]:
+    """``vector`` checked (:func:`~pyterrier_lsr.encoding.check_weights`); ``what`` names it in the error
     (``"document 'd1'"``, ``"query '3'"``).  None/NaN (a missing vector) is an empty one."""
     if vector is None or (isinstance(vector, float) and math.isnan(vector)):
         return {}
-    if not isinstance(vector, Mapping):
-        raise TypeError(f'{what}: toks must be a {{term: weight}} dict, got {type(vector).__name__}')
-    for term, weight in vector.items():
-        if not isinstance(term, str) or not term or any(c.isspace() for c in term):
-            raise ValueError(f'{what}: term {term!r} is not a non-empty string without whitespace')
-        if isinstance(weight, bool) or not isinstance(weight, Real):
-            raise TypeError(f'{what}: weight of {term!r} is {weight!r}, not a number')
-        if not 0 <= weight <= MAX_WEIGHT:  # also false for NaN
-            raise ValueError(f'{what}: weight of {term!r} is {weight!r}; weights must be finite, >= 0 and '
-                             f'<= MAX_WEIGHT ({MAX_WEIGHT:g})')
-    return vector
+    return check_weights(vector, what)
