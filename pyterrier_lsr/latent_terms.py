@@ -170,7 +170,7 @@ class LatentTerms(Splade):
         """Deprecated: use ``SpladeIndexer(path, latent_terms)``."""
         warnings.warn('LatentTerms.indexer is deprecated; use SpladeIndexer(path, latent_terms)', DeprecationWarning,
                       stacklevel=2)
-        from .index import SpladeIndexer  # noqa: layering (deprecated alias, removed in the next release)
+        from .index import SpladeIndexer  # deprecated alias: see ALLOWED_UPWARD in tests/test_layers.py
         self._check_model()
         return SpladeIndexer(path, self, scale=scale, **kwargs)
 
@@ -179,7 +179,7 @@ class LatentTerms(Splade):
         """Deprecated: ``LsrIndex(path).retriever()`` retrieves with the BM25 settings the index recorded."""
         warnings.warn('LatentTerms.retriever(index) is deprecated; use index.retriever() (LsrIndex(path).retriever())',
                       DeprecationWarning, stacklevel=2)
-        from .index import LsrIndex  # noqa: layering (deprecated alias, removed in the next release)
+        from .index import LsrIndex  # deprecated alias: see ALLOWED_UPWARD in tests/test_layers.py
         index = LsrIndex(index.path if isinstance(index, LsrIndex) else index, self)
         return index.retriever(num_results, k1=k1, b=b, **params)
 
