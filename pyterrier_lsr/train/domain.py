@@ -245,8 +245,8 @@ def build_data(docs: dict[str, str], cache: Path, config: DomainConfig, verbose:
         pos_text = docs[q['pos']]
         others = [d for d in pool if d != q['pos'] and docs[d] != pos_text]
         if config.candidates == 'bm25':
-            ranked = [d for d in sorted(bm25.get(q['qid'], {}), key=bm25[q['qid']].get, reverse=True)
-                      if d in others][:config.depth]
+            retrieved = bm25.get(q['qid'], {})
+            ranked = [d for d in sorted(retrieved, key=retrieved.get, reverse=True) if d in others][:config.depth]
             negatives = rng.sample(ranked, min(config.negatives, len(ranked)))
         else:
             z = dict(zip(others, _zsum([pool[d] for d in others], config.teachers)))
