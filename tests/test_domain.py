@@ -104,3 +104,18 @@ def test_from_qrels_by_hand():
     assert sorted(ex.positive for ex in out) == ['text x', 'text y']
     assert all(sorted(ex.negatives) == ['text n1', 'text n2'] and ex.query == 'a' for ex in out)
     assert all(isinstance(ex, Example) for ex in out)
+
+
+def test_cli_domain_adapt_on_a_folder(corpus, tmp_path, capsys):
+    from pyterrier_lsr.cli import main
+    folder = tmp_path / 'coll'
+    folder.mkdir()
+    (folder / 'docs.jsonl').write_text(''.join(json.dumps(d) + '\n' for d in corpus))
+    (folder / 'topics.tsv').write_text('1\treactor\n')
+    (folder / 'qrels.txt').write_text('1 0 d1 1\n')
+    main(['domain-adapt', '--model', 'splade-tiny', '--collection', str(folder), '--output-dir', str(tmp_path / 'out'),
+          '--set', 'steps=2', 'batch_size=4', 'eval_every=1', 'heldout=5', 'pool=10', 'teachers=bm25'])
+    assert '"decision"' in capsys.readouterr().out
+    log = json.loads((tmp_path / 'out' / 'domain_adapt.json').read_text())
+    assert [row['step'] for row in log['curve']] == [0, 1, 2] and log['config']['teachers'] == ['bm25']
+    assert (tmp_path / 'out' / 'model' / 'config.json').exists()
