@@ -19,33 +19,14 @@ Prints a table and writes benchmarks/results/capacity_probe.json (--output).
 import argparse
 import json
 import random
-import sys
 import tempfile
 import time
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / 'examples'))
-from domain_adaptation import load_collection  # noqa: E402
-
-
-def examples_for(topics, qrels, texts, bm25, negatives: int, depth: int, seed: int):
-    from pyterrier_lsr.train import Example
-    rng = random.Random(seed)
-    relevant = qrels[qrels['label'] > 0].groupby('qid')['docno'].apply(set).to_dict()
-    ranked = bm25(topics).groupby('qid')['docno'].apply(list).to_dict()
-    out = []
-    for qid, query in zip(topics['qid'], topics['query']):
-        pool = [d for d in ranked.get(qid, [])[:depth] if d not in relevant.get(qid, ())]
-        for docno in sorted(relevant.get(qid, ())):
-            if len(pool) >= negatives:
-                out.append(Example(query, texts[docno], [texts[d] for d in rng.sample(pool, negatives)]))
-    rng.shuffle(out)
-    return out
-
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('--dataset', default='irds:vaswani')
+    p.add_argument('--dataset', default='irds:vaswani', help='irds:<id> or a collection folder')
     p.add_argument('--model', default='splade-tiny')
     p.add_argument('--modes', nargs='+', choices=['cv', 'fit'], default=['cv', 'fit'])
     p.add_argument('--steps', type=int, default=150)
@@ -68,8 +49,10 @@ def main():
     from pyterrier.measures import nDCG
 
     from pyterrier_lsr import Splade
-    from pyterrier_lsr.train import TrainConfig, experiment_evaluator, train
-    corpus, topics, qrels = load_collection(args.dataset)
+    from pyterrier_lsr.collections import load_collection
+    from pyterrier_lsr.train import TrainConfig, experiment_evaluator, from_qrels, train
+    collection = load_collection(args.dataset)
+    corpus, topics, qrels = collection.corpus, collection.topics, collection.qrels
     texts = {d['docno']: d['text'] for d in corpus}
     order = list(topics['qid'])
     random.Random(args.seed).shuffle(order)
@@ -87,9 +70,10 @@ def main():
         for mode in args.modes:
             for fold, (train_topics, test_topics) in enumerate(runs[mode]):
                 splade = Splade.from_pretrained(resolve_model(args.model))
-                evaluate = experiment_evaluator(splade.tokenizer, corpus, test_topics, qrels, [nDCG @ 10], precision='bf16')
+                evaluate = experiment_evaluator(splade.tokenizer, corpus, test_topics, qrels, [nDCG @ 10],
+                                                precision='bf16')
                 before = evaluate(splade.model)['nDCG@10']
-                examples = examples_for(train_topics, qrels, texts, retriever, args.negatives, args.depth, args.seed)
+                examples = from_qrels(train_topics, qrels, texts, retriever, args.negatives, args.depth, args.seed)
                 start = time.time()
                 log = train(splade.model, splade.tokenizer, examples, f'{tmp}/{mode}{fold}', config)
                 seconds = time.time() - start

@@ -1,182 +1,59 @@
-"""Domain adaptation without the test queries: fine-tune a SPLADE model on a corpus with self-supervised pairs
-(pseudo-queries sampled from documents, BM25 hard negatives) and distillation from a teacher (MiniLM, BM25 or their
-z-score fusion), with the bundled training loop. The test queries are used only to report the curve.
+"""Domain adaptation without any query of the collection: ``pyterrier_lsr.train.domain_adapt``.
 
-    OMP_NUM_THREADS=1 python examples/domain_adaptation.py --irds-cache ../shared/ir_datasets   # Vaswani, SPLADE-tiny
-    python examples/domain_adaptation.py --dataset irds:antique/test --model splade-tiny --steps 600
+Pseudo-queries sampled from the corpus, candidates and teacher scores from BM25 and a dense bi-encoder (cached under
+--cache-dir), training with the bundled loop, checkpoint selection on held-out pseudo-queries and a never-worse guard
+(the starting model comes back when training does not beat it on them). The test topics are used only to report
+nDCG@10 of the starting and the returned model (--no-evaluate skips that).
 
-On a shared 2-core machine OMP_NUM_THREADS=1 was 2-3x faster per step than torch's default of 2 threads.
+    OMP_NUM_THREADS=1 python examples/domain_adaptation.py --collection irds:vaswani --irds-cache ../shared/ir_datasets
+    python examples/domain_adaptation.py --collection ../shared/collections/cisi --set steps=200 queries=keywords
 
-Training examples and each teacher's scores are cached as JSON under --cache-dir (default: the output folder), keyed
-by the settings that produce them, so later runs with other training settings skip the (MiniLM) scoring.
-
-Writes <output>/metrics.{csv,json} (loss parts, non-zeros, FLOPS, lr and nDCG@10 over steps) and <output>/result.json.
-The functions here are shared with examples/head_scale.py.
+Writes <output>/model (the returned model), <output>/domain_adapt.json (settings, held-out curve, decision) and
+<output>/result.json (with the test scores).
 """
 import argparse
-import hashlib
 import json
-import time
-from dataclasses import asdict
 from pathlib import Path
 
-from pyterrier_lsr.offline import resolve_model, use_irds_cache
 
-TEACHERS = {'none': [], 'bm25': ['bm25'], 'minilm': ['minilm'], 'fusion': ['bm25', 'minilm']}
-
-
-def load_collection(dataset_id: str):
-    """``corpus`` (list of ``docno, text`` dicts), topics and qrels of a PyTerrier dataset."""
-    import pyterrier as pt
-    dataset = pt.get_dataset(dataset_id)
-    corpus = [{'docno': d['docno'], 'text': d['text']} for d in dataset.get_corpus_iter(verbose=False)]
-    return corpus, dataset.get_topics(), dataset.get_qrels()
-
-
-def _cached(path: Path, compute):
-    """JSON value at ``path``, computed (and written) on first use."""
-    if path.exists():
-        return json.loads(path.read_text())
-    value = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(value))
-    return value
-
-
-def _key(settings: dict) -> str:
-    return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
-
-
-def prepare_examples(args, corpus) -> list:
-    """Self-supervised examples with the teacher's scores (``args.teacher_scale`` times the sum of each teacher's
-    per-query z-scores, as :class:`ZScoreFusion` computes them), cached under ``args.cache_dir``."""
-    import pyterrier_pisa
-
-    from pyterrier_lsr.train import (DenseScorer, Example, RetrieverScorer, ZScoreFusion, add_teacher_scores,
-                                     self_supervised)
-    cache = Path(args.cache_dir or args.output)
-    data_settings = {'dataset': args.dataset, 'negatives': args.negatives, 'depth': args.depth,
-                     'per_doc': args.per_doc, 'seed': args.seed}
-    key = _key(data_settings)
-    precision = args.teacher_precision
-    bm25_index = pyterrier_pisa.PisaIndex(str(cache / f'bm25-{_key({"dataset": args.dataset})}.pisa'), text_field='text')
-    if not bm25_index.built():
-        bm25_index.index(corpus)
-    examples = [Example(**ex) for ex in _cached(cache / f'examples-{key}.json', lambda: [asdict(ex) for ex in self_supervised(
-        corpus, num_negatives=args.negatives, depth=args.depth, seed=args.seed, per_doc=args.per_doc, bm25_index=bm25_index)])]
-    scorers = {'bm25': lambda: RetrieverScorer(bm25_index.bm25(), {d['docno']: d['text'] for d in corpus}),
-               'minilm': lambda: DenseScorer(resolve_model(args.dense_teacher), precision=precision)}
-    names = {'bm25': 'bm25', 'minilm': [args.dense_teacher, precision]}
-    total = None
-    for teacher in TEACHERS[args.teacher]:
-        z = _cached(cache / f'teacher-{key}-{_key({"teacher": names[teacher]})}.json',
-                    lambda: [ex.teacher for ex in add_teacher_scores(examples, ZScoreFusion([scorers[teacher]()]))])
-        total = z if total is None else [[a + b for a, b in zip(x, y)] for x, y in zip(total, z)]
-    if total is not None:
-        examples = [Example(ex.query, ex.positive, ex.negatives, [args.teacher_scale * s for s in scores])
-                    for ex, scores in zip(examples, total)]
-    return examples
-
-
-def train_config(args):
-    from pyterrier_lsr.train import TrainConfig
-    losses = dict(item.split('=') for item in args.losses.split(','))
-    multipliers = dict(item.rsplit('=', 1) for item in args.lr_multipliers.split(',') if item)
-    return TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_steps=args.steps // 10,
-                       lr_multipliers={k: float(v) for k, v in multipliers.items()},
-                       losses={k: float(v) for k, v in losses.items()}, lambda_q=args.lambda_q, lambda_d=args.lambda_d,
-                       flops_warmup_steps=args.steps // 3, doc_max_length=args.doc_max_length, bf16=args.bf16,
-                       seed=args.seed, eval_every=args.eval_every, log_every=args.log_every)
-
-
-def fine_tune(model, tokenizer, examples, corpus, topics, qrels, output: Path, args, prep_seconds: float = 0.) -> dict:
-    """Trains ``model`` (a :class:`SpladeModel`) on ``examples`` with the settings of ``args``, evaluating nDCG@10 on
-    ``topics``/``qrels`` along the way; writes and returns ``result.json``.
-
-    ``--query-side idf|learned`` trains an inference-free (doc-only) model: queries are a static table initialised
-    with the corpus idf (fixed, or learned jointly), FLOPS on documents only."""
-    from dataclasses import replace
-
-    from pyterrier.measures import nDCG
-
-    from pyterrier_lsr import IDFQueryEncoder, StaticQueryWeights
-    from pyterrier_lsr.train import experiment_evaluator, train
-    config, weights, query_side = train_config(args), None, None
-    if args.query_side != 'model':
-        idf = IDFQueryEncoder.from_corpus(tokenizer, [d['text'] for d in corpus])
-        weights = StaticQueryWeights(tokenizer, idf.weights, trainable=args.query_side == 'learned')
-        config = replace(config, lambda_q=0.)
-        query_side = weights.to_encoder
-    evaluate = (experiment_evaluator(tokenizer, corpus, topics, qrels, [nDCG @ 10], precision='bf16' if args.bf16 else 'fp32',
-                                     query_side=query_side) if args.evaluate else None)
-    zero_shot = evaluate(model) if evaluate is not None and args.zero_shot else None
-    train_start = time.time()
-    log = train(model, tokenizer, examples, output, config, evaluate=evaluate, query_encoder=weights,
-                extra_parameters=[weights.weight] if args.query_side == 'learned' else [])
-    result = {'args': vars(args), 'zero_shot': zero_shot, 'final': log[-1],
-              'prep_seconds': round(prep_seconds), 'train_seconds': round(time.time() - train_start),
-              'curve': [(row['step'], row['nDCG@10']) for row in log if 'nDCG@10' in row]}
-    (output / 'result.json').write_text(json.dumps(result, indent=1))
-    return result
-
-
-def run(args):
-    from pyterrier_lsr import Splade
-    corpus, topics, qrels = load_collection(args.dataset)
-    output = Path(args.output)
-    output.mkdir(parents=True, exist_ok=True)
-    start = time.time()
-    examples = prepare_examples(args, corpus)
-    splade = Splade.from_pretrained(resolve_model(args.model))
-    result = fine_tune(splade.model, splade.tokenizer, examples, corpus, topics, qrels, output, args,
-                       prep_seconds=time.time() - start)
-    print(json.dumps(result, indent=1))
-
-
-def parser(description: str = __doc__, steps: int = 250) -> argparse.ArgumentParser:
-    """Command-line settings of the data and the training (shared with examples/head_scale.py)."""
-    parser = argparse.ArgumentParser(description=description, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--dataset', default='irds:vaswani')
-    parser.add_argument('--model', default='splade-tiny')
-    parser.add_argument('--dense-teacher', default='all-MiniLM-L6-v2')
-    parser.add_argument('--teacher', choices=sorted(TEACHERS), default='fusion')
-    parser.add_argument('--teacher-precision', choices=['fp32', 'bf16'], default='fp32', help='of the dense teacher')
-    parser.add_argument('--teacher-scale', type=float, default=2.0, help='weight of each z-normalized teacher score')
-    parser.add_argument('--losses', default='infonce=1,kl=1')
-    parser.add_argument('--query-side', choices=['model', 'idf', 'learned'], default='model',
-                        help='queries through the model (SPLADE) or a static idf table, fixed or learned (doc-only)')
-    parser.add_argument('--steps', type=int, default=steps)
-    parser.add_argument('--batch-size', type=int, default=8)
-    parser.add_argument('--negatives', type=int, default=3)
-    parser.add_argument('--depth', type=int, default=30, help='BM25 depth negatives are sampled from')
-    parser.add_argument('--per-doc', type=int, default=1, help='pseudo-queries per document')
-    parser.add_argument('--lr', type=float, default=1e-4)
-    parser.add_argument('--lr-multipliers', default='', help='factors of --lr for parameters by name prefix, e.g. '
-                                                             'sae.=10,alpha=10 (SAE-SPLADE\'s SAE encoder and α)')
-    parser.add_argument('--lambda-q', type=float, default=1e-3)
-    parser.add_argument('--lambda-d', type=float, default=1e-3)
-    parser.add_argument('--doc-max-length', type=int, default=96)
-    parser.add_argument('--bf16', action=argparse.BooleanOptionalAction, default=True)
-    parser.add_argument('--eval-every', type=int, default=125)
-    parser.add_argument('--evaluate', action=argparse.BooleanOptionalAction, default=True,
-                        help='evaluate nDCG@10 on the test topics every --eval-every steps and at the end')
-    parser.add_argument('--log-every', type=int, default=10)
-    parser.add_argument('--zero-shot', action=argparse.BooleanOptionalAction, default=True,
-                        help='evaluate the model before training too')
-    parser.add_argument('--seed', type=int, default=0)
-    parser.add_argument('--output', default='runs/domain_adaptation')
-    parser.add_argument('--cache-dir', help='where examples, teacher scores and the BM25 index are cached '
-                                            '(default: --output)')
-    parser.add_argument('--irds-cache', help='a prepared ir_datasets cache (copied to a temporary folder)')
-    return parser
-
-
-def parse_args(parser: argparse.ArgumentParser):
-    args = parser.parse_args()
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--collection', default='irds:vaswani', help='irds:<id> or a folder (docs.jsonl, topics, qrels)')
+    p.add_argument('--model', default='splade-tiny')
+    p.add_argument('--set', nargs='*', default=[], metavar='NAME=VALUE',
+                   help='DomainConfig overrides, e.g. steps=200 queries=keywords candidates=teacher negatives=7')
+    p.add_argument('--output', default='runs/domain_adaptation')
+    p.add_argument('--cache-dir', help='BM25 index, dense embeddings and examples (default: <output>/cache)')
+    p.add_argument('--evaluate', action=argparse.BooleanOptionalAction, default=True,
+                   help='report test nDCG@10 of the starting and the returned model')
+    p.add_argument('--threads', type=int, default=1, help='torch threads (1 on a shared machine)')
+    p.add_argument('--irds-cache', help='a prepared ir_datasets cache (copied to a temporary folder)')
+    args = p.parse_args()
+    from pyterrier_lsr.offline import resolve_model, use_irds_cache
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
-    return args
+    import torch
+    torch.set_num_threads(args.threads)
+    from pyterrier.measures import nDCG
+
+    from pyterrier_lsr import Splade
+    from pyterrier_lsr.collections import load_collection
+    from pyterrier_lsr.train import domain_adapt, experiment_evaluator
+    from pyterrier_lsr.train.domain import config_from_overrides
+
+    collection = load_collection(args.collection)
+    splade = Splade.from_pretrained(resolve_model(args.model))
+    test = experiment_evaluator(splade.tokenizer, collection.corpus, collection.topics, collection.qrels, [nDCG @ 10])
+    zero_shot = test(splade.model)['nDCG@10'] if args.evaluate else None
+    config = config_from_overrides(dict(item.split('=', 1) for item in args.set))
+    _, log = domain_adapt(splade, collection.corpus, args.output, config, cache_dir=args.cache_dir)
+    adapted = (zero_shot if log['guard'] else test(splade.model)['nDCG@10']) if args.evaluate else None
+    result = {'collection': args.collection, 'model': args.model, 'zero_shot_nDCG@10': zero_shot,
+              'adapted_nDCG@10': adapted, **{k: log[k] for k in ('decision', 'selected_step', 'guard', 'start_score',
+                                                                 'best_score', 'curve', 'config')}}
+    (Path(args.output) / 'result.json').write_text(json.dumps(result, indent=1))
+    print(json.dumps({k: v for k, v in result.items() if k not in ('curve', 'config')}, indent=1))
 
 
 if __name__ == '__main__':
-    run(parse_args(parser()))
+    main()

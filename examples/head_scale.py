@@ -23,7 +23,8 @@ from pathlib import Path
 
 import torch
 
-from domain_adaptation import fine_tune, load_collection, parse_args, parser, prepare_examples
+from pyterrier_lsr.collections import load_collection
+from pyterrier_lsr.train.recipes import fine_tune, parse_args, parser, prepare_examples
 from pyterrier_lsr.offline import resolve_model
 
 VARIANTS = ('plain', 'x16', 'x16-rescaled')
@@ -78,7 +79,8 @@ def main():
     p.add_argument('--calibration-texts', type=int, default=256)
     p.add_argument('--plots', default='benchmarks/results/head_scale', help='prefix of the PNG plots')
     args = parse_args(p)
-    corpus, topics, qrels = load_collection(args.dataset)
+    collection = load_collection(args.dataset)
+    corpus, topics, qrels = collection.corpus, collection.topics, collection.qrels
     root = Path(args.output)
     start = time.time()
     examples = prepare_examples(args, corpus)

@@ -22,7 +22,8 @@ from pathlib import Path
 
 import numpy as np
 
-from domain_adaptation import fine_tune, load_collection, parse_args, parser, prepare_examples
+from pyterrier_lsr.collections import load_collection
+from pyterrier_lsr.train.recipes import fine_tune, parse_args, parser, prepare_examples
 from pyterrier_lsr.offline import resolve_model
 
 SYSTEMS = ('sae-splade', 'splade', 'sae-splade-stage1')
@@ -127,7 +128,8 @@ def main():
     args = parse_args(p)
     from pyterrier_lsr import SaeSplade, Splade
     from pyterrier_lsr.models.sae_splade import DEFAULT_ALPHA
-    corpus, topics, qrels = load_collection(args.dataset)
+    collection = load_collection(args.dataset)
+    corpus, topics, qrels = collection.corpus, collection.topics, collection.qrels
     root = Path(args.output)
     root.mkdir(parents=True, exist_ok=True)
     if args.time_indexes:

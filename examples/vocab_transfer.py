@@ -29,7 +29,8 @@ from pathlib import Path
 
 import torch
 
-from domain_adaptation import fine_tune, load_collection, parse_args, parser, prepare_examples
+from pyterrier_lsr.collections import load_collection
+from pyterrier_lsr.train.recipes import fine_tune, parse_args, parser, prepare_examples
 from pyterrier_lsr.offline import resolve_model
 
 DOMAIN_ARMS = ('original', 'extended')
@@ -220,7 +221,8 @@ def main():
                    '--bpe-vocab terms: the same size as the BPE vocabulary)')
     p.add_argument('--results', help='also write the summary to this JSON file')
     args = parse_args(p)
-    corpus, topics, qrels = load_collection(args.dataset)
+    collection = load_collection(args.dataset)
+    corpus, topics, qrels = collection.corpus, collection.topics, collection.qrels
     examples = prepare_examples(args, corpus)
     arms = args.arms or (DOMAIN_ARMS if args.experiment == 'domain' else BPE_ARMS)
     run = domain_arm if args.experiment == 'domain' else bpe_arm

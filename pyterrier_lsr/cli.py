@@ -47,6 +47,29 @@ def _load_examples(args):
     return data.from_dataframe(frame if args.limit is None else frame.head(args.limit))
 
 
+# --- domain-adapt: the corpus-only recipe of train/domain.py (self-contained block) ---
+def _domain_adapt_parser(sub):
+    da = sub.add_parser('domain-adapt', help='adapt a SPLADE model to a collection from its corpus alone '
+                        '(pseudo-queries, teacher, held-out selection, never-worse guard)')
+    da.add_argument('--model', required=True, help='HF masked-LM name or folder (or an offline name: splade-tiny)')
+    da.add_argument('--collection', required=True, help='irds:<id> or a folder with docs.jsonl (topics unused)')
+    da.add_argument('--output-dir', required=True, help='gets model/ (the selected model) and domain_adapt.json')
+    da.add_argument('--cache-dir', default=None, help='BM25 index, dense embeddings, examples (default: output/cache)')
+    da.add_argument('--set', nargs='*', default=[], metavar='NAME=VALUE',
+                    help='DomainConfig overrides, e.g. steps=300 queries=keywords losses=infonce:1+kl:1')
+
+
+def _domain_adapt(args):
+    from .collections import load_collection
+    from .encoders import Splade
+    from .offline import resolve_model
+    from .train.domain import config_from_overrides, domain_adapt
+    config = config_from_overrides(dict(item.split('=', 1) for item in args.set))
+    splade = Splade.from_pretrained(resolve_model(args.model))
+    _, log = domain_adapt(splade, load_collection(args.collection).corpus, args.output_dir, config, args.cache_dir)
+    print(json.dumps({k: log[k] for k in ('decision', 'selected_step', 'guard', 'start_score', 'best_score')}, indent=1))
+
+
 def main(argv=None):
     parser = argparse.ArgumentParser(prog='pyterrier-lsr')
     sub = parser.add_subparsers(dest='command', required=True)
@@ -64,10 +87,14 @@ def main(argv=None):
     rep = sub.add_parser('head-report', help='MLM-head norms and activation statistics on sample texts')
     rep.add_argument('--model', required=True)
     rep.add_argument('texts', nargs='+')
+    _domain_adapt_parser(sub)
     report = sub.add_parser('report', help='effectiveness vs cost report from a YAML config (see examples/)')
     report.add_argument('config')
     args = parser.parse_args(argv)
 
+    if args.command == 'domain-adapt':
+        _domain_adapt(args)
+        return
     if args.command == 'report':
         from .report import ConfigError, run_config
         try:

@@ -131,3 +131,22 @@ def add_teacher_scores(examples: Sequence[Example], scorer: pt.Transformer, batc
             raise ValueError(f'teacher returned no score for some candidates of example {i}')
         out.append(Example(ex.query, ex.positive, ex.negatives, teacher))
     return out
+
+
+def from_qrels(topics: pd.DataFrame, qrels: pd.DataFrame, texts: dict, retriever: pt.Transformer,
+               num_negatives: int = 3, depth: int = 30, seed: int = 0) -> List[Example]:
+    """Supervised examples from real queries: one per (topic, relevant document) pair (``label > 0``; relevant
+    documents in docno order), with ``num_negatives`` non-relevant documents sampled from the topic's ``retriever``
+    top ``depth`` (e.g. BM25). Topics with fewer non-relevant candidates than that are skipped; the examples are
+    shuffled (seeded). ``texts`` maps docno to text."""
+    rng = random.Random(seed)
+    relevant = qrels[qrels['label'] > 0].groupby('qid')['docno'].apply(set).to_dict()
+    ranked = retriever(topics[['qid', 'query']]).groupby('qid')['docno'].apply(list).to_dict()
+    out = []
+    for qid, query in zip(topics['qid'], topics['query']):
+        pool = [d for d in ranked.get(qid, [])[:depth] if d not in relevant.get(qid, ())]
+        for docno in sorted(relevant.get(qid, ())):
+            if len(pool) >= num_negatives:
+                out.append(Example(query, texts[docno], [texts[d] for d in rng.sample(pool, num_negatives)]))
+    rng.shuffle(out)
+    return out

@@ -54,4 +54,10 @@ def flops_weight(step: int, lam: float, warmup_steps: int) -> float:
     return lam * min(1., step / warmup_steps) ** 2
 
 
+def l2_drift(params: dict, initial: dict) -> torch.Tensor:
+    """``sum ||w - w0||^2`` over named parameters and their starting values (L2-SP: a pull toward the pre-trained
+    weights, so that fine-tuning on noisy self-supervised signal cannot wander far from the starting model)."""
+    return sum(((p - initial[name].to(p.dtype)) ** 2).sum() for name, p in params.items())
+
+
 LOSSES = {'infonce', 'margin_mse', 'kl'}

@@ -1,0 +1,113 @@
+"""Domain adaptation that transfers: ``train.domain_adapt`` arms on several collections, one change at a time.
+
+Each arm is a set of :class:`~pyterrier_lsr.train.DomainConfig` overrides on the library defaults; every arm of a
+collection starts from the same model. Selection uses held-out pseudo-queries only; the test topics are evaluated
+alongside (``--curve``: at every held-out evaluation step, otherwise only the start and the selected model) to show
+whether the selection signal tracks the test metric. The test topics never choose anything.
+
+    OMP_NUM_THREADS=1 python benchmarks/domain_adaptation.py --collections /work/shared/collections/cisi \\
+        --arms base: keywords:queries=keywords listwise:candidates=teacher,negatives=7 --curve
+
+Writes ``--output`` (JSON, rewritten after every run) and one PNG per collection next to it (held-out score and test
+nDCG@10 over steps, per arm); prints a table.
+"""
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def parse_arm(text: str):
+    name, _, overrides = text.partition(':')
+    return name, dict(item.split('=', 1) for item in overrides.split(',') if item)
+
+
+def plot(collection: str, runs: list, path: Path):
+    import matplotlib
+    matplotlib.use('Agg')
+    import matplotlib.pyplot as plt
+    fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
+    for run in runs:
+        steps = [row['step'] for row in run['curve']]
+        ax1.plot(steps, [row[run['select_on']] for row in run['curve']], marker='o', label=run['arm'])
+        if all('nDCG@10' in row for row in run['curve']):
+            ax2.plot(steps, [row['nDCG@10'] for row in run['curve']], marker='o', label=run['arm'])
+    ax1.set(title=f'{collection}: held-out pseudo-queries', xlabel='step', ylabel=runs[0]['select_on'])
+    ax2.set(title=f'{collection}: test topics (not used for selection)', xlabel='step', ylabel='nDCG@10')
+    for ax in (ax1, ax2):
+        ax.legend(fontsize=8)
+        ax.grid(alpha=.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=100)
+    plt.close(fig)
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--collections', nargs='+', default=['irds:vaswani', '/work/shared/collections/cisi'])
+    p.add_argument('--model', default='splade-tiny')
+    p.add_argument('--arms', nargs='+', default=['base:'], help='name:key=value,... (DomainConfig overrides)')
+    p.add_argument('--curve', action=argparse.BooleanOptionalAction, default=True,
+                   help='evaluate the test topics at every held-out evaluation (costly on large corpora)')
+    p.add_argument('--runs', default='runs/domain_adapt', help='output folders of the runs')
+    p.add_argument('--cache-dir', default='runs/domain_adapt_cache')
+    p.add_argument('--output', default='benchmarks/results/domain_adaptation_transfer.json')
+    p.add_argument('--threads', type=int, default=1)
+    p.add_argument('--irds-cache')
+    args = p.parse_args()
+    from pyterrier_lsr.offline import resolve_model, use_irds_cache
+    if args.irds_cache:
+        use_irds_cache(args.irds_cache)
+    import torch
+    torch.set_num_threads(args.threads)
+    from pyterrier.measures import nDCG
+
+    from pyterrier_lsr import Splade
+    from pyterrier_lsr.collections import load_collection
+    from pyterrier_lsr.train import domain_adapt, experiment_evaluator
+    from pyterrier_lsr.train.domain import config_from_overrides
+
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    results = json.loads(output.read_text()) if output.exists() else {'runs': []}
+    for spec in args.collections:
+        collection = load_collection(spec)
+        for arm, overrides in map(parse_arm, args.arms):
+            config = config_from_overrides(overrides)
+            splade = Splade.from_pretrained(resolve_model(args.model))
+            test = experiment_evaluator(splade.tokenizer, collection.corpus, collection.topics, collection.qrels,
+                                        [nDCG @ 10])
+            start = time.time()
+            zero_shot = None if args.curve else test(splade.model)['nDCG@10']
+            _, log = domain_adapt(splade, collection.corpus, Path(args.runs) / collection.name / arm, config,
+                                  cache_dir=Path(args.cache_dir) / collection.name, report=test if args.curve else None)
+            at = {row['step']: row for row in log['curve']}
+            if args.curve:
+                zero_shot, adapted = at[0]['nDCG@10'], at[log['selected_step']]['nDCG@10']
+            else:
+                adapted = zero_shot if log['guard'] else test(splade.model)['nDCG@10']
+            run = {'collection': collection.name, 'arm': arm, 'overrides': overrides, 'zero_shot': zero_shot,
+                   'adapted': adapted, 'select_on': config.select_on, 'heldout_start': log['start_score'],
+                   'heldout_best': log['best_score'], 'selected_step': log['selected_step'], 'guard': log['guard'],
+                   'decision': log['decision'], 'curve': log['curve'], 'examples': log['examples'],
+                   'prep_seconds': log['prep_seconds'], 'train_seconds': log['train_seconds'],
+                   'wall_seconds': round(time.time() - start), 'config': log['config'],
+                   'date': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}
+            results['runs'] = [r for r in results['runs'] if (r['collection'], r['arm']) != (collection.name, arm)]
+            results['runs'].append(run)
+            tmp = output.with_name(output.name + '.tmp')
+            tmp.write_text(json.dumps(results, indent=1))
+            tmp.replace(output)
+            print(json.dumps({k: v for k, v in run.items() if k not in ('curve', 'config')}), flush=True)
+            plot(collection.name, [r for r in results['runs'] if r['collection'] == collection.name],
+                 output.with_name(f'{output.stem}_{collection.name}.png'))
+    print('| collection | arm | held-out start | held-out best (step) | guard | zero-shot nDCG@10 | adapted | delta |')
+    print('|---|---|---:|---:|---|---:|---:|---:|')
+    for r in results['runs']:
+        print(f"| {r['collection']} | {r['arm']} | {r['heldout_start']:.3f} | {r['heldout_best']:.3f} "
+              f"({r['selected_step']}) | {'yes' if r['guard'] else 'no'} | {r['zero_shot']:.3f} | {r['adapted']:.3f} | "
+              f"{r['adapted'] - r['zero_shot']:+.3f} |")
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,391 @@
+"""Domain adaptation from a corpus alone: ``domain_adapt(splade, corpus, output_dir, DomainConfig(...))``.
+
+The recipe: pseudo-queries sampled from documents (sentence windows or high-idf keywords), candidates from BM25 and a
+dense bi-encoder over the whole corpus, teacher scores = ``teacher_scale`` x the sum of per-candidate-list z-scores of
+BM25 and the dense cosine (the fusion that beat either alone on Vaswani), training with the bundled loop
+(:func:`~pyterrier_lsr.train.loop.run_loop`), and selection on held-out pseudo-queries: every ``eval_every`` steps the
+student re-ranks each held-out query's pool (the teacher's top ``heldout_pool`` documents) and is scored against the
+teacher's ranking. The best step's weights are kept; if no step beats the starting model by more than ``min_gain``
+(the never-worse guard), the starting weights are restored and the log says so. No test query is ever used.
+
+Everything that costs time is cached under ``cache_dir`` as JSON / npz (never pickle): a PISA BM25 index and the
+dense document embeddings per corpus, and the examples with their teacher scores per data setting, so a second call
+with other training settings goes straight to training.
+"""
+import hashlib
+import json
+import math
+import os
+import random
+import re
+import time
+from collections import Counter
+from collections.abc import Callable, Sequence
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import torch
+
+from ..encoding import is_blank
+from . import losses as L
+from .data import Example, pseudo_query
+from .loop import TrainConfig, _batches, batch_loss, bf16_autocast, run_loop
+
+QUERY_KINDS = ('sentence', 'keywords', 'mixed')
+CANDIDATES = ('bm25', 'teacher')
+HEAD_PREFIX = 'mlm.cls.'  # the MLM head (transform + output bias) of a SpladeModel; the decoder is tied to embeddings
+
+
+@dataclass
+class DomainConfig:
+    """Settings of :func:`domain_adapt` (the defaults are the recipe chosen on held-out pseudo-queries)."""
+    steps: int = 120
+    batch_size: int = 8
+    lr: float = 1e-4
+    head_lr: float = 1.0               # factor of lr for the MLM head (HEAD_PREFIX parameters)
+    anchor: float = 0.0                # weight of the L2 pull to the starting weights (sum of squared drifts)
+    losses: dict[str, float] = field(default_factory=lambda: {'infonce': 1.0, 'kl': 1.0})
+    lambda_q: float = 1e-3
+    lambda_d: float = 1e-3
+    doc_max_length: int = 96
+    bf16: bool = False                 # bf16 autocast: faster with AMX/avx512_bf16, ~10x slower without
+    queries: str = 'sentence'          # pseudo-queries: sentence windows, high-idf keywords, or alternating
+    per_doc: int = 1                   # pseudo-queries per sampled document
+    candidates: str = 'bm25'           # 'bm25': negatives sampled from BM25's top `depth`; 'teacher': teacher's top
+    negatives: int = 3                 # candidates per example = 1 + negatives
+    depth: int = 30
+    pool: int = 50                     # BM25 and dense top-`pool` per query form the teacher's candidate pool
+    teachers: tuple[str, ...] = ('bm25', 'dense')
+    dense_teacher: str = 'all-MiniLM-L6-v2'
+    teacher_scale: float = 2.0
+    heldout: int = 60                  # held-out pseudo-queries (from documents no training query comes from)
+    heldout_pool: int = 10
+    eval_every: int = 40
+    select_on: str = 'heldout_ndcg'    # or 'heldout_mrr' (the source document's reciprocal rank)
+    min_gain: float = 0.0              # the adapted model must beat the start by more than this on `select_on`
+    seed: int = 0
+
+    def __post_init__(self):
+        if self.queries not in QUERY_KINDS:
+            raise ValueError(f'queries must be one of {QUERY_KINDS}, got {self.queries!r}')
+        if self.candidates not in CANDIDATES:
+            raise ValueError(f'candidates must be one of {CANDIDATES}, got {self.candidates!r}')
+        if not set(self.teachers) <= {'bm25', 'dense'} or not self.teachers:
+            raise ValueError(f"teachers must be a non-empty subset of ('bm25', 'dense'), got {self.teachers}")
+        if self.select_on not in ('heldout_ndcg', 'heldout_mrr'):
+            raise ValueError(f'select_on must be heldout_ndcg or heldout_mrr, got {self.select_on!r}')
+        self.teachers = tuple(self.teachers)
+
+    def train_config(self) -> TrainConfig:
+        return TrainConfig(steps=self.steps, batch_size=self.batch_size, lr=self.lr, warmup_steps=self.steps // 10,
+                           lr_multipliers={HEAD_PREFIX: self.head_lr} if self.head_lr != 1.0 else {},
+                           losses=dict(self.losses), lambda_q=self.lambda_q, lambda_d=self.lambda_d,
+                           flops_warmup_steps=self.steps // 3, doc_max_length=self.doc_max_length, bf16=self.bf16,
+                           seed=self.seed, log_every=10, eval_every=self.eval_every)
+
+
+def _key(value) -> str:
+    return hashlib.sha1(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
+
+
+def _write_json(path: Path, value):
+    tmp = path.with_name(path.name + '.tmp')
+    tmp.write_text(json.dumps(value))
+    os.replace(tmp, path)
+
+
+_WORD = re.compile(r'[a-z][a-z0-9-]{2,}')
+
+
+def document_frequencies(texts: Sequence[str]) -> Counter:
+    return Counter(w for text in texts for w in set(_WORD.findall(text.lower())))
+
+
+def keyword_query(text: str, df: Counter, num_docs: int, rng: random.Random, min_words: int = 2,
+                  max_words: int = 5) -> str:
+    """A keyword pseudo-query: ``min_words..max_words`` distinct words of ``text`` drawn with probability proportional
+    to tf x idf², kept in document order (so frequent, uninformative words are rarely drawn)."""
+    words = _WORD.findall(text.lower())
+    tf = Counter(words)
+    if not tf:
+        return pseudo_query(text, rng)
+    vocab = list(tf)
+    weights = [tf[w] * math.log(1 + num_docs / df.get(w, 1)) ** 2 for w in vocab]
+    k = min(len(vocab), rng.randint(min_words, max_words))
+    chosen = set()
+    while len(chosen) < k:
+        chosen.add(rng.choices(vocab, weights)[0])
+    first = {}
+    for i, w in enumerate(words):
+        first.setdefault(w, i)
+    return ' '.join(sorted(chosen, key=first.get))
+
+
+def make_queries(docs: dict[str, str], docnos: Sequence[str], kind: str, per_doc: int, rng: random.Random,
+                 df: Counter) -> list[dict]:
+    """``per_doc`` pseudo-queries for each of ``docnos`` (``mixed`` alternates sentence and keyword queries)."""
+    out = []
+    for docno in docnos:
+        for i in range(per_doc):
+            style = kind if kind != 'mixed' else ('sentence', 'keywords')[(len(out)) % 2]
+            text = (pseudo_query(docs[docno], rng) if style == 'sentence'
+                    else keyword_query(docs[docno], df, len(docs), rng))
+            if not is_blank(text):
+                out.append({'qid': f'{docno}/{i}', 'query': text, 'pos': docno})
+    return out
+
+
+class _Teacher:
+    """BM25 (PISA) and dense (bi-encoder cosine) scores of pseudo-queries against the whole corpus, both cached."""
+
+    def __init__(self, docs: dict[str, str], cache: Path, config: DomainConfig, corpus_key: str, verbose: bool):
+        self.docs, self.config, self.verbose = docs, config, verbose
+        self.docnos = list(docs)
+        self.row = {d: i for i, d in enumerate(self.docnos)}
+        self.cache, self.corpus_key = cache, corpus_key
+        self._bm25 = self._dense = self._doc_emb = None
+
+    def bm25(self):
+        if self._bm25 is None:
+            import pyterrier_pisa
+            index = pyterrier_pisa.PisaIndex(str(self.cache / f'bm25-{self.corpus_key}.pisa'), text_field='text')
+            if not index.built():
+                index.index({'docno': d, 'text': t} for d, t in self.docs.items())
+            self._bm25 = index
+        return self._bm25
+
+    def dense(self):
+        if self._dense is None:
+            from ..offline import resolve_model
+            from .teachers import DenseScorer
+            self._dense = DenseScorer(resolve_model(self.config.dense_teacher))
+            path = self.cache / f'dense-{_key([self.config.dense_teacher, self.corpus_key])}.npz'
+            if path.exists():
+                self._doc_emb = np.load(path)['embeddings']
+            else:
+                self._doc_emb = self._dense.embed([self.docs[d] for d in self.docnos]).astype(np.float32)
+                tmp = path.with_name(path.stem + '.tmp.npz')
+                np.savez(tmp, embeddings=self._doc_emb)
+                os.replace(tmp, path)
+        return self._dense
+
+    def pools(self, queries: list[dict], depth: int) -> list[dict[str, dict[str, float]]]:
+        """Per query: ``{docno: {'bm25': s, 'dense': s}}`` over the union of each teacher's top ``depth`` and the
+        source document. A candidate outside BM25's top ``depth`` gets BM25 score 0."""
+        frame = pd.DataFrame({'qid': [q['qid'] for q in queries], 'query': [q['query'] for q in queries]})
+        pools = [{q['pos']: {}} for q in queries]
+        bm25 = {}
+        if 'bm25' in self.config.teachers or self.config.candidates == 'bm25':
+            res = self.bm25().bm25(num_results=depth, verbose=self.verbose)(frame)
+            for qid, docno, score in zip(res['qid'], res['docno'], res['score']):
+                bm25.setdefault(qid, {})[docno] = float(score)
+            for pool, q in zip(pools, queries):
+                pool.update({d: {} for d in bm25.get(q['qid'], {})})
+        if 'dense' in self.config.teachers:
+            q_emb = self.dense().embed([q['query'] for q in queries])
+            sims = q_emb @ self._doc_emb.T
+            top = np.argsort(-sims, axis=1)[:, :depth]
+            for i, pool in enumerate(pools):
+                pool.update({self.docnos[j]: {} for j in top[i]})
+                for d, scores in pool.items():
+                    scores['dense'] = float(sims[i, self.row[d]])
+        for pool, q in zip(pools, queries):
+            for d, scores in pool.items():
+                if 'bm25' in self.config.teachers:
+                    scores['bm25'] = bm25.get(q['qid'], {}).get(d, 0.)
+        return pools, bm25
+
+
+def _zsum(components: list[dict[str, float]], teachers: Sequence[str]) -> np.ndarray:
+    """Sum over teachers of the z-scores within this candidate list (as :class:`ZScoreFusion` computes them)."""
+    total = np.zeros(len(components))
+    for t in teachers:
+        s = np.array([c[t] for c in components])
+        std = s.std(ddof=1) if len(s) > 1 else 0.
+        total += (s - s.mean()) / (std if std > 0 else 1.)
+    return total
+
+
+def build_data(docs: dict[str, str], cache: Path, config: DomainConfig, verbose: bool = True) -> tuple[dict, bool]:
+    """Training examples (with teacher scores) and held-out queries (with their pools and teacher ranks),
+    cached as JSON under ``cache`` keyed by every setting that produces them; returns (data, cache_hit)."""
+    corpus_key = _key([len(docs), hashlib.sha1('\n'.join(f'{d}\t{t}' for d, t in docs.items()).encode()).hexdigest()])
+    settings = {k: getattr(config, k) for k in ('steps', 'batch_size', 'queries', 'per_doc', 'candidates', 'negatives',
+                                                 'depth', 'pool', 'teachers', 'dense_teacher', 'teacher_scale',
+                                                 'heldout', 'heldout_pool', 'seed')}
+    settings['teachers'] = list(settings['teachers'])
+    path = cache / f'domain-data-{_key([corpus_key, settings])}.json'
+    if path.exists():
+        return json.loads(path.read_text()), True
+    cache.mkdir(parents=True, exist_ok=True)
+    rng = random.Random(config.seed)
+    docnos = list(docs)
+    rng.shuffle(docnos)
+    heldout_docs = docnos[:config.heldout]
+    wanted = math.ceil(config.steps * config.batch_size / config.per_doc)
+    train_docs = docnos[config.heldout:config.heldout + wanted]
+    if len(train_docs) < 2 or len(train_docs) * config.per_doc < config.batch_size:
+        raise ValueError(f'corpus of {len(docs)} documents is too small for {config.heldout} held-out queries '
+                         f'and batches of {config.batch_size}')
+    df = document_frequencies(docs.values())
+    teacher = _Teacher(docs, cache, config, corpus_key, verbose)
+    # the held-out queries are the same for every training setting (mixed styles), so arms compare on one yardstick
+    heldout_q = make_queries(docs, heldout_docs, 'mixed', 1, random.Random(config.seed + 1), df)
+    train_q = make_queries(docs, train_docs, config.queries, config.per_doc, rng, df)
+    heldout = []
+    pools, _ = teacher.pools(heldout_q, config.pool)
+    for q, pool in zip(heldout_q, pools):
+        ranked = sorted(pool, key=dict(zip(pool, _zsum(list(pool.values()), config.teachers))).get, reverse=True)
+        heldout.append({'query': q['query'], 'pos': q['pos'], 'ranked': ranked[:config.heldout_pool]})
+    examples = []
+    pools, bm25 = teacher.pools(train_q, max(config.pool, config.depth))
+    for q, pool in zip(train_q, pools):
+        pos_text = docs[q['pos']]
+        others = [d for d in pool if d != q['pos'] and docs[d] != pos_text]
+        if config.candidates == 'bm25':
+            retrieved = bm25.get(q['qid'], {})
+            ranked = [d for d in sorted(retrieved, key=retrieved.get, reverse=True) if d in others][:config.depth]
+            negatives = rng.sample(ranked, min(config.negatives, len(ranked)))
+        else:
+            z = dict(zip(others, _zsum([pool[d] for d in others], config.teachers)))
+            negatives = sorted(others, key=z.get, reverse=True)[:config.negatives]
+        if len(negatives) < config.negatives:
+            continue
+        cands = [q['pos']] + negatives
+        scores = config.teacher_scale * _zsum([pool[d] for d in cands], config.teachers)
+        examples.append({'query': q['query'], 'pos': q['pos'], 'negatives': negatives, 'teacher': scores.tolist()})
+    data = {'settings': settings, 'examples': examples, 'heldout': heldout}
+    _write_json(path, data)
+    return data, False
+
+
+@torch.inference_mode()
+def _vectors(model, tokenizer, texts: list[str], max_length: int, bf16: bool, batch_size: int = 64) -> torch.Tensor:
+    device = next(model.parameters()).device
+    out = []
+    with bf16_autocast(device, bf16):
+        for start in range(0, len(texts), batch_size):
+            inputs = tokenizer(texts[start:start + batch_size], truncation=True, max_length=max_length, padding=True,
+                               return_tensors='pt')
+            out.append(model(inputs['input_ids'].to(device), inputs['attention_mask'].to(device)).float().to_sparse())
+    return torch.cat(out)
+
+
+def heldout_scores(model, tokenizer, heldout: list[dict], docs: dict[str, str], config: DomainConfig
+                   ) -> dict[str, float]:
+    """The student re-ranks each held-out query's pool. ``heldout_ndcg``: nDCG@10 against the teacher's ranking (the
+    teacher's rank r < 10 has gain 10 - r); ``heldout_mrr``: reciprocal rank of the query's source document (0 when
+    it is not in the pool)."""
+    was_training = model.training
+    model.eval()
+    try:
+        unique = sorted({d for h in heldout for d in h['ranked']})
+        col = {d: i for i, d in enumerate(unique)}
+        dvec = _vectors(model, tokenizer, [docs[d] for d in unique], config.doc_max_length, config.bf16)
+        qvec = _vectors(model, tokenizer, [h['query'] for h in heldout], TrainConfig.query_max_length, config.bf16)
+        scores = torch.sparse.mm(dvec, qvec.to_dense().t()).t()
+    finally:
+        if was_training:
+            model.train()
+    ideal = sum((10 - r) / math.log2(r + 2) for r in range(10))
+    ndcg, mrr = [], []
+    for i, h in enumerate(heldout):
+        s = scores[i, [col[d] for d in h['ranked']]].tolist()
+        order = sorted(range(len(s)), key=lambda j: (-s[j], j))
+        gains = [max(0, 10 - j) for j in order[:10]]
+        ndcg.append(sum(g / math.log2(r + 2) for r, g in enumerate(gains)) / ideal)
+        rank = [h['ranked'][j] for j in order].index(h['pos']) if h['pos'] in h['ranked'] else None
+        mrr.append(0. if rank is None else 1. / (rank + 1))
+    return {'heldout_ndcg': float(np.mean(ndcg)), 'heldout_mrr': float(np.mean(mrr))}
+
+
+def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None, cache_dir=None,
+                 report: Callable[[torch.nn.Module], dict[str, float]] | None = None, verbose: bool = True):
+    """Adapts ``splade`` (a :class:`~pyterrier_lsr.Splade`, trained in place) to ``corpus`` (``docno, text`` dicts)
+    and returns ``(splade, log)``: the selected weights (the starting ones if the never-worse guard fired) and a dict
+    with the settings, the held-out curve, the selected step, the guard's decision and timings (also written to
+    ``output_dir/domain_adapt.json``; the selected model is saved to ``output_dir/model``).
+
+    ``report`` (optional, e.g. :func:`~pyterrier_lsr.train.experiment_evaluator` on test topics) is called at the same
+    steps as the held-out evaluation and logged next to it; it never influences the selection.
+    """
+    config = config or DomainConfig()
+    output_dir = Path(output_dir)
+    cache = Path(cache_dir) if cache_dir is not None else output_dir / 'cache'
+    cache.mkdir(parents=True, exist_ok=True)
+    docs = {str(d['docno']): d['text'] for d in corpus if not is_blank(d.get('text'))}
+    start_time = time.time()
+    data, cache_hit = build_data(docs, cache, config, verbose)
+    examples = [Example(e['query'], docs[e['pos']], [docs[d] for d in e['negatives']], e['teacher'])
+                for e in data['examples']]
+    prep_seconds = time.time() - start_time
+    model, tokenizer = splade.model, splade.tokenizer
+    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    train_config = config.train_config()
+    curve, best = [], {'score': None, 'step': 0, 'state': None}
+    step_counter = {'step': 0}
+
+    def evaluate(m):
+        scores = heldout_scores(m, tokenizer, data['heldout'], docs, config)
+        if report is not None:
+            scores.update(report(m))
+        step = step_counter['step']
+        curve.append({'step': step, **scores})
+        if best['score'] is None or scores[config.select_on] > best['score']:
+            if step > 0:
+                best['state'] = {k: v.detach().clone() for k, v in m.state_dict().items()}
+            best.update(score=scores[config.select_on], step=step)
+        return scores
+
+    start_score = evaluate(model)[config.select_on]
+    params = {name: p for name, p in model.named_parameters() if p.requires_grad}
+
+    def loss_fn(batch, step):
+        step_counter['step'] = step + 1  # run_loop evaluates after the optimizer step that makes `step + 1`
+        loss, logs = batch_loss(model, tokenizer, batch, train_config, step)
+        if config.anchor:
+            drift = L.l2_drift(params, initial)
+            loss = loss + config.anchor * drift
+            logs.update(loss=loss.item(), drift=drift.item())
+        return loss, logs
+
+    train_start = time.time()
+    train_log = run_loop(model, loss_fn, _batches(examples, config.batch_size, config.seed), output_dir / 'train',
+                         train_config, tokenizer=tokenizer, evaluate=evaluate, verbose=verbose)
+    train_seconds = time.time() - train_start
+    improved = best['step'] > 0 and best['score'] > start_score + config.min_gain
+    model.load_state_dict(best['state'] if improved else initial)
+    model.eval()
+    decision = (f"step {best['step']}: {config.select_on} {best['score']:.4f} > start {start_score:.4f}" if improved
+                else f"never-worse guard: no step beat the starting model's {config.select_on} {start_score:.4f} "
+                     f"by more than {config.min_gain}; returning the starting model")
+    log = {'config': asdict(config), 'examples': len(examples), 'heldout_queries': len(data['heldout']),
+           'cache_hit': cache_hit, 'curve': curve, 'start_score': start_score, 'best_score': best['score'],
+           'selected_step': best['step'] if improved else 0, 'guard': not improved, 'decision': decision,
+           'prep_seconds': round(prep_seconds, 1), 'train_seconds': round(train_seconds, 1),
+           'train_log': train_log}
+    splade.save_pretrained(str(output_dir / 'model'))
+    _write_json(output_dir / 'domain_adapt.json', log)
+    if verbose:
+        print(decision)
+    return splade, log
+
+
+def config_from_overrides(overrides: dict[str, str], base: DomainConfig | None = None) -> DomainConfig:
+    """A :class:`DomainConfig` from ``name=value`` strings (CLI and scripts): numbers, booleans, ``losses`` as
+    ``infonce:1+kl:1`` and ``teachers`` as ``bm25+dense``."""
+    base = base or DomainConfig()
+    values = {}
+    for name, text in overrides.items():
+        current = getattr(base, name)
+        if name == 'losses':
+            values[name] = {k: float(v) for k, v in (item.split(':') for item in text.split('+'))}
+        elif name == 'teachers':
+            values[name] = tuple(text.split('+'))
+        elif isinstance(current, bool):
+            values[name] = text.lower() in ('1', 'true', 'yes')
+        else:
+            values[name] = type(current)(text)
+    return replace(base, **values)

@@ -1,0 +1,121 @@
+import json
+
+import pandas as pd
+import pytest
+import torch
+
+from pyterrier_lsr.train import (
+    DomainConfig,
+    Example,
+    domain_adapt,
+    from_qrels,
+    keyword_query,
+)
+from pyterrier_lsr.train import domain as domain_module
+
+WORDS = ('nuclear reactor physics electron density ionosphere transistor amplifier measurement dielectric constant '
+         'liquids radio wave noise circuit').split()
+
+
+@pytest.fixture
+def corpus():
+    import random
+    rng = random.Random(0)
+    return [{'docno': f'd{i}', 'text': '. '.join(' '.join(rng.sample(WORDS, 6)) for _ in range(3)) + '.'}
+            for i in range(60)]
+
+
+def _splade(tiny):
+    from pyterrier_lsr import Splade
+    model, tokenizer = tiny
+    return Splade(model, tokenizer, device='cpu')
+
+
+def _config(**kw):
+    return DomainConfig(**{'steps': 4, 'batch_size': 4, 'eval_every': 2, 'heldout': 10, 'heldout_pool': 5, 'pool': 10,
+                           'teachers': ('bm25',), 'lr': 1e-2, 'bf16': False, **kw})
+
+
+def _weights(model):
+    return {k: v.detach().clone() for k, v in model.state_dict().items()}
+
+
+def test_guard_returns_starting_model_and_cache_is_reused(tiny, corpus, tmp_path, monkeypatch):
+    splade = _splade(tiny)
+    start = _weights(splade.model)
+    model, log = domain_adapt(splade, corpus, tmp_path / 'a', _config(min_gain=10.), verbose=False)
+    assert log['guard'] and log['selected_step'] == 0 and 'never-worse guard' in log['decision']
+    assert [row['step'] for row in log['curve']] == [0, 2, 4]
+    assert not log['cache_hit']
+    # training did move the weights, and the guard put the starting ones back
+    assert all(torch.equal(v, start[k]) for k, v in model.model.state_dict().items())
+    assert json.loads((tmp_path / 'a' / 'domain_adapt.json').read_text())['guard']
+
+    def no_teacher(*args, **kwargs):
+        raise AssertionError('teacher rebuilt although its scores are cached')
+    monkeypatch.setattr(domain_module, '_Teacher', no_teacher)
+    _, log2 = domain_adapt(_splade(tiny), corpus, tmp_path / 'b', _config(min_gain=10., lr=1e-3),
+                           cache_dir=tmp_path / 'a' / 'cache', verbose=False)
+    assert log2['cache_hit'] and log2['examples'] == log['examples']
+
+
+def test_heldout_selection_picks_best_step(tiny, corpus, tmp_path, monkeypatch):
+    scripted = iter([0.2, 0.1, 0.5, 0.3, 0.4])   # steps 0, 2, 4, 6, 8: step 4 is best
+    seen = {}
+
+    def fake_scores(model, tokenizer, heldout, docs, config):
+        step = len(seen) * 2
+        seen[step] = _weights(model)
+        score = next(scripted)
+        return {'heldout_ndcg': score, 'heldout_mrr': score}
+    monkeypatch.setattr(domain_module, 'heldout_scores', fake_scores)
+    model, log = domain_adapt(_splade(tiny), corpus, tmp_path / 'run', _config(steps=8), verbose=False)
+    assert not log['guard'] and log['selected_step'] == 4 and log['best_score'] == 0.5
+    final = model.model.state_dict()
+    assert all(torch.equal(v, seen[4][k]) for k, v in final.items())
+    assert not all(torch.equal(v, seen[8][k]) for k, v in final.items())
+    assert (tmp_path / 'run' / 'model' / 'config.json').exists()
+
+
+def test_heldout_scores_and_keyword_queries(tiny, corpus):
+    import random
+    from collections import Counter
+    splade = _splade(tiny)
+    docs = {d['docno']: d['text'] for d in corpus}
+    heldout = [{'query': 'reactor physics', 'pos': 'd1', 'ranked': ['d1', 'd2', 'd3']},
+               {'query': 'radio noise', 'pos': 'd9', 'ranked': ['d4', 'd5']}]
+    s = domain_module.heldout_scores(splade.model, splade.tokenizer, heldout, docs, _config())
+    assert 0 < s['heldout_ndcg'] <= 1 and 0 < s['heldout_mrr'] <= 0.5  # d9 is not in its pool: RR 0
+    df = Counter({'the': 60, 'reactor': 1, 'physics': 1})
+    words = {keyword_query('the reactor the physics the', df, 60, random.Random(i), 1, 2) for i in range(20)}
+    assert words <= {'reactor', 'physics', 'reactor physics', 'the', 'the reactor', 'the physics'}
+    assert 'reactor physics' in words
+
+
+def test_from_qrels_by_hand():
+    import pyterrier as pt
+    topics = pd.DataFrame({'qid': ['1', '2'], 'query': ['a', 'b']})
+    qrels = pd.DataFrame({'qid': ['1', '1', '1', '2'], 'docno': ['x', 'y', 'n1', 'z'], 'label': [1, 2, 0, 1]})
+    texts = {d: f'text {d}' for d in ['x', 'y', 'z', 'n1', 'n2', 'n3']}
+    run = pd.DataFrame({'qid': ['1'] * 4 + ['2'], 'docno': ['x', 'n1', 'n2', 'y', 'n3'], 'score': [4., 3, 2, 1, 1]})
+    retriever = pt.Transformer.from_df(run)
+    out = from_qrels(topics, qrels, texts, retriever, num_negatives=2, depth=3)
+    # topic 1: relevant x and y; non-relevant pool in its top 3 = n1, n2. Topic 2: one candidate only -> skipped
+    assert sorted(ex.positive for ex in out) == ['text x', 'text y']
+    assert all(sorted(ex.negatives) == ['text n1', 'text n2'] and ex.query == 'a' for ex in out)
+    assert all(isinstance(ex, Example) for ex in out)
+
+
+def test_cli_domain_adapt_on_a_folder(corpus, tmp_path, capsys):
+    from pyterrier_lsr.cli import main
+    folder = tmp_path / 'coll'
+    folder.mkdir()
+    (folder / 'docs.jsonl').write_text(''.join(json.dumps(d) + '\n' for d in corpus))
+    (folder / 'topics.tsv').write_text('1\treactor\n')
+    (folder / 'qrels.txt').write_text('1 0 d1 1\n')
+    main(['domain-adapt', '--model', 'splade-tiny', '--collection', str(folder), '--output-dir', str(tmp_path / 'out'),
+          '--set', 'steps=2', 'batch_size=4', 'eval_every=1', 'heldout=5', 'pool=10', 'teachers=bm25'])
+    assert '"decision"' in capsys.readouterr().out
+    log = json.loads((tmp_path / 'out' / 'domain_adapt.json').read_text())
+    assert [row['step'] for row in log['curve']] == [0, 1, 2] and log['config']['teachers'] == ['bm25']
+    assert (tmp_path / 'out' / 'model' / 'config.json').exists()
