@@ -308,6 +308,19 @@ class MaxSimIndex:
         """Re-ranks ``qid, query, docno`` (docnos of this store) by exact MaxSim from the stored vectors."""
         return _StoredScorer(self)
 
+    def rescore(self, frame: pd.DataFrame, keys: pd.Series, queries: Dict[str, torch.Tensor]) -> pd.DataFrame:
+        """``frame`` (with ``qid``, ``docno`` of this store) scored by exact MaxSim and ranked; row ``i``'s query
+        embeddings are ``queries[keys[i]]`` (keys: query texts, or qids when the embeddings are at hand)."""
+        docids = self.docids
+        missing = set(frame['docno']) - docids.keys()
+        if missing:
+            raise KeyError(f'{len(missing)} docnos are not in {self.path}, e.g. {sorted(missing)[:3]}')
+        scores = np.zeros(len(frame))
+        for key, idx in frame.groupby(keys.values).indices.items():
+            docs = np.array([docids[d] for d in frame['docno'].iloc[idx]], dtype=np.int64)
+            scores[idx] = self.score_docs(queries[key], docs).numpy()
+        return pt.model.add_ranks(frame.assign(score=scores))
+
     def _top(self, scores: torch.Tensor, docs: Optional[np.ndarray], k: int) -> List[Tuple[str, float]]:
         top = scores.topk(min(k, len(scores)))
         ids = top.indices.numpy() if docs is None else docs[top.indices.numpy()]
@@ -397,13 +410,4 @@ class _StoredScorer(pt.Transformer):
         if not len(inp):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         query_col = inp['query'].fillna('').astype(str)
-        queries = _query_embeddings(self.index.encoder, query_col.unique().tolist())
-        docids = self.index.docids
-        missing = set(inp['docno']) - docids.keys()
-        if missing:
-            raise KeyError(f'{len(missing)} docnos are not in {self.index.path}, e.g. {sorted(missing)[:3]}')
-        scores = np.zeros(len(inp))
-        for query, idx in inp.groupby(query_col).indices.items():
-            docs = np.array([docids[d] for d in inp['docno'].iloc[idx]], dtype=np.int64)
-            scores[idx] = self.index.score_docs(queries[query], docs).numpy()
-        return pt.model.add_ranks(inp.assign(score=scores))
+        return self.index.rescore(inp, query_col, _query_embeddings(self.index.encoder, query_col.unique().tolist()))

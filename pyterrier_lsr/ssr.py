@@ -28,7 +28,9 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import numpy as np
+import pandas as pd
 import pyterrier as pt
+import pyterrier_alpha as pta
 import torch
 
 from .encoders import SparseTextEncoder
@@ -126,8 +128,10 @@ class SSR:
         return self.query_encoder() >> index.toks_retriever(num_results=num_results, threads=threads, verbose=verbose)
 
     def reranked(self, index, store: MaxSimIndex, depth: int = 100, threads: int = 1) -> pt.Transformer:
-        """Two stages: the top ``depth`` of :meth:`retriever`, re-scored by exact MaxSim from ``store``'s vectors."""
-        return self.retriever(index, num_results=depth, threads=threads) >> store.scorer()
+        """Two stages: the top ``depth`` of :meth:`retriever`, re-scored by exact MaxSim from ``store``'s vectors.
+        Each query goes through the transformer once; its token embeddings serve both stages."""
+        index = index if isinstance(index, LsrIndex) else LsrIndex(index, self)
+        return _TwoStage(self, index.toks_retriever(num_results=depth, threads=threads), store)
 
     def save_pretrained(self, path):
         """The encoder's folder + ``sae/`` + ``ssr.json``."""
@@ -150,6 +154,24 @@ class SSR:
     def __repr__(self):
         return (f'SSR({self.name or "<model>"!r}, latents={self.sae.n_latents}, k={self.sae.config.k}, '
                 f'doc={self.doc_pooling}, query={self.query_pooling})')
+
+
+class _TwoStage(pt.Transformer):
+    def __init__(self, ssr: SSR, first_stage: pt.Transformer, store: MaxSimIndex):
+        self.ssr = ssr
+        self.first_stage = first_stage
+        self.store = store
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        pta.validate.query_frame(inp, extra_columns=['query'])
+        vectors, offsets = self.ssr.encoder.embed(inp['query'].tolist(), query=True)
+        toks = self.ssr.encode_vectors(vectors, offsets, query=True)
+        candidates = self.first_stage(inp.assign(query_toks=toks))
+        if not len(candidates):
+            return candidates
+        vectors = torch.from_numpy(vectors)
+        queries = {qid: vectors[offsets[i]:offsets[i + 1]] for i, qid in enumerate(inp['qid'])}
+        return self.store.rescore(candidates.drop(columns=['query_toks'], errors='ignore'), candidates['qid'], queries)
 
 
 class _SSREncoder(SparseTextEncoder):
