@@ -96,7 +96,9 @@ class MultiVector:
         settings = {**self.model.settings, 'doc_max_length': self.doc_max_length,
                     'query_max_length': self.query_max_length}
         _write_atomic(path / SETTINGS_FILE, lambda tmp: tmp.write_text(json.dumps(settings, indent=1)))
-        self.name = str(path)
+        # An unnamed encoder is now loadable from here (stores record it); a named one keeps its name, since
+        # other stores may already refer to it.
+        self.name = self.name or str(path)
 
     @torch.inference_mode()
     def embed(self, texts: Sequence, query: bool = False, verbose: bool = False) -> Tuple[np.ndarray, np.ndarray]:

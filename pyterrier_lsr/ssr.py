@@ -140,7 +140,7 @@ class SSR:
         self.sae.save_pretrained(path / SAE_FOLDER)
         settings = {'kind': 'ssr', 'doc_pooling': self.doc_pooling, 'query_pooling': self.query_pooling}
         _write_atomic(path / SETTINGS_FILE, lambda tmp: tmp.write_text(json.dumps(settings, indent=1)))
-        self.name = str(path)
+        self.name = self.name or str(path)
 
     @classmethod
     def from_pretrained(cls, path, **kwargs) -> 'SSR':
