@@ -25,7 +25,7 @@ def engine_index(splade, engine_docs, tmp_path_factory):
 
 @pytest.fixture(scope='module')
 def queries(splade, vaswani):
-    return splade.query_encoder()(vaswani.get_topics().head(25))
+    return splade.query_encoder()(vaswani.get_topics().head(60))  # enough for Seismic to reorder a batch
 
 
 def top(results, qid, n=10):

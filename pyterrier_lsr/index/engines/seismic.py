@@ -101,8 +101,9 @@ class SeismicEngine:
                     [np.array(list(kept[i]), dtype=string) for i in asked],
                     [np.array(list(kept[i].values()), dtype=np.float32) for i in asked],
                     k=num_results, num_threads=threads, **cut(max(len(kept[i]) for i in asked)), **options)
-                for i, result in zip(asked, results):
-                    found[i] = ([docno for _, _, docno in result], [score for _, score, _ in result])
+                # Results come back in no fixed order (measured), each tagged with its query id.
+                for result in filter(None, results):
+                    found[int(result[0][0])] = ([docno for _, _, docno in result], [score for _, score, _ in result])
             return found
 
         mode = 'exact' if exact else f'query_cut={query_cut}, heap_factor={heap_factor}'
