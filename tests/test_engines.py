@@ -160,3 +160,16 @@ def test_unknown_and_missing_engines(engine_index, monkeypatch):
     monkeypatch.setitem(sys.modules, 'bmp', None)  # as if bmp were not installed
     with pytest.raises(ImportError, match=r'pyterrier-lsr\[engines\].*bmp'):
         engine_index.toks_retriever(engine='bmp')
+
+
+def test_report_engine_columns(engine_index, queries):
+    from pyterrier_lsr.report import engine_costs, engine_footprint
+    sizes = {name: engine_footprint(engine_index.path, name)['engine_mb'] for name in ('pisa', 'bmp', 'seismic')}
+    files = engine_index.meta['files']
+    assert sizes['bmp'] * 2 ** 20 == sum(size for name, size in files.items() if name.startswith('bmp/'))
+    vectors = sum(size for name, size in files.items() if name.startswith('vectors/'))
+    assert all(mb > 0 for mb in sizes.values()) and sizes['pisa'] * 2 ** 20 < sum(files.values()) - vectors
+    costs, results = engine_costs(engine_index, 'seismic', queries.head(5), num_results=10, query_cut=5)
+    assert costs['engine'] == 'seismic' and costs['engine_build_s'] > 0
+    assert 0 < costs['ms_median'] <= costs['ms_p99'] and costs['ms_batch'] > 0
+    assert results.groupby('qid').size().eq(10).all() and set(results.qid) == set(queries.qid[:5])
