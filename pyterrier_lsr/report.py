@@ -50,6 +50,7 @@ class System:
     index_path: str
     query_side: Optional[pt.Transformer] = None
     stemmer: str = 'none'
+    engine: Optional[str] = None  # the LsrIndex engine ``retriever`` searches with: adds the engine columns
 
     def pipeline(self) -> pt.Transformer:
         return self.retriever if self.query_side is None else self.query_side >> self.retriever
@@ -87,7 +88,41 @@ def costs(system: System, topics: pd.DataFrame) -> Dict[str, float]:
         'doc_nnz': sum(df.values()) / max(1, num_docs),
         'postings_per_query': statistics.mean(sum(df.get(pisa_term(t), 0) for t in q) for q in queries),
         'index_mb': index_size_bytes(system.index_path) / 2 ** 20,
+        **(engine_footprint(system.index_path, system.engine) if system.engine else {}),
     }
+
+
+def engine_footprint(index_path, engine: str) -> Dict[str, object]:
+    """The engine columns of a report: which engine of the :class:`~pyterrier_lsr.LsrIndex` at ``index_path``, the
+    size of its files (MB; PISA's are those at the index root) and its build time (s, as recorded when built)."""
+    from .index import LsrIndex, get_engine
+    meta = LsrIndex(index_path).meta
+    folder = get_engine(engine).subfolder
+    files = {name: size for name, size in meta['files'].items()
+             if (name.startswith(folder + '/') if folder else '/' not in name and name not in ENGINE_NEUTRAL_FILES)}
+    return {'engine': engine, 'engine_mb': sum(files.values()) / 2 ** 20,
+            'engine_build_s': meta['engines'][engine].get('build_seconds', float('nan'))}
+
+
+ENGINE_NEUTRAL_FILES = {'df.json', 'pt_meta.json', 'lsr.json'}
+
+
+def engine_costs(index, engine: str, query_toks: pd.DataFrame, num_results: int = 1000, **params):
+    """One engine of an :class:`~pyterrier_lsr.LsrIndex` on a frame that already carries ``query_toks``: returns
+    ``(costs, results)``, the costs being the engine columns plus ms per query (median and p99 of one-query calls,
+    and the mean of one call on every query), the results those of the call on every query."""
+    retriever = index.toks_retriever(num_results, engine=engine, **params)
+    retriever(query_toks.iloc[:1])  # warm-up: loads the index
+    times = []
+    for i in range(len(query_toks)):
+        start = time.perf_counter()
+        retriever(query_toks.iloc[[i]])
+        times.append((time.perf_counter() - start) * 1e3)
+    start = time.perf_counter()
+    results = retriever(query_toks)
+    batch = (time.perf_counter() - start) * 1e3 / max(1, len(query_toks))
+    return {**engine_footprint(index.path, engine), 'ms_median': statistics.median(times),
+            'ms_p99': float(np.percentile(times, 99)), 'ms_batch': batch}, results
 
 
 def report(systems: Sequence[System], topics: pd.DataFrame, qrels: pd.DataFrame, measures: Sequence,

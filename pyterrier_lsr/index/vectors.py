@@ -131,7 +131,7 @@ class VectorStore:
             docnos.extend(table.column('docno').to_pylist())
             terms = table.column('terms').combine_chunks()
             lengths.append(pc.list_value_length(terms).fill_null(0).to_numpy())
-            encoded = pc.dictionary_encode(terms.flatten()).combine_chunks()
+            encoded = pc.dictionary_encode(terms.flatten())
             local = np.array([vocabulary.setdefault(t, len(vocabulary)) for t in encoded.dictionary.to_pylist()],
                              dtype=np.int32)
             term_ids.append(local[encoded.indices.to_numpy()] if len(encoded) else np.zeros(0, np.int32))

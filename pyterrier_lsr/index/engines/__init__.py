@@ -15,6 +15,8 @@ import importlib
 
 ENGINES = {
     'pisa': 'pyterrier_lsr.index.engines.pisa:PisaEngine',
+    'bmp': 'pyterrier_lsr.index.engines.bmp:BmpEngine',
+    'seismic': 'pyterrier_lsr.index.engines.seismic:SeismicEngine',
 }
 
 __all__ = ['ENGINES', 'get_engine']

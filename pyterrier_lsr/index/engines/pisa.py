@@ -2,6 +2,7 @@
 import pyterrier as pt
 
 from ..quantization import pisa_term, quantize
+from .glue import Timer
 
 
 class PisaEngine:
@@ -22,12 +23,13 @@ class PisaEngine:
                 yield {'docno': docno, 'toks': {pisa_term(t): w for t, w in quantize(vector, scale).items()}}
 
         pisa = pyterrier_pisa.PisaIndex(str(folder), stemmer='none')
-        pisa.toks_indexer(mode='overwrite', scale=1.).index(docs())
-        # PISA compresses the index on first open; doing it now lets a read-only index be queried.
-        self._retriever(index, folder, 10)
+        with Timer() as timer:
+            pisa.toks_indexer(mode='overwrite', scale=1.).index(docs())
+            # PISA compresses the index on first open; doing it now lets a read-only index be queried.
+            self._retriever(index, folder, 10)
         if pisa.num_docs() != index.num_docs():
             raise RuntimeError(f'PISA indexed {pisa.num_docs()} documents out of {index.num_docs()}')
-        return {}
+        return {'build_seconds': round(timer.seconds, 3)}
 
     def _retriever(self, index, folder, num_results: int, threads: int = 1, verbose: bool = False, k1=None, b=None,
                    query_algorithm=None):
