@@ -109,3 +109,73 @@ def test_local_slice_needs_an_even_split(monkeypatch):
     assert dist.local_slice([1, 2, 3, 4]) == [3, 4]
     with pytest.raises(ValueError, match='divide evenly over 2'):
         dist.local_slice([1, 2, 3])
+
+
+# -- Ray encoding ---------------------------------------------------------------------------------------------------
+SHARD = 32  # 100 documents: shards of 32, 32, 32 and 4
+
+
+@pytest.fixture(scope='module')
+def ray_session():
+    import ray
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    yield ray
+    ray.shutdown()
+
+
+def _shard_times(folder):
+    return {p.name: p.stat().st_mtime_ns for p in sorted(folder.glob('part-*'))}
+
+
+def test_ray_index_equals_single_process_index_and_resumes(ray_session, splade, vaswani_docs, tmp_path):
+    import pandas as pd
+
+    from pyterrier_lsr import LsrIndex, distributed
+    docs = vaswani_docs[:100]
+    single = LsrIndex(tmp_path / 'single', splade, batch_size=SHARD, verbose=False).index(docs)
+    built = distributed.index(docs, splade, tmp_path / 'ray', num_workers=2, shard_size=SHARD, chunk_size=SHARD,
+                              keep_vectors=True, verbose=False)
+    assert built.meta['model']['kind'] == 'splade' and built.num_docs() == 100
+    assert list(built.vectors()) == list(single.vectors())  # same docnos, same order, same float weights
+    assert built.document_frequencies() == single.document_frequencies()
+    topics = pd.DataFrame({'qid': ['1', '2'], 'query': ['electron density ionosphere', 'transistor amplifier noise']})
+    pd.testing.assert_frame_equal(built.retriever(num_results=10)(topics), single.retriever(num_results=10)(topics))
+
+    # resume: only the missing shard and the truncated one are encoded again
+    vectors = tmp_path / 'ray.vectors'
+    (vectors / 'part-00001.parquet').unlink()
+    with open(vectors / 'part-00002.parquet', 'ab') as f:
+        f.write(b'x')
+    before = _shard_times(vectors)
+    store = distributed.encode(docs, splade, vectors, num_workers=2, shard_size=SHARD, chunk_size=SHARD,
+                               verbose=False)
+    after = _shard_times(vectors)
+    assert {name for name in after if after[name] != before.get(name)} == {
+        'part-00001.parquet', 'part-00001.json', 'part-00002.parquet', 'part-00002.json'}
+    assert list(store) == list(single.vectors())
+    with pytest.raises(ValueError, match='shard_size differ'):
+        distributed.encode(docs, splade, vectors, num_workers=2, shard_size=2 * SHARD, chunk_size=SHARD)
+
+
+def test_corpus_files_in_process(splade, vaswani_docs, tmp_path):
+    import pandas as pd
+
+    from pyterrier_lsr import distributed
+    docs = vaswani_docs[:40]
+    expected = list(distributed.encode(docs, splade, tmp_path / 'list', num_workers=0, shard_size=16,
+                                       chunk_size=8, verbose=False))
+    pd.DataFrame(docs[:20]).to_parquet(tmp_path / 'a.parquet')
+    (tmp_path / 'b.jsonl').write_text(''.join(json.dumps(d) + '\n' for d in docs[20:]))
+    store = distributed.encode([tmp_path / 'a.parquet', tmp_path / 'b.jsonl'], splade, tmp_path / 'files',
+                               num_workers=0, shard_size=16, chunk_size=8, verbose=False)
+    assert list(store) == expected and [s['num_docs'] for s in store.manifest['shards']] == [16, 16, 8]
+    with pytest.raises(ValueError, match='multiple of chunk_size'):
+        distributed.encode(docs, splade, tmp_path / 'bad', num_workers=0, shard_size=10, chunk_size=8)
+
+
+def test_failing_worker_is_a_clear_error(ray_session, splade, vaswani_docs, tmp_path):
+    from pyterrier_lsr import distributed
+    with pytest.raises(RuntimeError, match='shard 0') as info:
+        distributed.encode(vaswani_docs[:10], splade, tmp_path / 'v', num_workers=1, shard_size=8, chunk_size=8,
+                           model_kwargs={'max_length': 0}, max_retries=0, verbose=False)
+    assert 'max_length' in str(info.value) and 're-run to resume' in str(info.value)
