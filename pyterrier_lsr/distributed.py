@@ -306,7 +306,7 @@ def encode(corpus, model, folder, *, num_workers: Optional[int] = None, shard_si
             ray.shutdown()
     if not entries:
         raise ValueError('cannot encode an empty corpus')
-    for stale in (p for p in folder.glob('part-*') if int(p.name[5:10]) >= len(entries)):
+    for stale in (p for p in folder.glob('part-*') if int(p.name[5:].split('.')[0]) >= len(entries)):
         stale.unlink()  # shards of a longer corpus encoded here before
     return write_manifest(folder, [entries[i] for i in range(len(entries))])
 

@@ -179,3 +179,42 @@ def test_failing_worker_is_a_clear_error(ray_session, splade, vaswani_docs, tmp_
         distributed.encode(vaswani_docs[:10], splade, tmp_path / 'v', num_workers=1, shard_size=8, chunk_size=8,
                            model_kwargs={'max_length': 0}, max_retries=0, verbose=False)
     assert 'max_length' in str(info.value) and 're-run to resume' in str(info.value)
+
+
+def _kill_first_worker_during(encode, folder):
+    """Runs ``encode()`` in a thread, SIGKILLs the worker that wrote the first shard, and returns encode's result or
+    exception."""
+    import signal
+    import threading
+    import time
+    result = {}
+    thread = threading.Thread(target=lambda: result.update(value=_outcome(encode)))
+    thread.start()
+    while not (folder / 'part-00000.json').exists() and thread.is_alive():
+        time.sleep(0.02)
+    os.kill(json.loads((folder / 'part-00000.json').read_text())['pid'], signal.SIGKILL)
+    thread.join(timeout=300)
+    return result['value']
+
+
+def _outcome(fn):
+    try:
+        return fn()
+    except Exception as ex:  # noqa: BLE001  (handed to the test thread)
+        return ex
+
+
+def test_killed_worker_is_restarted_then_a_clear_error(ray_session, splade, vaswani_docs, tmp_path):
+    from pyterrier_lsr import distributed
+    docs = vaswani_docs[:96]  # 24 shards: the kill lands while most are still to do
+    settings = dict(shard_size=4, chunk_size=4, verbose=False)
+    expected = list(distributed.encode(docs, splade, tmp_path / 'ref', num_workers=0, **settings))
+    folder = tmp_path / 'retried'
+    store = _kill_first_worker_during(
+        lambda: distributed.encode(docs, splade, folder, num_workers=1, max_retries=1, in_flight=1, **settings), folder)
+    assert list(store) == expected
+    assert len({json.loads(p.read_text())['pid'] for p in folder.glob('part-*.json')}) == 2  # the restarted worker
+    folder = tmp_path / 'failed'
+    error = _kill_first_worker_during(
+        lambda: distributed.encode(docs, splade, folder, num_workers=1, max_retries=0, in_flight=1, **settings), folder)
+    assert isinstance(error, RuntimeError) and 'died' in str(error) and 're-run to resume' in str(error)
