@@ -178,7 +178,7 @@ def test_failing_worker_is_a_clear_error(ray_session, splade, vaswani_docs, tmp_
     with pytest.raises(RuntimeError, match='shard 0') as info:
         distributed.encode(vaswani_docs[:10], splade, tmp_path / 'v', num_workers=1, shard_size=8, chunk_size=8,
                            model_kwargs={'max_length': 0}, max_retries=0, verbose=False)
-    assert 'max_length' in str(info.value) and 're-run to resume' in str(info.value)
+    assert 'max_length' in str(info.value) and 're-run to resume' in str(info.value), info.value
 
 
 def _kill_first_worker_during(encode, folder):
@@ -213,8 +213,9 @@ def test_killed_worker_is_restarted_then_a_clear_error(ray_session, splade, vasw
     store = _kill_first_worker_during(
         lambda: distributed.encode(docs, splade, folder, num_workers=1, max_retries=1, in_flight=1, **settings), folder)
     assert list(store) == expected
-    assert len({json.loads(p.read_text())['pid'] for p in folder.glob('part-*.json')}) == 2  # the restarted worker
+    pids = [json.loads(p.read_text())['pid'] for p in sorted(folder.glob('part-*.json'))]
+    assert len(set(pids)) > 1 and pids[-1] != pids[0], pids  # the killed worker's successor finished the job
     folder = tmp_path / 'failed'
     error = _kill_first_worker_during(
         lambda: distributed.encode(docs, splade, folder, num_workers=1, max_retries=0, in_flight=1, **settings), folder)
-    assert isinstance(error, RuntimeError) and 'died' in str(error) and 're-run to resume' in str(error)
+    assert isinstance(error, RuntimeError) and 'died' in str(error) and 're-run to resume' in str(error), error
