@@ -17,7 +17,8 @@ from .sae_splade import SaeSplade, explain, latent_top_words
 from .train.sae import build_latent_terms, train_token_sae
 
 __all__ = ['Splade', 'SpladeEncoder', 'SparseScorer', 'SparseTextEncoder', 'SpladeModel', 'encode_texts',
-           'SpladeIndexer', 'LsrIndex', 'quantize', 'IDFQueryEncoder', 'StaticQueryEncoder', 'StaticQueryWeights', 'idf',
+           'SpladeIndexer', 'LsrIndex', 'quantize', 'IDFQueryEncoder', 'StaticQueryEncoder', 'StaticQueryWeights',
+           'idf',
            'InferenceFreeSplade', 'load_model', 'Prune', 'prune', 'LatentTerms', 'build_latent_terms', 'SAEConfig',
            'SparseAutoencoder', 'train_sae', 'SaeSplade', 'SaeSpladeModel', 'train_token_sae', 'latent_top_words',
            'explain', 'transfer_vocabulary', 'train_wordpiece', 'extend_vocabulary', 'sparsemax']

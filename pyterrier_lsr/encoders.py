@@ -174,7 +174,8 @@ class Splade:
                             max_length=self.max_length, device=self.device, precision=self.precision,
                             verbose=verbose, desc=desc)
 
-    def doc_encoder(self, text_field: str = 'text', batch_size: Optional[int] = None, verbose: bool = False) -> SpladeEncoder:
+    def doc_encoder(self, text_field: str = 'text', batch_size: Optional[int] = None,
+                    verbose: bool = False) -> SpladeEncoder:
         """Transformer adding ``toks`` from ``text_field``."""
         return SpladeEncoder(self, text_field, 'toks', batch_size, verbose)
 

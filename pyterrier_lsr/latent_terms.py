@@ -153,13 +153,15 @@ class LatentTerms(Splade):
     @torch.inference_mode()
     def encode_vectors(self, vectors: np.ndarray, offsets: np.ndarray, texts_per_batch: int = 256,
                        verbose: bool = False) -> Iterable[Dict[str, float]]:
-        """Like :meth:`encode` from the vectors :meth:`embed` returned (no transformer pass); yields one dict per text."""
+        """Like :meth:`encode` from the vectors :meth:`embed` returned (no transformer pass); yields one dict per
+        text."""
         self._check_model()
         n = len(offsets) - 1
         for start in tqdm(range(0, n, texts_per_batch), desc='latents', unit='batch', disable=not verbose):
             stop = min(start + texts_per_batch, n)
             rows = torch.tensor(np.asarray(vectors[offsets[start]:offsets[stop]]), device=self.device)
-            owner = torch.repeat_interleave(torch.arange(stop - start), torch.from_numpy(np.diff(offsets[start:stop + 1])))
+            counts = torch.from_numpy(np.diff(offsets[start:stop + 1]))
+            owner = torch.repeat_interleave(torch.arange(stop - start), counts)
             yield from to_dicts(self.model.pool(rows, owner.to(self.device), stop - start), self.terms)
 
     def _check_model(self):

@@ -100,7 +100,8 @@ class StaticQueryEncoder(SparseTextEncoder):
         """A table from a weight per token id (zeros are dropped)."""
         weight = weight.detach().float().cpu()
         vocab = tokenizer.get_vocab()
-        return cls(tokenizer, {t: weight[i].item() for t, i in vocab.items() if i < len(weight) and weight[i] != 0}, **kwargs)
+        table = {t: weight[i].item() for t, i in vocab.items() if i < len(weight) and weight[i] != 0}
+        return cls(tokenizer, table, **kwargs)
 
     def __repr__(self):
         return f'{type(self).__name__}({len(self.weights)} terms)'
@@ -127,7 +128,8 @@ class IDFQueryEncoder(StaticQueryEncoder):
         for text in texts:
             num_docs += 1
             if not is_blank(text):
-                ids = tokenizer(str(text), add_special_tokens=False, truncation=True, max_length=max_length)['input_ids']
+                ids = tokenizer(str(text), add_special_tokens=False, truncation=True,
+                                max_length=max_length)['input_ids']
                 df.update(set(tokenizer.convert_ids_to_tokens(ids)))
         return cls.from_document_frequencies(tokenizer, df, num_docs, max_length=max_length, **kwargs)
 
@@ -155,7 +157,8 @@ class StaticQueryWeights(nn.Module):
         ids = self.tokenizer(list(texts), add_special_tokens=False, truncation=True, max_length=max_length,
                              padding=True, return_tensors='pt')
         presence = torch.zeros(len(texts), len(self.weight), device=self.weight.device)
-        presence.scatter_(1, ids['input_ids'].to(self.weight.device), ids['attention_mask'].float().to(self.weight.device))
+        device = self.weight.device
+        presence.scatter_(1, ids['input_ids'].to(device), ids['attention_mask'].float().to(device))
         presence[:, self.tokenizer.all_special_ids] = 0.
         return presence * torch.relu(self.weight)
 

@@ -31,7 +31,8 @@ class SaeSplade(Splade):
         return cls(model, tokenizer, name=str(path), **kwargs)
 
     @classmethod
-    def from_backbone(cls, backbone: str, sae: SparseAutoencoder, alpha: float = DEFAULT_ALPHA, **kwargs) -> 'SaeSplade':
+    def from_backbone(cls, backbone: str, sae: SparseAutoencoder, alpha: float = DEFAULT_ALPHA,
+                      **kwargs) -> 'SaeSplade':
         """A stage-2 model (before fine-tuning) from a backbone name/folder (offline names resolve, e.g.
         ``'splade-tiny'``; an MLM checkpoint's head is dropped) and a stage-1 SAE trained on its token states."""
         model, tokenizer = load_dense(backbone)
@@ -47,7 +48,8 @@ class SaeSplade(Splade):
         """See :func:`latent_top_words`."""
         return latent_top_words(self, texts, latents, n, batch_size)
 
-    def explain(self, text: str, top: int = 10, words: Optional[Dict[int, List[Tuple[str, float]]]] = None) -> List[dict]:
+    def explain(self, text: str, top: int = 10,
+                words: Optional[Dict[int, List[Tuple[str, float]]]] = None) -> List[dict]:
         """See :func:`explain`."""
         return explain(self, text, top, words)
 

@@ -291,7 +291,8 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         if model is not None and self.save_model:
             with quiet_native():
                 model.save_pretrained(tmp / MODEL_FOLDER)
-            recorded = {'path': MODEL_FOLDER, 'kind': getattr(model, 'kind', None), 'name': getattr(model, 'name', None)}
+            recorded = {'path': MODEL_FOLDER, 'kind': getattr(model, 'kind', None),
+                        'name': getattr(model, 'name', None)}
         meta = {'version': FORMAT_VERSION, 'scale': self._scale, 'num_docs': count, 'scoring': scoring,
                 'model': recorded, 'engines': {}, 'files': {}}
         building = _Building(tmp, meta)

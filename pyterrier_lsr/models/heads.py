@@ -136,9 +136,11 @@ def calibrate_activation(model: SpladeModel, tokenizer, texts: Sequence[str], ta
     pooled = _pooled_logits(model, tokenizer, texts, max_length)[2][:, keep].flatten().float().cpu()
     shift = torch.kthvalue(pooled, max(1, int(round(len(pooled) * (1 - target_active))))).values.item()
     decoder.bias -= shift * float(model.settings['head_scale'])
-    stats = {'active_before': (pooled > 0).float().mean().item(), 'active_after': (pooled - shift > 0).float().mean().item(),
+    stats = {'active_before': (pooled > 0).float().mean().item(),
+             'active_after': (pooled - shift > 0).float().mean().item(),
              'bias_shift': -shift}
-    sample = pooled[torch.randperm(len(pooled), generator=torch.Generator().manual_seed(0))[:1_000_000]]  # quantile's limit
+    # torch.quantile's input limit
+    sample = pooled[torch.randperm(len(pooled), generator=torch.Generator().manual_seed(0))[:1_000_000]]
     quantiles = torch.quantile(sample, torch.tensor(PERCENTILES, dtype=torch.float) / 100)
     for percentile, value in zip(PERCENTILES, quantiles.tolist()):
         stats[f'pooled_p{percentile}_before'] = value

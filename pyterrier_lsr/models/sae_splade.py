@@ -1,8 +1,9 @@
 """SAE-SPLADE: a sparse autoencoder's latents in place of the wordpiece vocabulary (METHODS.md §4).
 
-Stage 1 (:func:`pyterrier_lsr.train.train_token_sae`) trains a TopK SAE on the frozen backbone's L2-normalised token states, with the
-SAE trainer and the cached token-state extraction Latent Terms uses.  Stage 2 (:class:`SaeSpladeModel`) drops the
-decoder and fine-tunes backbone + SAE encoder with the bundled loop; a text's vector over latents ``j`` is
+Stage 1 (:func:`pyterrier_lsr.train.train_token_sae`) trains a TopK SAE on the frozen backbone's L2-normalised token
+states, with the SAE trainer and the cached token-state extraction Latent Terms uses.  Stage 2
+(:class:`SaeSpladeModel`) drops the decoder and fine-tunes backbone + SAE encoder with the bundled loop; a text's
+vector over latents ``j`` is
 
     ``v_j = α · log(1 + max_i z_ij)``,  ``z_i = relu(topk((x_i - b_dec) W_enc + b_enc))``,  ``x_i = h_i / |h_i|``
 
