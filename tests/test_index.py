@@ -5,8 +5,16 @@ import pytest
 
 from pyterrier_lsr import LsrIndex, SpladeIndexer, quantize
 
-QUERIES = pd.DataFrame({'qid': ['1', '2', '3'], 'query': [
-    'MEASUREMENT OF DIELECTRIC CONSTANT OF LIQUIDS', 'electron density in the ionosphere', 'transistor amplifier']})
+QUERIES = pd.DataFrame(
+    {
+        'qid': ['1', '2', '3'],
+        'query': [
+            'MEASUREMENT OF DIELECTRIC CONSTANT OF LIQUIDS',
+            'electron density in the ionosphere',
+            'transistor amplifier',
+        ],
+    }
+)
 
 
 @pytest.fixture(scope='module')
@@ -26,7 +34,9 @@ def test_no_document_dropped(small_index, small_corpus):
 
 def test_pisa_ranks_as_brute_force_dot_product(small_index, small_corpus, splade):
     scale = small_index.scale
-    docs = {d['docno']: quantize(v, scale) for d, v in zip(small_corpus, splade.encode([d['text'] for d in small_corpus]))}
+    docs = {
+        d['docno']: quantize(v, scale) for d, v in zip(small_corpus, splade.encode([d['text'] for d in small_corpus]))
+    }
     results = small_index.retriever(num_results=len(small_corpus))(QUERIES)
     for (qid, query), qvec in zip(QUERIES.itertuples(index=False), splade.encode(QUERIES['query'].tolist())):
         q = quantize(qvec, scale)
@@ -98,11 +108,20 @@ def test_quantize():
 
 def test_cased_terms_survive_pisa_lowercasing(tmp_path):
     from pyterrier_lsr.index import pisa_term
-    docs = [{'docno': 'lower', 'toks': {'cd': 1.}}, {'docno': 'upper', 'toks': {'Cd': 2.}},
-            {'docno': 'caret', 'toks': {'^cd': 3., 'ÉTÉ': 1.}}]
+
+    docs = [
+        {'docno': 'lower', 'toks': {'cd': 1.0}},
+        {'docno': 'upper', 'toks': {'Cd': 2.0}},
+        {'docno': 'caret', 'toks': {'^cd': 3.0, 'ÉTÉ': 1.0}},
+    ]
     index = SpladeIndexer(tmp_path / 'cased.lsr', verbose=False).index(docs)
-    queries = pd.DataFrame({'qid': ['1', '2', '3', '4'], 'query': ['', '', '', ''],
-                            'query_toks': [{'cd': 1.}, {'Cd': 1.}, {'^cd': 1.}, {'ÉTÉ': 1.}]})
+    queries = pd.DataFrame(
+        {
+            'qid': ['1', '2', '3', '4'],
+            'query': ['', '', '', ''],
+            'query_toks': [{'cd': 1.0}, {'Cd': 1.0}, {'^cd': 1.0}, {'ÉTÉ': 1.0}],
+        }
+    )
     res = index.toks_retriever()(queries)
     assert dict(zip(res.qid, res.docno)) == {'1': 'lower', '2': 'upper', '3': 'caret', '4': 'caret'}
     assert len({pisa_term(t) for t in ['cd', 'Cd', '^cd', 'cD']}) == 4
