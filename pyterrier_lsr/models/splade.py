@@ -11,7 +11,8 @@ from .pooling import log_saturation, max_pooled_logits
 CONFIG_KEY = 'lsr'
 DEFAULT_SETTINGS = {'kind': 'splade', 'pooling': 'max', 'head_scale': 1.0}
 # Model kinds whose folder is an MLM checkpoint read by SpladeModel (other kinds have their own loaders).
-KINDS = ('splade',)
+# A doc-only model's document side is the same masked LM; its folder says 'inference-free' (see loading.py).
+KINDS = ('splade', 'inference-free')
 POOLINGS = ('max',)
 
 
