@@ -9,11 +9,11 @@ integers exactly up to 2048; larger ones round to 11 significant bits).  Terms a
 (the index's term list is kept in ``terms.json``), so no term is truncated to Seismic's fixed-width strings.
 
 Seismic has no exact search mode; ``exact=True`` uses its brute-force scan of the same vectors (``SeismicDataset``,
-loaded into memory when the retriever is made): exact, slow, meant for checking.  The approximate knobs: at build
-time ``n_postings`` (average posting-list length kept; ``max_fraction`` times it at most per list),
-``centroid_fraction``, ``summary_energy``; at query time ``query_cut`` (query terms kept, highest weights first) and
-``heap_factor`` (a block is skipped when its summary score is below ``heap_factor`` times the k-th score... so 1.0
-prunes least).
+loaded into memory when the retriever is made): exact, slow, meant for checking.  The approximate knobs: at build time
+``n_postings`` (average posting-list length kept; ``max_fraction`` times it at most per list), ``centroid_fraction``,
+``summary_energy``; at query time ``query_cut`` (query terms kept, highest weights first) and ``heap_factor`` (a block
+is skipped when its summary's score is below ``heap_factor`` times the k-th best score so far: lower values skip
+fewer blocks, more accurate and slower).
 """
 import numpy as np
 import pyterrier as pt
@@ -71,8 +71,8 @@ class SeismicEngine:
                   exact: bool = False, threads: int = 1, verbose: bool = False) -> pt.Transformer:
         seismic = require('seismic', 'pyseismic-lsr')
         check_threads(threads)
-        if query_cut < 1 or not 0 < heap_factor <= 1:
-            raise ValueError(f'query_cut must be >= 1 and heap_factor in (0, 1], got {query_cut}, {heap_factor}')
+        if query_cut < 1 or not heap_factor > 0:
+            raise ValueError(f'query_cut must be >= 1 and heap_factor > 0, got {query_cut}, {heap_factor}')
         term_ids = read_terms(folder)
         if exact:
             searcher, _ = _dataset(seismic, index)
