@@ -58,6 +58,8 @@ def main():
     parser.add_argument('--latents', type=int, default=4096)
     parser.add_argument('--k', type=int, default=16)
     parser.add_argument('--sae-epochs', type=int, default=1)
+    parser.add_argument('--doc-pooling', default='max')
+    parser.add_argument('--query-pooling', default='sum')
     parser.add_argument('--max-train-vectors', type=int, default=200_000)
     parser.add_argument('--rerank-depth', type=int, default=100)
     parser.add_argument('--ncells', type=int, default=2)
@@ -123,7 +125,7 @@ def main():
         sae, sae_log = train_ssr_sae(vectors, {'n_latents': args.latents, 'k': args.k, 'epochs': args.sae_epochs},
                                      args.max_train_vectors, verbose=False)
         sae_s = time.perf_counter() - start
-        ssr = SSR(encoder, sae)
+        ssr = SSR(encoder, sae, args.doc_pooling, args.query_pooling)
         start = time.perf_counter()
         toks = ssr.encode_vectors(vectors, offsets)
         codes_s = time.perf_counter() - start
