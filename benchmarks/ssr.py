@@ -130,7 +130,7 @@ def main():
         toks = ssr.encode_vectors(vectors, offsets)
         codes_s = time.perf_counter() - start
         start = time.perf_counter()
-        index = SpladeIndexer(work / name / 'ssr.lsr', overwrite=True, verbose=False).index(
+        index = SpladeIndexer(work / name / 'ssr.lsr', ssr, overwrite=True, verbose=False).index(
             {'docno': d['docno'], 'toks': t} for d, t in zip(docs, toks))
         pisa_s = time.perf_counter() - start
         ssr.save_pretrained(work / name / 'ssr-model')
@@ -148,7 +148,7 @@ def main():
         systems = {
             'BM25 (reference)': bm25.bm25(num_results=1000, threads=args.threads),
             'exact MaxSim': store.retriever(1000),
-            'SSR single stage': ssr.retriever(index, 1000, threads=args.threads),
+            'SSR single stage': index.retriever(1000, threads=args.threads),
             f'SSR + MaxSim top-{args.rerank_depth}': ssr.reranked(index, store, args.rerank_depth, args.threads),
             'clustering (k-means, PLAID-style)': clustering,
         }

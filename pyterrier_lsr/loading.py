@@ -22,6 +22,7 @@ MODEL_KINDS = {
     'inference-free': 'pyterrier_lsr.inference_free:InferenceFreeSplade',
     'sae-splade': 'pyterrier_lsr.sae_splade:SaeSplade',
     'latent-terms': 'pyterrier_lsr.latent_terms:LatentTerms',
+    'ssr': 'pyterrier_lsr.ssr:SSR',
 }
 
 __all__ = ['load_model', 'model_kind', 'model_settings', 'local_folder', 'MODEL_KINDS']

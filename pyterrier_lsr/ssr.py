@@ -21,7 +21,8 @@ digits.  A second stage (:meth:`SSR.reranked`) re-scores the top ``depth`` docum
 :class:`~pyterrier_lsr.multivector.MaxSimIndex`.
 
 A model folder is the encoder's folder (see :class:`~pyterrier_lsr.multivector.MultiVector`) + ``sae/`` (a
-:class:`~pyterrier_lsr.models.sae.SparseAutoencoder` folder) + ``ssr.json`` (poolings).
+:class:`~pyterrier_lsr.models.sae.SparseAutoencoder` folder), with ``kind: ssr`` and the poolings in ``config.json``
+under ``lsr``, so :func:`~pyterrier_lsr.load_model` (and an index's stored copy) reloads it.
 """
 import json
 from pathlib import Path
@@ -35,11 +36,10 @@ import torch
 
 from .encoders import SparseTextEncoder
 from .encoding import to_dicts
-from .index import LsrIndex, SpladeIndexer
+from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
 from .models.sae import SAEConfig, SparseAutoencoder, latent_term_names, train_sae
 from .multivector import MaxSimIndex, MultiVector, _write_atomic
 
-SETTINGS_FILE = 'ssr.json'
 SAE_FOLDER = 'sae'
 POOLINGS = ('max', 'sum')
 
@@ -60,8 +60,9 @@ def pool_codes(indices: torch.Tensor, values: torch.Tensor, owner: torch.Tensor,
 
 
 class SSR:
-    """A multi-vector encoder + a TopK SAE over its token embeddings; hands out PyTerrier encoders, an indexer and
-    retrievers (see the module docs for the scoring rule).
+    """A multi-vector encoder + a TopK SAE over its token embeddings; hands out PyTerrier encoders (see the module
+    docs for the scoring rule).  Index with ``SpladeIndexer(path, ssr)``; ``LsrIndex(path).retriever()`` is the single
+    stage and :meth:`reranked` adds exact MaxSim.
 
     Args:
         encoder: the :class:`~pyterrier_lsr.multivector.MultiVector` whose token embeddings the SAE reads.
@@ -69,6 +70,9 @@ class SSR:
         doc_pooling, query_pooling: ``'max'`` or ``'sum'`` of token codes per latent (defaults: max for documents,
             sum for queries).
     """
+
+    kind = 'ssr'
+    scoring = {'kind': 'dot'}
 
     def __init__(self, encoder: MultiVector, sae: SparseAutoencoder, doc_pooling: str = 'max',
                  query_pooling: str = 'sum', name: Optional[str] = None):
@@ -117,36 +121,29 @@ class SSR:
         """Transformer adding ``query_toks`` from ``query``."""
         return _SSREncoder(self, 'query', 'query_toks', True, verbose)
 
-    def indexer(self, path, scale: float = 100., **kwargs) -> SpladeIndexer:
-        """A :class:`~pyterrier_lsr.SpladeIndexer` encoding documents with this model (``kwargs``: overwrite...)."""
-        return SpladeIndexer(path, self, scale=scale, **kwargs)
-
-    def retriever(self, index, num_results: int = 1000, threads: int = 1, verbose: bool = False) -> pt.Transformer:
-        """Single stage: ``query_encoder() >>`` PISA dot product over ``index`` (an :class:`~pyterrier_lsr.LsrIndex`
-        or its path)."""
-        index = index if isinstance(index, LsrIndex) else LsrIndex(index, self)
-        return self.query_encoder() >> index.toks_retriever(num_results=num_results, threads=threads, verbose=verbose)
-
-    def reranked(self, index, store: MaxSimIndex, depth: int = 100, threads: int = 1) -> pt.Transformer:
-        """Two stages: the top ``depth`` of :meth:`retriever`, re-scored by exact MaxSim from ``store``'s vectors.
-        Each query goes through the transformer once; its token embeddings serve both stages."""
-        index = index if isinstance(index, LsrIndex) else LsrIndex(index, self)
-        return _TwoStage(self, index.toks_retriever(num_results=depth, threads=threads), store)
+    def reranked(self, index, store: MaxSimIndex, depth: int = 100, **params) -> pt.Transformer:
+        """Two stages: the top ``depth`` of the single stage (``index``: an :class:`~pyterrier_lsr.LsrIndex` of this
+        model; ``params`` go to its engine), re-scored by exact MaxSim from ``store``'s vectors.  Each query goes
+        through the transformer once; its token embeddings serve both stages."""
+        return _TwoStage(self, index.toks_retriever(num_results=depth, **params), store)
 
     def save_pretrained(self, path):
-        """The encoder's folder + ``sae/`` + ``ssr.json``."""
+        """The encoder's folder + ``sae/``; our settings (kind, poolings) go into its ``config.json`` under ``lsr``."""
         path = Path(path)
         self.encoder.save_pretrained(path)
         self.sae.save_pretrained(path / SAE_FOLDER)
-        settings = {'kind': 'ssr', 'doc_pooling': self.doc_pooling, 'query_pooling': self.query_pooling}
-        _write_atomic(path / SETTINGS_FILE, lambda tmp: tmp.write_text(json.dumps(settings, indent=1)))
+        config = json.loads((path / CONFIG_FILE).read_text())
+        config[CONFIG_KEY] = {'kind': self.kind, 'doc_pooling': self.doc_pooling, 'query_pooling': self.query_pooling}
+        _write_atomic(path / CONFIG_FILE, lambda tmp: tmp.write_text(json.dumps(config, indent=2)))
         self.name = self.name or str(path)
 
     @classmethod
     def from_pretrained(cls, path, **kwargs) -> 'SSR':
         """Loads a folder written by :meth:`save_pretrained`; ``kwargs`` go to :meth:`MultiVector.from_pretrained`."""
         path = Path(path)
-        settings = json.loads((path / SETTINGS_FILE).read_text())
+        settings = model_settings(path)
+        if settings.get('kind') != 'ssr':
+            raise ValueError(f'{path} is not an SSR folder ({CONFIG_FILE} has no {CONFIG_KEY}.kind = "ssr")')
         encoder = MultiVector.from_pretrained(path, **kwargs)
         sae = SparseAutoencoder.from_pretrained(path / SAE_FOLDER, device=encoder.device)
         return cls(encoder, sae, settings['doc_pooling'], settings['query_pooling'], name=str(path))

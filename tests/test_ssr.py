@@ -6,6 +6,7 @@ import pandas as pd
 import pytest
 import torch
 
+from pyterrier_lsr import LsrIndex, SpladeIndexer, load_model
 from pyterrier_lsr.models.multivector import MultiVectorModel, maxsim, maxsim_infonce
 from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
 from pyterrier_lsr.multivector import MaxSimIndex, MultiVector, maxsim_rows
@@ -181,7 +182,7 @@ def test_ssr_end_to_end_and_round_trip(minilm, vaswani_docs, tmp_path):
     sae, log = train_ssr_sae(vectors, {'n_latents': 256, 'k': 8, 'epochs': 5, 'batch_size': 256}, verbose=False)
     assert log[-1]['l0'] == 8
     ssr = SSR(minilm, sae)
-    index = ssr.indexer(tmp_path / 'ssr.lsr', verbose=False).index(docs)
+    index = SpladeIndexer(tmp_path / 'ssr.lsr', ssr, verbose=False).index(docs)
     assert index.num_docs() == 30
     doc_toks = ssr.encode([d['text'] for d in docs])
     assert doc_toks == [pytest.approx(t, abs=1e-5) for t in ssr.encode_vectors(vectors, offsets)]
@@ -189,7 +190,7 @@ def test_ssr_end_to_end_and_round_trip(minilm, vaswani_docs, tmp_path):
     assert all(0 < len(t) <= 8 * (offsets[i + 1] - offsets[i]) for i, t in enumerate(doc_toks))
 
     topics = pd.DataFrame({'qid': ['1', '2'], 'query': [docs[3]['text'][:80], 'electron density of the ionosphere']})
-    res = ssr.retriever(index, num_results=10)(topics)
+    res = index.retriever(num_results=10)(topics)
     assert len(res) == 20
     # PISA's scores are the dot products of the quantized query and document vectors
     queries = dict(zip(topics['qid'], ssr.encode(topics['query'].tolist(), query=True)))
@@ -208,8 +209,10 @@ def test_ssr_end_to_end_and_round_trip(minilm, vaswani_docs, tmp_path):
     assert np.allclose(first['score'], exact, atol=1e-4)
 
     ssr.save_pretrained(tmp_path / 'model')
-    assert json.loads((tmp_path / 'model' / 'ssr.json').read_text())['doc_pooling'] == 'max'
-    loaded = SSR.from_pretrained(tmp_path / 'model', device='cpu')
+    assert json.loads((tmp_path / 'model' / 'config.json').read_text())['lsr']['doc_pooling'] == 'max'
+    loaded = load_model(tmp_path / 'model', device='cpu')
+    assert isinstance(loaded, SSR)
     assert loaded.encode(topics['query'].tolist(), query=True) == [pytest.approx(t, abs=1e-5) for t in queries.values()]
-    assert loaded.retriever(index, num_results=10)(topics)[['qid', 'docno']].values.tolist() == \
+    # The index reopened alone reloads its stored copy of the model and retrieves the same.
+    assert LsrIndex(index.path).retriever(num_results=10)(topics)[['qid', 'docno']].values.tolist() == \
         res[['qid', 'docno']].values.tolist()
