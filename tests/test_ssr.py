@@ -1,4 +1,4 @@
-"""Multi-vector encoder, exact MaxSim, the clustering baseline and SSR (models/multivector.py, multivector.py, ssr.py)."""
+"""Multi-vector encoder, exact MaxSim, the k-means baseline and SSR (models/multivector.py, multivector.py, ssr.py)."""
 import json
 
 import numpy as np
