@@ -171,9 +171,10 @@ class _Teacher:
                 os.replace(tmp, path)
         return self._dense
 
-    def pools(self, queries: list[dict], depth: int) -> list[dict[str, dict[str, float]]]:
+    def pools(self, queries: list[dict], depth: int) -> tuple[list[dict[str, dict[str, float]]], dict]:
         """Per query: ``{docno: {'bm25': s, 'dense': s}}`` over the union of each teacher's top ``depth`` and the
-        source document. A candidate outside BM25's top ``depth`` gets BM25 score 0."""
+        source document (a candidate outside BM25's top ``depth`` gets BM25 score 0), and BM25's
+        ``{qid: {docno: score}}``."""
         frame = pd.DataFrame({'qid': [q['qid'] for q in queries], 'query': [q['query'] for q in queries]})
         pools = [{q['pos']: {}} for q in queries]
         bm25 = {}
