@@ -4,6 +4,7 @@ Texts are tokenized once, sorted by length and batched with dynamic padding, so 
 own longest text only; results come back in input order.  Models are any ``nn.Module`` mapping
 ``(input_ids, attention_mask)`` to a batch x vocabulary tensor of non-negative weights.
 """
+
 import math
 from contextlib import nullcontext
 from typing import Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence
@@ -18,7 +19,7 @@ PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 # int(w * scale) times (a weight of 1e7 runs for minutes, inf aborts the process) and stores impacts as 32-bit
 # integers. No model comes near it: log(1 + relu(x)) of any float32 logit is below 89, BM25's idf is below 20 for a
 # billion documents, and Latent Terms' summed activations of a 256-token text stay in the hundreds at most.
-MAX_WEIGHT = 1000.
+MAX_WEIGHT = 1000.0
 
 
 class WeightError(ValueError, TypeError):
@@ -37,11 +38,13 @@ def check_weights(weights, where: str = 'query weights') -> Dict[str, float]:
         if not isinstance(term, str) or not term or any(c.isspace() for c in term):
             raise WeightError(f'{where}: term {term!r} is not a non-empty string without whitespace')
         if isinstance(weight, bool) or not isinstance(weight, (int, float, np.integer, np.floating)):
-            raise WeightError(f'{where}: the weight of term {term!r} is {type(weight).__name__} {weight!r:.40}, '
-                              'not a number')
+            raise WeightError(
+                f'{where}: the weight of term {term!r} is {type(weight).__name__} {weight!r:.40}, not a number'
+            )
         if not 0 <= weight <= MAX_WEIGHT:  # also False for NaN
-            raise WeightError(f'{where}: the weight of term {term!r} is {weight!r}; weights must lie in '
-                              f'[0, {MAX_WEIGHT:g}]')
+            raise WeightError(
+                f'{where}: the weight of term {term!r} is {weight!r}; weights must lie in [0, {MAX_WEIGHT:g}]'
+            )
         checked[term] = float(weight)
     return checked
 
@@ -70,8 +73,12 @@ def autocast(device: torch.device, precision: str):
 
 def is_missing(value) -> bool:
     """None, NaN (float or numpy) and pandas' NA/NaT: a missing value, not a text."""
-    return (value is None or value is pd.NA or value is pd.NaT
-            or (isinstance(value, (float, np.floating)) and math.isnan(value)))
+    return (
+        value is None
+        or value is pd.NA
+        or value is pd.NaT
+        or (isinstance(value, (float, np.floating)) and math.isnan(value))
+    )
 
 
 def as_text(value, position: Optional[int] = None) -> str:
@@ -101,20 +108,27 @@ def to_dicts(weights: torch.Tensor, terms: Sequence[str]) -> List[Dict[str, floa
     cols = cols.tolist()
     out, start = [], 0
     for count in counts:
-        out.append({terms[c]: v for c, v in zip(cols[start:start + count], values[start:start + count])})
+        out.append({terms[c]: v for c, v in zip(cols[start : start + count], values[start : start + count])})
         start += count
     return out
 
 
 class Batch(NamedTuple):
-    positions: List[int]            # indices into the texts given to :func:`length_sorted_batches`
-    input_ids: torch.Tensor         # padded to the batch's longest text
+    positions: List[int]  # indices into the texts given to :func:`length_sorted_batches`
+    input_ids: torch.Tensor  # padded to the batch's longest text
     attention_mask: torch.Tensor
-    encodings: list                 # the fast tokenizer's encodings of these texts (offsets, word ids), or []
+    encodings: list  # the fast tokenizer's encodings of these texts (offsets, word ids), or []
 
 
-def length_sorted_batches(tokenizer, texts: Sequence, batch_size: int, max_length: int, device=None,
-                          verbose: bool = False, desc: str = 'encoding') -> Iterator[Batch]:
+def length_sorted_batches(
+    tokenizer,
+    texts: Sequence,
+    batch_size: int,
+    max_length: int,
+    device=None,
+    verbose: bool = False,
+    desc: str = 'encoding',
+) -> Iterator[Batch]:
     """The one batching engine: tokenizes the non-blank ``texts`` once (truncated to ``max_length`` tokens, special
     tokens included), sorts them longest first and yields padded batches. Blank texts (see :func:`is_blank`) and texts
     of special tokens only are skipped, so callers give them their empty result; non-``str`` texts raise
@@ -125,8 +139,9 @@ def length_sorted_batches(tokenizer, texts: Sequence, batch_size: int, max_lengt
     todo = [i for i, text in enumerate(texts) if as_text(text, i).strip()]
     if not todo:
         return
-    encoded = tokenizer([as_text(texts[i], i) for i in todo], truncation=True, max_length=max_length,
-                        return_attention_mask=False)
+    encoded = tokenizer(
+        [as_text(texts[i], i) for i in todo], truncation=True, max_length=max_length, return_attention_mask=False
+    )
     # [UNK] stands for real text; a text of [CLS]/[SEP]/... only (e.g. control characters) has no content, like ''.
     structural = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}
     keep = [j for j, ids in enumerate(encoded['input_ids']) if not structural.issuperset(ids)]
@@ -135,16 +150,30 @@ def length_sorted_batches(tokenizer, texts: Sequence, batch_size: int, max_lengt
     order = sorted(range(len(todo)), key=lambda j: len(input_ids[j]), reverse=True)
     with tqdm(total=len(order), desc=desc, unit='text', disable=not verbose) as pbar:
         for start in range(0, len(order), batch_size):
-            batch = order[start:start + batch_size]
+            batch = order[start : start + batch_size]
             padded = tokenizer.pad({'input_ids': [input_ids[j] for j in batch]}, return_tensors='pt')
-            yield Batch([todo[j] for j in batch], padded['input_ids'].to(device), padded['attention_mask'].to(device),
-                        [encodings[j] for j in batch] if encodings is not None else [])
+            yield Batch(
+                [todo[j] for j in batch],
+                padded['input_ids'].to(device),
+                padded['attention_mask'].to(device),
+                [encodings[j] for j in batch] if encodings is not None else [],
+            )
             pbar.update(len(batch))
 
 
-def encode_texts(model: torch.nn.Module, tokenizer, texts: Sequence, terms: Sequence[str], *,
-                 batch_size: int = 32, max_length: int = 256, device=None, precision: str = 'fp32',
-                 verbose: bool = False, desc: str = 'encoding') -> List[Dict[str, float]]:
+def encode_texts(
+    model: torch.nn.Module,
+    tokenizer,
+    texts: Sequence,
+    terms: Sequence[str],
+    *,
+    batch_size: int = 32,
+    max_length: int = 256,
+    device=None,
+    precision: str = 'fp32',
+    verbose: bool = False,
+    desc: str = 'encoding',
+) -> List[Dict[str, float]]:
     """Encodes ``texts`` with ``model`` into ``{term: weight}`` dicts, in input order.
 
     Texts longer than ``max_length`` tokens (special tokens included) are truncated. Missing, blank and texts that
@@ -164,7 +193,9 @@ def encode_texts(model: torch.nn.Module, tokenizer, texts: Sequence, terms: Sequ
                 finite = torch.isfinite(weights).all(dim=1)
                 if not finite.all():
                     bad = sorted(batch.positions[r] for r in (~finite).nonzero()[:, 0].tolist())
-                    raise ValueError(f'the model produced non-finite weights (inf/NaN) for the texts at positions {bad}')
+                    raise ValueError(
+                        f'the model produced non-finite weights (inf/NaN) for the texts at positions {bad}'
+                    )
                 for i, vec in zip(batch.positions, to_dicts(weights, terms)):
                     results[i] = vec
     finally:

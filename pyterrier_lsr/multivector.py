@@ -19,9 +19,8 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 import torch
-from tqdm.auto import tqdm
 
-from .encoding import autocast, is_blank, resolve_device, resolve_precision
+from .encoding import autocast, length_sorted_batches, resolve_device, resolve_precision
 from .models.multivector import SETTINGS_FILE, MultiVectorModel
 from .models.sae_splade import structural_token_ids
 
@@ -106,21 +105,14 @@ class MultiVector:
         order, text ``i`` owning ``vectors[offsets[i]:offsets[i + 1]]`` (no rows for blank texts).  Texts are
         length-sorted and padded per batch, so a result does not depend on the other texts of the batch."""
         max_length = self.query_max_length if query else self.doc_max_length
-        todo = [i for i, text in enumerate(texts) if not is_blank(text)]
-        input_ids = self.tokenizer([str(texts[i]) for i in todo], truncation=True, max_length=max_length,
-                                   return_attention_mask=False)['input_ids'] if todo else []
         per_text: List[np.ndarray] = [np.zeros((0, self.dim), np.float32)] * len(texts)
-        order = sorted(range(len(todo)), key=lambda j: len(input_ids[j]), reverse=True)
-        with autocast(self.device, self.precision), \
-                tqdm(total=len(order), desc='embedding', unit='text', disable=not verbose) as pbar:
-            for start in range(0, len(order), self.batch_size):
-                batch = order[start:start + self.batch_size]
-                padded = self.tokenizer.pad({'input_ids': [input_ids[j] for j in batch]}, return_tensors='pt')
-                emb, mask = self.model(padded['input_ids'].to(self.device), padded['attention_mask'].to(self.device))
+        with autocast(self.device, self.precision):
+            for batch in length_sorted_batches(self.tokenizer, texts, self.batch_size, max_length, self.device,
+                                               verbose, 'embedding'):
+                emb, mask = self.model(batch.input_ids, batch.attention_mask)
                 emb, mask = emb.float().cpu().numpy(), mask.cpu().numpy()
-                for row, j in enumerate(batch):
-                    per_text[todo[j]] = emb[row][mask[row]]
-                pbar.update(len(batch))
+                for row, i in enumerate(batch.positions):
+                    per_text[i] = emb[row][mask[row]]
         offsets = np.concatenate([[0], np.cumsum([len(v) for v in per_text])]).astype(np.int64)
         return np.concatenate(per_text) if len(texts) else np.zeros((0, self.dim), np.float32), offsets
 

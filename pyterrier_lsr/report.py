@@ -6,6 +6,7 @@ terms, i.e. the postings an exhaustive traversal reads (PISA's dynamic pruning r
 
 ``pyterrier-lsr report config.yaml`` runs :func:`run_config`; see ``examples/report_vaswani.yaml``.
 """
+
 import json
 import os
 import statistics
@@ -45,6 +46,7 @@ class System:
     ``query_side`` produces ``query_toks`` (``None`` for a text retriever such as BM25, whose query terms are then
     PISA's tokens of the query text); ``retriever`` retrieves from the PISA index at ``index_path``.
     """
+
     name: str
     retriever: pt.Transformer
     index_path: str
@@ -60,9 +62,12 @@ class System:
             return list(self.query_side(topics)['query_toks'])
         import pyterrier_pisa
         from pyterrier_pisa.stopwords import _STOPWORDS
+
         stops = set(_STOPWORDS['terrier'])
-        return [{t: 1. for t in pyterrier_pisa.tokenize(q.lower(), self.stemmer) if t not in stops}
-                for q in topics['query']]
+        return [
+            {t: 1.0 for t in pyterrier_pisa.tokenize(q.lower(), self.stemmer) if t not in stops}
+            for q in topics['query']
+        ]
 
 
 # The columns costs() adds (in order).
@@ -82,12 +87,13 @@ def costs(system: System, topics: pd.DataFrame) -> Dict[str, float]:
     queries = system.query_terms(topics)
     num_docs = int(np.fromfile(Path(system.index_path) / 'inv.docs', dtype=np.uint32, count=2)[1])
     return {
-        'ms_mean': statistics.mean(times), 'ms_median': statistics.median(times),
+        'ms_mean': statistics.mean(times),
+        'ms_median': statistics.median(times),
         'ms_p95': float(np.percentile(times, 95)),
         'query_nnz': statistics.mean(len(q) for q in queries),
         'doc_nnz': sum(df.values()) / max(1, num_docs),
         'postings_per_query': statistics.mean(sum(df.get(pisa_term(t), 0) for t in q) for q in queries),
-        'index_mb': index_size_bytes(system.index_path) / 2 ** 20,
+        'index_mb': index_size_bytes(system.index_path) / 2**20,
         **(engine_footprint(system.index_path, system.engine) if system.engine else {}),
     }
 
@@ -96,12 +102,19 @@ def engine_footprint(index_path, engine: str) -> Dict[str, object]:
     """The engine columns of a report: which engine of the :class:`~pyterrier_lsr.LsrIndex` at ``index_path``, the
     size of its files (MB; PISA's are those at the index root) and its build time (s, as recorded when built)."""
     from .index import LsrIndex, get_engine
+
     meta = LsrIndex(index_path).meta
     folder = get_engine(engine).subfolder
-    files = {name: size for name, size in meta['files'].items()
-             if (name.startswith(folder + '/') if folder else '/' not in name and name not in ENGINE_NEUTRAL_FILES)}
-    return {'engine': engine, 'engine_mb': sum(files.values()) / 2 ** 20,
-            'engine_build_s': meta['engines'][engine].get('build_seconds', float('nan'))}
+    files = {
+        name: size
+        for name, size in meta['files'].items()
+        if (name.startswith(folder + '/') if folder else '/' not in name and name not in ENGINE_NEUTRAL_FILES)
+    }
+    return {
+        'engine': engine,
+        'engine_mb': sum(files.values()) / 2**20,
+        'engine_build_s': meta['engines'][engine].get('build_seconds', float('nan')),
+    }
 
 
 ENGINE_NEUTRAL_FILES = {'df.json', 'pt_meta.json', 'lsr.json'}
@@ -121,12 +134,23 @@ def engine_costs(index, engine: str, query_toks: pd.DataFrame, num_results: int 
     start = time.perf_counter()
     results = retriever(query_toks)
     batch = (time.perf_counter() - start) * 1e3 / max(1, len(query_toks))
-    return {**engine_footprint(index.path, engine), 'ms_median': statistics.median(times),
-            'ms_p99': float(np.percentile(times, 99)), 'ms_batch': batch}, results
+    return {
+        **engine_footprint(index.path, engine),
+        'ms_median': statistics.median(times),
+        'ms_p99': float(np.percentile(times, 99)),
+        'ms_batch': batch,
+    }, results
 
 
-def report(systems: Sequence[System], topics: pd.DataFrame, qrels: pd.DataFrame, measures: Sequence,
-           output_dir, x: str = 'postings_per_query', title: str = '') -> pd.DataFrame:
+def report(
+    systems: Sequence[System],
+    topics: pd.DataFrame,
+    qrels: pd.DataFrame,
+    measures: Sequence,
+    output_dir,
+    x: str = 'postings_per_query',
+    title: str = '',
+) -> pd.DataFrame:
     """Runs ``pt.Experiment`` on ``systems``, adds cost columns, writes ``report.md``, ``report.csv`` and
     ``report.png`` (the first of ``measures`` vs ``x``, one point per system) into ``output_dir``; returns the table."""
     if not systems:
@@ -135,7 +159,9 @@ def report(systems: Sequence[System], topics: pd.DataFrame, qrels: pd.DataFrame,
         raise ValueError(f'x={x!r} is not a report column; choose one of {list(COST_COLUMNS)} or a measure')
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
-    table = pt.Experiment([s.pipeline() for s in systems], topics, qrels, list(measures), names=[s.name for s in systems])
+    table = pt.Experiment(
+        [s.pipeline() for s in systems], topics, qrels, list(measures), names=[s.name for s in systems]
+    )
     cost_rows = [costs(s, topics) for s in tqdm(systems, desc='measuring costs', unit='system')]
     table = pd.concat([table.reset_index(drop=True), pd.DataFrame(cost_rows)], axis=1)
     table.to_csv(output_dir / 'report.csv', index=False)
@@ -154,16 +180,23 @@ def _markdown(table: pd.DataFrame) -> str:
 
 def _plot(table: pd.DataFrame, y: str, x: str, path: Path, title: str):
     import matplotlib
+
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+
     fig, ax = plt.subplots(figsize=(8, 5.5))
     groups = table['name'].str.split(' @ ').str[0]
     for group in dict.fromkeys(groups):
         part = table[groups == group].sort_values(x)
         ax.plot(part[x], part[y], marker='o', label=group)
         for _, row in part.iterrows():
-            ax.annotate(row['name'].split(' @ ')[-1] if ' @ ' in row['name'] else '', (row[x], row[y]),
-                        textcoords='offset points', xytext=(4, 4), fontsize=7)
+            ax.annotate(
+                row['name'].split(' @ ')[-1] if ' @ ' in row['name'] else '',
+                (row[x], row[y]),
+                textcoords='offset points',
+                xytext=(4, 4),
+                fontsize=7,
+            )
     ax.set_xscale('log')
     ax.set_xlabel(x.replace('_', ' '))
     ax.set_ylabel(y)
@@ -178,11 +211,25 @@ def _plot(table: pd.DataFrame, y: str, x: str, path: Path, title: str):
 # --- YAML configs ------------------------------------------------------------------------------------------------
 
 # key -> (required, type); every key is checked (type and value) before anything is loaded, indexed or written.
-TOP_KEYS = {'dataset': (True, str), 'systems': (True, list), 'output': (True, str), 'measures': (False, list),
-            'workdir': (False, str), 'irds_cache': (False, str), 'x': (False, str), 'title': (False, str),
-            'num_results': (False, int)}
-SYSTEM_KEYS = {'name': (True, str), 'type': (True, str), 'model': (False, str), 'doc_pruning': (False, dict),
-               'query_pruning': (False, dict), 'levels': (False, list)}
+TOP_KEYS = {
+    'dataset': (True, str),
+    'systems': (True, list),
+    'output': (True, str),
+    'measures': (False, list),
+    'workdir': (False, str),
+    'irds_cache': (False, str),
+    'x': (False, str),
+    'title': (False, str),
+    'num_results': (False, int),
+}
+SYSTEM_KEYS = {
+    'name': (True, str),
+    'type': (True, str),
+    'model': (False, str),
+    'doc_pruning': (False, dict),
+    'query_pruning': (False, dict),
+    'levels': (False, list),
+}
 LEVEL_KEYS = {'doc_pruning': (False, dict), 'query_pruning': (False, dict)}
 PRUNING_KEYS = {'top_n': (False, int), 'ratio': (False, float), 'threshold': (False, float)}
 TYPES = {'bm25', 'splade', 'inference_free'}
@@ -223,6 +270,7 @@ def _check_keys(section, spec: Dict[str, tuple], where: str):
 
 def _check_pruning(section: dict, where: str):
     from .pruning import Prune
+
     _check_keys(section, PRUNING_KEYS, where)
     if section:
         try:
@@ -234,6 +282,7 @@ def _check_pruning(section: dict, where: str):
 def check_config(config) -> dict:
     """Validates a parsed report config (types and values of every key); raises :class:`ConfigError` naming the key."""
     from ir_measures import parse_measure
+
     _check_keys(config, TOP_KEYS, '')
     if not config['systems']:
         raise ConfigError('config key systems must be a non-empty list')
@@ -243,8 +292,9 @@ def check_config(config) -> dict:
         try:
             measures.append(str(parse_measure(measure)))
         except Exception as e:  # ir_measures raises several types
-            raise ConfigError(f'config key measures[{i}]: {measure!r} is not a measure '
-                              f'({" ".join(str(e).split())[:200]})') from None
+            raise ConfigError(
+                f'config key measures[{i}]: {measure!r} is not a measure ({" ".join(str(e).split())[:200]})'
+            ) from None
     if 'measures' in config and not measures:
         raise ConfigError('config key measures must be a non-empty list')
     if config.get('x', 'postings_per_query') not in COST_COLUMNS + tuple(measures):
@@ -273,6 +323,7 @@ def check_config(config) -> dict:
 def load_config(path) -> dict:
     """Reads and validates a report config (:func:`check_config`); errors name the offending key."""
     import yaml
+
     try:
         text = Path(path).read_text(encoding='utf8')
     except OSError as e:
@@ -294,8 +345,10 @@ def run_config(path) -> pd.DataFrame:
     config = load_config(path)
     if config.get('irds_cache'):
         from .offline import use_irds_cache
+
         use_irds_cache(str(Path(path).parent / config['irds_cache']))
     from ir_measures import parse_measure
+
     dataset = pt.get_dataset(config['dataset'])
     workdir = Path(config.get('workdir', 'indices'))
     measures = [parse_measure(m) for m in config.get('measures', DEFAULT_MEASURES)]
@@ -304,8 +357,15 @@ def run_config(path) -> pd.DataFrame:
         if 'model' in spec:
             builder._model(spec['model'])
     systems = [s for spec in config['systems'] for s in builder.build(spec)]
-    return report(systems, dataset.get_topics(), dataset.get_qrels(), measures, config['output'],
-                  x=config.get('x', 'postings_per_query'), title=config.get('title', ''))
+    return report(
+        systems,
+        dataset.get_topics(),
+        dataset.get_qrels(),
+        measures,
+        config['output'],
+        x=config.get('x', 'postings_per_query'),
+        title=config.get('title', ''),
+    )
 
 
 class _SystemBuilder:
@@ -317,6 +377,7 @@ class _SystemBuilder:
         if name not in self.models:
             from .loading import load_model
             from .offline import resolve_model
+
             self.models[name] = load_model(resolve_model(name))
         return self.models[name]
 
@@ -344,23 +405,30 @@ class _SystemBuilder:
     def _index(self, model_name: str, doc_pruning: dict):
         from .index import LsrIndex, SpladeIndexer
         from .pruning import prune
+
         tag = '-'.join(f'{k}{v}' for k, v in sorted(doc_pruning.items())) or 'full'
         path = self.workdir / f'{Path(model_name).name}.{tag}.lsr'
         if not (path / 'lsr.json').exists():
             if path.exists():
-                raise FileExistsError(f'{path} exists but is not a pyterrier-lsr index (no lsr.json); the report '
-                                      'builds its indexes there and never deletes a folder it did not make: move it '
-                                      'away or choose another workdir')
-            docs = ({'docno': docno, 'toks': prune(vec, **doc_pruning) if doc_pruning else vec}
-                    for docno, vec in self._doc_vectors(model_name))
+                raise FileExistsError(
+                    f'{path} exists but is not a pyterrier-lsr index (no lsr.json); the report '
+                    'builds its indexes there and never deletes a folder it did not make: move it '
+                    'away or choose another workdir'
+                )
+            docs = (
+                {'docno': docno, 'toks': prune(vec, **doc_pruning) if doc_pruning else vec}
+                for docno, vec in self._doc_vectors(model_name)
+            )
             SpladeIndexer(path, self._model(model_name), verbose=False).index(docs)  # toks as given; model recorded
         return LsrIndex(path, self._model(model_name))
 
     def build(self, spec: dict) -> List[System]:
         from .pruning import Prune
         from .query import IDFQueryEncoder
+
         if spec['type'] == 'bm25':
             import pyterrier_pisa
+
             index = pyterrier_pisa.PisaIndex(str(self.workdir / 'bm25.pisa'), text_field='text')
             if not index.built():
                 index.index(self.dataset.get_corpus_iter())
@@ -371,12 +439,20 @@ class _SystemBuilder:
             doc_pruning = {**spec.get('doc_pruning', {}), **level.get('doc_pruning', {})}
             query_pruning = {**spec.get('query_pruning', {}), **level.get('query_pruning', {})}
             index = self._index(spec['model'], doc_pruning)
-            query_side = (IDFQueryEncoder.from_index(index) if spec['type'] == 'inference_free'
-                          else self._model(spec['model']).query_encoder())
+            query_side = (
+                IDFQueryEncoder.from_index(index)
+                if spec['type'] == 'inference_free'
+                else self._model(spec['model']).query_encoder()
+            )
             if query_pruning:
                 query_side = query_side >> Prune(**query_pruning, fields=['query_toks'])
-            label = ', '.join(f'{side[0]}:{k}={v}' for side, p in [('doc', doc_pruning), ('query', query_pruning)]
-                              for k, v in p.items())
-            name = f"{spec['name']} @ {label}" if label else spec['name']
-            systems.append(System(name, index.toks_retriever(num_results=self.num_results), str(index.path), query_side))
+            label = ', '.join(
+                f'{side[0]}:{k}={v}'
+                for side, p in [('doc', doc_pruning), ('query', query_pruning)]
+                for k, v in p.items()
+            )
+            name = f'{spec["name"]} @ {label}' if label else spec['name']
+            systems.append(
+                System(name, index.toks_retriever(num_results=self.num_results), str(index.path), query_side)
+            )
         return systems

@@ -13,6 +13,7 @@ lists and dicts only (torch's RNG state is a tensor) and is read with ``torch.lo
 cannot run code. Resume takes the newest checkpoint that loads, warning about newer ones that do not, and refuses a
 ``TrainConfig`` that differs from the saved one unless ``resume='force'``.
 """
+
 import csv
 import json
 import os
@@ -42,28 +43,29 @@ BOOKKEEPING_FIELDS = {'log_every', 'save_every', 'eval_every'}
 @dataclass
 class TrainConfig:
     """Settings of :func:`train`. Defaults suit small CPU runs (published GPU recipes use larger batches)."""
+
     steps: int = 1000
-    batch_size: int = 16               # examples per micro-batch (global: split over torchrun processes)
-    grad_accum: int = 1                # micro-batches per optimizer step
+    batch_size: int = 16  # examples per micro-batch (global: split over torchrun processes)
+    grad_accum: int = 1  # micro-batches per optimizer step
     lr: float = 5e-5
     lr_multipliers: Dict[str, float] = field(default_factory=dict)  # parameter-name prefix -> factor of lr
     weight_decay: float = 0.01
-    warmup_steps: int = 100            # linear warm-up, then linear decay to 0 at `steps`
+    warmup_steps: int = 100  # linear warm-up, then linear decay to 0 at `steps`
     max_grad_norm: float = 1.0
     losses: Dict[str, float] = field(default_factory=lambda: {'infonce': 1.0})  # infonce, margin_mse, kl
     in_batch_negatives: bool = True
-    temperature: float = 1.0           # for infonce and kl
-    lambda_q: float = 1e-2             # FLOPS weights, ramped up quadratically over flops_warmup_steps
+    temperature: float = 1.0  # for infonce and kl
+    lambda_q: float = 1e-2  # FLOPS weights, ramped up quadratically over flops_warmup_steps
     lambda_d: float = 8e-3
     flops_warmup_steps: int = 300
-    flops_doc_threshold: int = 0       # > 0: FLOPS only on documents with more non-zero terms than this
+    flops_doc_threshold: int = 0  # > 0: FLOPS only on documents with more non-zero terms than this
     query_max_length: int = 32
     doc_max_length: int = 256
-    bf16: bool = False                 # bf16 autocast for forward passes
+    bf16: bool = False  # bf16 autocast for forward passes
     seed: int = 42
     log_every: int = 10
-    save_every: int = 0                # 0: only at the end
-    eval_every: int = 0                # 0: never (evaluate= is then called at the end only)
+    save_every: int = 0  # 0: only at the end
+    eval_every: int = 0  # 0: never (evaluate= is then called at the end only)
 
     def __post_init__(self):
         unknown = set(self.losses) - L.LOSSES
@@ -76,7 +78,7 @@ class TrainConfig:
             raise ValueError(f'lr_multipliers must be >= 0, got {self.lr_multipliers}')
 
 
-def _batches(examples, batch_size: int, seed: int) -> Iterator[List[Example]]:
+def micro_batches(examples, batch_size: int, seed: int) -> Iterator[List[Example]]:
     """Micro-batches: reshuffled epochs (seeded) for a sequence, one pass in order for a stream."""
     if isinstance(examples, Sequence):
         epoch = 0
@@ -84,7 +86,7 @@ def _batches(examples, batch_size: int, seed: int) -> Iterator[List[Example]]:
             order = list(range(len(examples)))
             random.Random(seed + epoch).shuffle(order)
             for start in range(0, len(order) - batch_size + 1, batch_size):
-                yield [examples[i] for i in order[start:start + batch_size]]
+                yield [examples[i] for i in order[start : start + batch_size]]
             epoch += 1
     else:
         batch = []
@@ -99,12 +101,14 @@ def _lr_lambda(config: TrainConfig):
     def factor(step):
         if step < config.warmup_steps:
             return (step + 1) / config.warmup_steps
-        return max(0., (config.steps - step) / max(1, config.steps - config.warmup_steps))
+        return max(0.0, (config.steps - step) / max(1, config.steps - config.warmup_steps))
+
     return factor
 
 
-def param_groups(model: torch.nn.Module, extra_parameters: Sequence[torch.nn.Parameter], config: TrainConfig
-                 ) -> List[dict]:
+def param_groups(
+    model: torch.nn.Module, extra_parameters: Sequence[torch.nn.Parameter], config: TrainConfig
+) -> List[dict]:
     """AdamW parameter groups: the trainable parameters of ``model`` whose name (as in ``named_parameters()``)
     starts with a prefix of ``config.lr_multipliers`` get ``lr`` times its factor (the longest matching prefix wins),
     all others and ``extra_parameters`` get ``lr``. Parts of a model can need larger steps than the rest, e.g. the
@@ -120,8 +124,9 @@ def param_groups(model: torch.nn.Module, extra_parameters: Sequence[torch.nn.Par
     unused = [prefix for prefix, params in groups.items() if not params]
     if unused:
         raise ValueError(f'lr_multipliers prefixes {unused} match no trainable parameter of the model')
-    return ([{'params': default + list(extra_parameters), 'lr': config.lr}] +
-            [{'params': params, 'lr': config.lr * config.lr_multipliers[prefix]} for prefix, params in groups.items()])
+    return [{'params': default + list(extra_parameters), 'lr': config.lr}] + [
+        {'params': params, 'lr': config.lr * config.lr_multipliers[prefix]} for prefix, params in groups.items()
+    ]
 
 
 def bf16_autocast(device: torch.device, enabled: bool):
@@ -151,10 +156,14 @@ def batch_loss(model, tokenizer, batch: List[Example], config: TrainConfig, step
     local = dist.local_slice(batch)
     with bf16_autocast(device, config.bf16):
         queries = [ex.query for ex in local]
-        q = (query_encoder(queries, tokenizer, config.query_max_length) if query_encoder is not None
-             else _encode(model, tokenizer, queries, config.query_max_length, device)).float()
-        d = _encode(model, tokenizer, [t for ex in local for t in [ex.positive] + ex.negatives],
-                    config.doc_max_length, device).float()
+        q = (
+            query_encoder(queries, tokenizer, config.query_max_length)
+            if query_encoder is not None
+            else _encode(model, tokenizer, queries, config.query_max_length, device)
+        ).float()
+        d = _encode(
+            model, tokenizer, [t for ex in local for t in [ex.positive] + ex.negatives], config.doc_max_length, device
+        ).float()
     q, d = dist.gather(q), dist.gather(d)
     docs = d.view(len(batch), 1 + n, -1)
     scores = L.candidate_scores(q, docs)
@@ -172,8 +181,15 @@ def batch_loss(model, tokenizer, batch: List[Example], config: TrainConfig, step
     flops_q, flops_d = L.flops(q), L.flops(d, config.flops_doc_threshold)
     loss = sum(config.losses[k] * v for k, v in parts.items()) + lam_q * flops_q + lam_d * flops_d
     logs = {k: v.item() for k, v in parts.items()}
-    logs.update(loss=loss.item(), flops_q=flops_q.item(), flops_d=flops_d.item(), lambda_q=lam_q, lambda_d=lam_d,
-                q_nnz=(q > 0).sum(1).float().mean().item(), d_nnz=(d > 0).sum(1).float().mean().item())
+    logs.update(
+        loss=loss.item(),
+        flops_q=flops_q.item(),
+        flops_d=flops_d.item(),
+        lambda_q=lam_q,
+        lambda_d=lam_d,
+        q_nnz=(q > 0).sum(1).float().mean().item(),
+        d_nnz=(d > 0).sum(1).float().mean().item(),
+    )
     return loss, logs
 
 
@@ -184,9 +200,19 @@ def _save(model, tokenizer, optimizer, scheduler, step: int, path: Path, config:
     model.save_pretrained(str(tmp))
     if tokenizer is not None:
         tokenizer.save_pretrained(str(tmp))
-    torch.save({'step': step, 'optimizer': optimizer.state_dict(), 'scheduler': scheduler.state_dict(),
-                'model': model.state_dict(), 'extra': [p.detach().clone() for p in extra],
-                'torch_rng': torch.get_rng_state(), 'config': asdict(config), 'log': log}, tmp / STATE_FILE)
+    torch.save(
+        {
+            'step': step,
+            'optimizer': optimizer.state_dict(),
+            'scheduler': scheduler.state_dict(),
+            'model': model.state_dict(),
+            'extra': [p.detach().clone() for p in extra],
+            'torch_rng': torch.get_rng_state(),
+            'config': asdict(config),
+            'log': log,
+        },
+        tmp / STATE_FILE,
+    )
     if path.exists():  # saving a step again (a rerun): the old folder stays whole until the new one is in place
         old = path.with_name(f'.{path.name}.old')
         shutil.rmtree(old, ignore_errors=True)
@@ -219,11 +245,14 @@ def _latest_state(output_dir) -> Tuple[Optional[Path], Optional[dict]]:
             return checkpoint, _load_state(checkpoint)
         except Exception as e:  # truncated, foreign or tampered (e.g. a pickle that would run code): never trusted
             skipped.append(checkpoint)
-            warnings.warn(f'skipping checkpoint {checkpoint}: its {STATE_FILE} does not load safely '
-                          f'({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ""})')
+            warnings.warn(
+                f'skipping checkpoint {checkpoint}: its {STATE_FILE} does not load safely '
+                f'({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ""})'
+            )
     if skipped:
-        raise ValueError(f'no intact checkpoint to resume from in {output_dir}: '
-                         f'{[p.name for p in skipped]} do not load')
+        raise ValueError(
+            f'no intact checkpoint to resume from in {output_dir}: {[p.name for p in skipped]} do not load'
+        )
     return None, None
 
 
@@ -234,12 +263,15 @@ def latest_checkpoint(output_dir) -> Optional[Path]:
 
 def _check_resumed_config(saved: dict, config: TrainConfig, checkpoint: Path):
     current = asdict(config)
-    changed = sorted(k for k in saved.keys() | current.keys()
-                     if k not in BOOKKEEPING_FIELDS and saved.get(k) != current.get(k))
+    changed = sorted(
+        k for k in saved.keys() | current.keys() if k not in BOOKKEEPING_FIELDS and saved.get(k) != current.get(k)
+    )
     if changed:
         diff = ', '.join(f'{k}: {saved.get(k)!r} -> {current.get(k)!r}' for k in changed)
-        raise ValueError(f'the TrainConfig differs from the one {checkpoint} was trained with ({diff}); resuming would '
-                         "not continue that run. Pass resume='force' to continue with the new settings anyway")
+        raise ValueError(
+            f'the TrainConfig differs from the one {checkpoint} was trained with ({diff}); resuming would '
+            "not continue that run. Pass resume='force' to continue with the new settings anyway"
+        )
 
 
 def _write_log(output_dir: Path, log: List[dict]):
@@ -251,9 +283,18 @@ def _write_log(output_dir: Path, log: List[dict]):
         writer.writerows(log)
 
 
-def train(model: torch.nn.Module, tokenizer, examples: Iterable[Example], output_dir, config: TrainConfig = None,
-          evaluate: Optional[Callable[[torch.nn.Module], Dict[str, float]]] = None, resume: Union[bool, str] = False,
-          extra_parameters: Sequence[torch.nn.Parameter] = (), query_encoder=None, verbose: bool = True) -> List[dict]:
+def train(
+    model: torch.nn.Module,
+    tokenizer,
+    examples: Iterable[Example],
+    output_dir,
+    config: TrainConfig = None,
+    evaluate: Optional[Callable[[torch.nn.Module], Dict[str, float]]] = None,
+    resume: Union[bool, str] = False,
+    extra_parameters: Sequence[torch.nn.Parameter] = (),
+    query_encoder=None,
+    verbose: bool = True,
+) -> List[dict]:
     """Trains ``model`` in place and returns the metrics log (one row per ``log_every`` steps and per evaluation).
 
     Args:
@@ -269,24 +310,41 @@ def train(model: torch.nn.Module, tokenizer, examples: Iterable[Example], output
     config = config or TrainConfig()
     if isinstance(examples, Sequence) and len(examples) < config.batch_size:
         raise ValueError(f'need at least batch_size={config.batch_size} examples, got {len(examples)}')
-    return run_loop(model, lambda batch, step: batch_loss(model, tokenizer, batch, config, step, query_encoder),
-                    _batches(examples, config.batch_size, config.seed), output_dir, config, tokenizer=tokenizer,
-                    evaluate=evaluate, resume=resume, extra_parameters=extra_parameters, verbose=verbose)
+    return run_loop(
+        model,
+        lambda batch, step: batch_loss(model, tokenizer, batch, config, step, query_encoder),
+        micro_batches(examples, config.batch_size, config.seed),
+        output_dir,
+        config,
+        tokenizer=tokenizer,
+        evaluate=evaluate,
+        resume=resume,
+        extra_parameters=extra_parameters,
+        verbose=verbose,
+    )
 
 
-def run_loop(model: torch.nn.Module, loss_fn: Callable[[object, int], Tuple[torch.Tensor, Dict[str, float]]],
-             batches: Iterator, output_dir, config: TrainConfig, tokenizer=None,
-             evaluate: Optional[Callable[[torch.nn.Module], Dict[str, float]]] = None, resume: Union[bool, str] = False,
-             extra_parameters: Sequence[torch.nn.Parameter] = (), verbose: bool = True, desc: str = 'training'
-             ) -> List[dict]:
+def run_loop(
+    model: torch.nn.Module,
+    loss_fn: Callable[[object, int], Tuple[torch.Tensor, Dict[str, float]]],
+    batches: Iterator,
+    output_dir,
+    config: TrainConfig,
+    tokenizer=None,
+    evaluate: Optional[Callable[[torch.nn.Module], Dict[str, float]]] = None,
+    resume: Union[bool, str] = False,
+    extra_parameters: Sequence[torch.nn.Parameter] = (),
+    verbose: bool = True,
+    desc: str = 'training',
+) -> List[dict]:
     """The optimization machinery shared by every objective: runs ``loss_fn(batch, step) -> (loss, logs)`` over
     ``batches`` for ``config.steps`` optimizer steps (only the optimization, logging and checkpoint fields of
     ``config`` are read).
 
     AdamW (per-prefix learning rates: :func:`param_groups`), linear warm-up/decay, ``grad_accum`` micro-batches per
     step, gradient clipping, ``metrics.csv/json``, ``checkpoint-<step>`` folders (``model.save_pretrained`` +
-    ``tokenizer`` + ``trainer_state.pt``) and exact resume: the batch iterator is replayed up to the checkpoint and torch's RNG restored, so ``batches`` must be
-    deterministic and any randomness in ``loss_fn`` must come from torch's global RNG (reseeded every step).
+    ``tokenizer`` + ``trainer_state.pt``) and exact resume: the batch iterator is replayed up to the checkpoint and
+    torch's RNG restored, so ``batches`` must be deterministic and any randomness in ``loss_fn`` must come from torch's global RNG (reseeded every step).
     ``resume``: see :func:`train`.
 
     Under ``torchrun`` (see :mod:`.distributed`) every process runs this same loop: parameters start from rank 0's,
@@ -329,8 +387,9 @@ def run_loop(model: torch.nn.Module, loss_fn: Callable[[object, int], Tuple[torc
     model.train()
     window: List[dict] = []
     start_time = time.time()
-    with tqdm(total=config.steps, initial=step, desc=desc, unit='step', disable=not verbose or not dist.is_main()
-              ) as pbar:
+    with tqdm(
+        total=config.steps, initial=step, desc=desc, unit='step', disable=not verbose or not dist.is_main()
+    ) as pbar:
         while step < config.steps:
             optimizer.zero_grad()
             torch.manual_seed(dist.step_seed(config.seed, step))
@@ -357,14 +416,26 @@ def run_loop(model: torch.nn.Module, loss_fn: Callable[[object, int], Tuple[torc
                 log.append(row)
                 window = []
                 pbar.set_postfix({k: f'{row[k]:.3g}' for k in ('loss', 'd_nnz') if k in row})
-            if evaluate is not None and dist.is_main() and (
-                    (config.eval_every and step % config.eval_every == 0) or step == config.steps):
+            if (
+                evaluate is not None
+                and dist.is_main()
+                and ((config.eval_every and step % config.eval_every == 0) or step == config.steps)
+            ):
                 model.eval()
                 log.append({'step': step, **evaluate(model)})
                 model.train()
             if dist.is_main() and ((config.save_every and step % config.save_every == 0) or step == config.steps):
-                _save(model, tokenizer, optimizer, scheduler, step, output_dir / f'checkpoint-{step}', config, log,
-                      extra_parameters)
+                _save(
+                    model,
+                    tokenizer,
+                    optimizer,
+                    scheduler,
+                    step,
+                    output_dir / f'checkpoint-{step}',
+                    config,
+                    log,
+                    extra_parameters,
+                )
             if log and dist.is_main():
                 _write_log(output_dir, log)
     dist.barrier()  # checkpoints are complete before any process returns (and, say, resumes or evaluates)

@@ -2,6 +2,7 @@
 
 Combine them with PyTerrier's operators, e.g. ``DenseScorer(...) + 0.02 * RetrieverScorer(bm25)``.
 """
+
 from typing import Sequence
 
 import numpy as np
@@ -19,6 +20,7 @@ class DenseScorer(pt.Transformer):
 
     def __init__(self, name_or_path: str, batch_size: int = 64, max_length: int = 256, device=None, precision='fp32'):
         from transformers import AutoModel, AutoTokenizer
+
         self.device = resolve_device(device)
         folder = resolve_model(str(name_or_path))  # offline short names ('all-MiniLM-L6-v2') work too
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
@@ -45,7 +47,9 @@ class DenseScorer(pt.Transformer):
         texts = inp['text'].fillna('').astype(str).unique().tolist()
         q = dict(zip(queries, self.embed(queries)))
         d = dict(zip(texts, self.embed(texts)))
-        scores = [float(q[a] @ d[b]) for a, b in zip(inp['query'].fillna('').astype(str), inp['text'].fillna('').astype(str))]
+        scores = [
+            float(q[a] @ d[b]) for a, b in zip(inp['query'].fillna('').astype(str), inp['text'].fillna('').astype(str))
+        ]
         return pt.model.add_ranks(inp.assign(score=scores))
 
 
@@ -64,8 +68,10 @@ class RetrieverScorer(pt.Transformer):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         queries = inp[['qid', 'query']].drop_duplicates('qid')
         res = (self.retriever % self.depth)(queries)
-        found = {(qid, self.docs_text.get(docno)): score for qid, docno, score in zip(res['qid'], res['docno'], res['score'])}
-        scores = [found.get((qid, text), 0.) for qid, text in zip(inp['qid'], inp['text'])]
+        found = {
+            (qid, self.docs_text.get(docno)): score for qid, docno, score in zip(res['qid'], res['docno'], res['score'])
+        }
+        scores = [found.get((qid, text), 0.0) for qid, text in zip(inp['qid'], inp['text'])]
         return pt.model.add_ranks(inp.assign(score=scores))
 
 
@@ -78,7 +84,7 @@ class ZScoreFusion(pt.Transformer):
 
     def __init__(self, scorers: Sequence[pt.Transformer], weights: Sequence[float] = None):
         self.scorers = list(scorers)
-        self.weights = list(weights) if weights is not None else [1.] * len(self.scorers)
+        self.weights = list(weights) if weights is not None else [1.0] * len(self.scorers)
         if len(self.weights) != len(self.scorers):
             raise ValueError('one weight per scorer')
 
@@ -87,8 +93,10 @@ class ZScoreFusion(pt.Transformer):
         total = np.zeros(len(inp))
         for scorer, weight in zip(self.scorers, self.weights):
             res = scorer(inp.drop(columns=['score', 'rank'], errors='ignore'))
-            scores = inp[['qid', 'docno']].merge(res[['qid', 'docno', 'score']], on=['qid', 'docno'], how='left')['score']
+            scores = inp[['qid', 'docno']].merge(res[['qid', 'docno', 'score']], on=['qid', 'docno'], how='left')[
+                'score'
+            ]
             grouped = scores.groupby(inp['qid'].values)
-            std = grouped.transform('std').fillna(0.).replace(0., 1.)
-            total += weight * ((scores - grouped.transform('mean')) / std).fillna(0.).to_numpy()
+            std = grouped.transform('std').fillna(0.0).replace(0.0, 1.0)
+            total += weight * ((scores - grouped.transform('mean')) / std).fillna(0.0).to_numpy()
         return pt.model.add_ranks(inp.assign(score=total))
