@@ -344,7 +344,8 @@ def run_loop(
     AdamW (per-prefix learning rates: :func:`param_groups`), linear warm-up/decay, ``grad_accum`` micro-batches per
     step, gradient clipping, ``metrics.csv/json``, ``checkpoint-<step>`` folders (``model.save_pretrained`` +
     ``tokenizer`` + ``trainer_state.pt``) and exact resume: the batch iterator is replayed up to the checkpoint and
-    torch's RNG restored, so ``batches`` must be deterministic and any randomness in ``loss_fn`` must come from torch's global RNG (reseeded every step).
+    torch's RNG restored, so ``batches`` must be deterministic and any randomness in ``loss_fn`` must come from
+    torch's global RNG (reseeded every step).
     ``resume``: see :func:`train`.
 
     Under ``torchrun`` (see :mod:`.distributed`) every process runs this same loop: parameters start from rank 0's,
