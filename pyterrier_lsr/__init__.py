@@ -1,4 +1,5 @@
 """pyterrier-lsr: learned sparse retrieval methods as PyTerrier transformers (the public API)."""
+
 __version__ = '0.2.0'
 
 from .encoders import SparseScorer, SparseTextEncoder, Splade, SpladeEncoder
@@ -18,9 +19,39 @@ from .sae_splade import SaeSplade, explain, latent_top_words
 from .ssr import SSR
 from .train.sae import build_latent_terms, train_token_sae
 
-__all__ = ['Splade', 'SpladeEncoder', 'SparseScorer', 'SparseTextEncoder', 'SpladeModel', 'encode_texts',
-           'SpladeIndexer', 'LsrIndex', 'quantize', 'IDFQueryEncoder', 'StaticQueryEncoder', 'StaticQueryWeights',
-           'idf', 'InferenceFreeSplade', 'load_model', 'Prune', 'prune', 'LatentTerms', 'build_latent_terms', 'SAEConfig',
-           'SparseAutoencoder', 'train_sae', 'SaeSplade', 'SaeSpladeModel', 'train_token_sae', 'latent_top_words',
-           'explain', 'transfer_vocabulary', 'train_wordpiece', 'extend_vocabulary', 'sparsemax', 'MultiVector',
-           'MaxSimIndex', 'SSR']
+__all__ = [
+    'Splade',
+    'SpladeEncoder',
+    'SparseScorer',
+    'SparseTextEncoder',
+    'SpladeModel',
+    'encode_texts',
+    'SpladeIndexer',
+    'LsrIndex',
+    'quantize',
+    'IDFQueryEncoder',
+    'StaticQueryEncoder',
+    'StaticQueryWeights',
+    'idf',
+    'InferenceFreeSplade',
+    'load_model',
+    'Prune',
+    'prune',
+    'LatentTerms',
+    'build_latent_terms',
+    'SAEConfig',
+    'SparseAutoencoder',
+    'train_sae',
+    'SaeSplade',
+    'SaeSpladeModel',
+    'train_token_sae',
+    'latent_top_words',
+    'explain',
+    'transfer_vocabulary',
+    'train_wordpiece',
+    'extend_vocabulary',
+    'sparsemax',
+    'MultiVector',
+    'MaxSimIndex',
+    'SSR',
+]
