@@ -332,16 +332,32 @@ def load_config(path) -> dict:
         config = yaml.safe_load(text)
     except yaml.YAMLError as e:
         raise ConfigError(f'{path} is not valid YAML: {" ".join(str(e).split())}') from None
-    return check_config(config)
+    config = check_config(config)
+    base = Path(path).resolve().parent
+    for key in ('output', 'workdir'):
+        config[key] = str(confined_path(base, config.get(key, 'indices'), key))
+    return config
+
+
+def confined_path(base: Path, value: str, key: str) -> Path:
+    """``value`` resolved against the config file's folder ``base``; the report writes there, so it must be a relative
+    path that stays inside that folder (a config cannot point its writes at ``/`` or ``../..``)."""
+    if Path(value).is_absolute():
+        raise ConfigError(f'config key {key} must be a path relative to the config file, got {value!r}')
+    resolved = (base / value).resolve()
+    if resolved != base and base not in resolved.parents:
+        raise ConfigError(f'config key {key} = {value!r} leads outside the config file\'s folder {base}')
+    return resolved
 
 
 def run_config(path) -> pd.DataFrame:
     """Builds the systems of a YAML config (indexing what is missing, with document encodings cached in ``workdir``)
     and writes the report. Each ``levels`` entry of a system adds one point (its pruning settings).
 
-    The whole config is validated and every model loaded before anything is indexed or written. Index folders are
-    created under ``workdir`` and reused when they hold an index; an existing folder that is not a pyterrier-lsr
-    index is an error, never overwritten."""
+    The whole config is validated and every model loaded before anything is indexed or written. Paths are relative to
+    the config file (``output`` and ``workdir`` must stay inside its folder). Index folders are created under
+    ``workdir`` and reused when they hold an index; an existing folder that is not a pyterrier-lsr index is an error,
+    never overwritten."""
     config = load_config(path)
     if config.get('irds_cache'):
         from .offline import use_irds_cache
@@ -350,7 +366,7 @@ def run_config(path) -> pd.DataFrame:
     from ir_measures import parse_measure
 
     dataset = pt.get_dataset(config['dataset'])
-    workdir = Path(config.get('workdir', 'indices'))
+    workdir = Path(config['workdir'])
     measures = [parse_measure(m) for m in config.get('measures', DEFAULT_MEASURES)]
     builder = _SystemBuilder(dataset, workdir, config.get('num_results', 1000))
     for spec in config['systems']:

@@ -260,6 +260,9 @@ BASE = 'dataset: irds:vaswani\noutput: out\nsystems:\n  - {name: s, type: splade
     (BASE % '' + 'num_results: true\n', 'num_results'),
     (BASE % '' + 'title: 3\n', 'title'),
     (BASE % '' + 'workdir: {a: 1}\n', 'workdir'),
+    (BASE % '' + 'workdir: /tmp/elsewhere\n', 'workdir'),  # writes stay inside the config file's folder
+    (BASE % '' + 'workdir: ../../..\n', 'workdir'),
+    ('dataset: irds:vaswani\noutput: ../out\nsystems: [{name: b, type: bm25}]\n', 'output'),
     ('dataset: irds:vaswani\noutput: out\nsystems: [{name: b, type: bm25, doc_pruning: {top_n: 3}}]\n', 'systems[0]'),
     ('- a list\n', '<top level>'),
     ('dataset: [unclosed\n', 'not valid YAML'),
@@ -269,6 +272,14 @@ def test_report_config_is_validated_up_front(tmp_path, text, key):
     with pytest.raises(ConfigError) as error:
         load_config(tmp_path / 'c.yaml')
     assert key in str(error.value) and '\n' not in str(error.value)
+
+
+def test_report_paths_are_relative_to_the_config_file(tmp_path, monkeypatch):
+    (tmp_path / 'sub').mkdir()
+    (tmp_path / 'sub' / 'c.yaml').write_text(BASE % '' + 'workdir: idx\n')
+    monkeypatch.chdir(tmp_path)
+    config = load_config('sub/c.yaml')
+    assert config['workdir'] == str(tmp_path / 'sub' / 'idx')
 
 
 def test_report_cli_prints_one_line_error(tmp_path, capsys):
