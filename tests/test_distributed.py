@@ -175,7 +175,7 @@ def test_corpus_files_in_process(splade, vaswani_docs, tmp_path):
 
 def test_failing_worker_is_a_clear_error(ray_session, splade, vaswani_docs, tmp_path):
     from pyterrier_lsr import distributed
-    with pytest.raises(RuntimeError, match='shard 0') as info:
+    with pytest.raises(RuntimeError, match=r'shard [01] ') as info:
         distributed.encode(vaswani_docs[:10], splade, tmp_path / 'v', num_workers=1, shard_size=8, chunk_size=8,
                            model_kwargs={'max_length': 0}, max_retries=0, verbose=False)
     assert 'max_length' in str(info.value) and 're-run to resume' in str(info.value), info.value
