@@ -22,6 +22,7 @@ Both libraries encode the same Vaswani documents with the same SPLADE checkpoint
 
 Prints a table and writes JSON (``--output``).
 """
+
 import argparse
 import datetime
 import itertools
@@ -40,30 +41,34 @@ from pathlib import Path
 
 OURS, THEIRS = 'pyterrier-lsr', 'pyterrier-splade'
 THEIR_DEFAULT_BATCH_SIZE = 100
-SCALE = 100.  # the index scale; pyterrier-splade's doc_encoder() default scale too
+SCALE = 100.0  # the index scale; pyterrier-splade's doc_encoder() default scale too
 WARMUP_DOCS = 64
 
 
 def load_docs(limit=None):
     import pandas as pd
     import pyterrier as pt
+
     docs = itertools.islice(pt.get_dataset('irds:vaswani').get_corpus_iter(verbose=False), limit)
     return pd.DataFrame([{'docno': d['docno'], 'text': d['text']} for d in docs])
 
 
 def rss_mb() -> float:
     with open('/proc/self/statm') as f:
-        return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2 ** 20
+        return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE') / 2**20
 
 
 def doc_encoder(impl: str, model_path: str, precision: str, batch_size: int):
     """The library's document encoder and the context to call it in."""
     import torch
+
     if impl == OURS:
         import pyterrier_lsr
+
         splade = pyterrier_lsr.Splade.from_pretrained(model_path, device='cpu', precision=precision)
         return splade.doc_encoder(batch_size=batch_size), nullcontext
     import pyterrier_splade
+
     splade = pyterrier_splade.Splade(model_path, device='cpu')
     autocast = (lambda: torch.autocast('cpu', dtype=torch.bfloat16)) if precision == 'bf16' else nullcontext
     return splade.doc_encoder(batch_size=batch_size), autocast
@@ -72,6 +77,7 @@ def doc_encoder(impl: str, model_path: str, precision: str, batch_size: int):
 def measure_speed(config: dict) -> dict:
     """Runs in its own process, so that ``ru_maxrss`` is this configuration's peak."""
     import torch
+
     if config['threads']:
         torch.set_num_threads(config['threads'])
     docs = load_docs(config['docs'])
@@ -83,8 +89,15 @@ def measure_speed(config: dict) -> dict:
         encoder(docs)
         seconds, cpu_seconds = time.perf_counter() - start, time.process_time() - start_cpu
     peak_mb = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
-    return dict(config, torch_threads=torch.get_num_threads(), seconds=seconds, docs_per_s=len(docs) / seconds,
-                docs_per_cpu_s=len(docs) / cpu_seconds, loaded_mb=loaded_mb, peak_mb=peak_mb)
+    return dict(
+        config,
+        torch_threads=torch.get_num_threads(),
+        seconds=seconds,
+        docs_per_s=len(docs) / seconds,
+        docs_per_cpu_s=len(docs) / cpu_seconds,
+        loaded_mb=loaded_mb,
+        peak_mb=peak_mb,
+    )
 
 
 def speed(configs, rounds: int):
@@ -95,17 +108,25 @@ def speed(configs, rounds: int):
         for config in configs:
             with ProcessPoolExecutor(1, mp_context=get_context('spawn')) as pool:
                 runs.append(pool.submit(measure_speed, config).result())
-            print(f"  {config['impl']:16} {config['precision']} batch {config['batch_size']:3}: "
-                  f"{runs[-1]['docs_per_s']:7.1f} docs/s, {runs[-1]['docs_per_cpu_s']:7.1f} docs/CPU-s, "
-                  f"peak {runs[-1]['peak_mb']:.0f} MB, load {os.getloadavg()[0]:.1f}", flush=True)
+            print(
+                f'  {config["impl"]:16} {config["precision"]} batch {config["batch_size"]:3}: '
+                f'{runs[-1]["docs_per_s"]:7.1f} docs/s, {runs[-1]["docs_per_cpu_s"]:7.1f} docs/CPU-s, '
+                f'peak {runs[-1]["peak_mb"]:.0f} MB, load {os.getloadavg()[0]:.1f}',
+                flush=True,
+            )
     results = []
     for config in configs:
         mine = [r for r in runs if all(r[k] == v for k, v in config.items())]
         best = max(mine, key=lambda r: r['docs_per_s'])
-        results.append(dict(best, docs_per_cpu_s=max(r['docs_per_cpu_s'] for r in mine),
-                            peak_mb=max(r['peak_mb'] for r in mine),
-                            growth_mb=max(r['peak_mb'] - r['loaded_mb'] for r in mine),
-                            rounds_docs_per_s=[round(r['docs_per_s'], 1) for r in mine]))
+        results.append(
+            dict(
+                best,
+                docs_per_cpu_s=max(r['docs_per_cpu_s'] for r in mine),
+                peak_mb=max(r['peak_mb'] for r in mine),
+                growth_mb=max(r['peak_mb'] - r['loaded_mb'] for r in mine),
+                rounds_docs_per_s=[round(r['docs_per_s'], 1) for r in mine],
+            )
+        )
     theirs = {(r['precision'], r['batch_size']): r for r in results if r['impl'] == THEIRS}
     for r in results:
         for name, batch_size in (('same_batch', r['batch_size']), ('default_batch', THEIR_DEFAULT_BATCH_SIZE)):
@@ -120,28 +141,37 @@ def output_agreement(model_path: str, n_docs: int, batch_size: int) -> dict:
     import pyterrier_lsr
     import pyterrier_splade
     import torch
+
     texts = load_docs(n_docs)['text'].tolist()
     ours = pyterrier_lsr.Splade.from_pretrained(model_path, device='cpu', precision='fp32')
     theirs = pyterrier_splade.Splade(model_path, device='cpu')
     our_vecs = ours.encode(texts, batch_size=batch_size)
     special = torch.tensor(theirs.tokenizer.all_special_ids)
-    max_diff, term_set_mismatches, impacts, impact_mismatches = 0., 0, 0, 0
+    max_diff, term_set_mismatches, impacts, impact_mismatches = 0.0, 0, 0, 0
     for start in range(0, len(texts), batch_size):
-        weights = theirs.encode(texts[start:start + batch_size], 'd', format='torch')
-        weights[:, special] = 0.
+        weights = theirs.encode(texts[start : start + batch_size], 'd', format='torch')
+        weights[:, special] = 0.0
         truncated = (weights * SCALE).int()  # exactly what pyterrier-splade's doc_encoder() emits
-        for row, trunc, mine in zip(weights, truncated, our_vecs[start:start + batch_size]):
+        for row, trunc, mine in zip(weights, truncated, our_vecs[start : start + batch_size]):
             cols = row.nonzero()[:, 0].tolist()
             theirs_vec = {ours.terms[c]: row[c].item() for c in cols}
             term_set_mismatches += theirs_vec.keys() != mine.keys()
-            max_diff = max([max_diff] + [abs(theirs_vec.get(t, 0.) - mine.get(t, 0.)) for t in theirs_vec.keys() | mine.keys()])
+            max_diff = max(
+                [max_diff] + [abs(theirs_vec.get(t, 0.0) - mine.get(t, 0.0)) for t in theirs_vec.keys() | mine.keys()]
+            )
             their_impacts = {ours.terms[c]: trunc[c].item() for c in cols if trunc[c] > 0}
             our_impacts = pyterrier_lsr.quantize(mine, SCALE)
             impacts += len(their_impacts.keys() | our_impacts.keys())
-            impact_mismatches += sum(their_impacts.get(t) != our_impacts.get(t)
-                                     for t in their_impacts.keys() | our_impacts.keys())
-    return {'docs': len(texts), 'max_abs_diff': max_diff, 'docs_with_different_terms': term_set_mismatches,
-            'impacts': impacts, 'impact_mismatches': impact_mismatches}
+            impact_mismatches += sum(
+                their_impacts.get(t) != our_impacts.get(t) for t in their_impacts.keys() | our_impacts.keys()
+            )
+    return {
+        'docs': len(texts),
+        'max_abs_diff': max_diff,
+        'docs_with_different_terms': term_set_mismatches,
+        'impacts': impacts,
+        'impact_mismatches': impact_mismatches,
+    }
 
 
 def effectiveness(model_path: str, batch_size: int, workdir: str) -> dict:
@@ -149,24 +179,33 @@ def effectiveness(model_path: str, batch_size: int, workdir: str) -> dict:
     import pyterrier as pt
     import pyterrier_lsr
     from pyterrier.measures import nDCG
+
     dataset = pt.get_dataset('irds:vaswani')
-    models = {p: pyterrier_lsr.Splade.from_pretrained(model_path, device='cpu', precision=p, batch_size=batch_size)
-              for p in ('fp32', 'bf16')}
+    models = {
+        p: pyterrier_lsr.Splade.from_pretrained(model_path, device='cpu', precision=p, batch_size=batch_size)
+        for p in ('fp32', 'bf16')
+    }
     indexes, encode_s = {}, {}
     for precision, model in models.items():
         start = time.perf_counter()
-        indexes[precision] = pyterrier_lsr.SpladeIndexer(Path(workdir) / precision, model, overwrite=True,
-                                                         verbose=False).index(dataset.get_corpus_iter(verbose=False))
+        indexes[precision] = pyterrier_lsr.SpladeIndexer(
+            Path(workdir) / precision, model, overwrite=True, verbose=False
+        ).index(dataset.get_corpus_iter(verbose=False))
         encode_s[precision] = time.perf_counter() - start
     systems = {
         'fp32 docs, fp32 queries': models['fp32'].query_encoder() >> indexes['fp32'].toks_retriever(),
         'bf16 docs, fp32 queries': models['fp32'].query_encoder() >> indexes['bf16'].toks_retriever(),
         'bf16 docs, bf16 queries': models['bf16'].query_encoder() >> indexes['bf16'].toks_retriever(),
     }
-    table = pt.Experiment(list(systems.values()), dataset.get_topics(), dataset.get_qrels(), [nDCG @ 10],
-                          names=list(systems))
-    return {'topics': len(dataset.get_topics()), 'docs': indexes['fp32'].num_docs(),
-            'index_seconds': encode_s, 'ndcg@10': dict(zip(table['name'], table['nDCG@10']))}
+    table = pt.Experiment(
+        list(systems.values()), dataset.get_topics(), dataset.get_qrels(), [nDCG @ 10], names=list(systems)
+    )
+    return {
+        'topics': len(dataset.get_topics()),
+        'docs': indexes['fp32'].num_docs(),
+        'index_seconds': encode_s,
+        'ndcg@10': dict(zip(table['name'], table['nDCG@10'])),
+    }
 
 
 def machine() -> dict:
@@ -174,29 +213,44 @@ def machine() -> dict:
     model = next((line.split(':', 1)[1].strip() for line in lscpu.splitlines() if line.startswith('Model name')), '?')
     flags = open('/proc/cpuinfo').read()
     import torch
-    return {'cpu': model, 'nproc': os.cpu_count(), 'torch_threads': torch.get_num_threads(), 'torch': torch.__version__,
-            'avx512_bf16': 'avx512_bf16' in flags, 'amx_bf16': 'amx_bf16' in flags, 'python': platform.python_version(),
-            'loadavg_start': os.getloadavg()}
+
+    return {
+        'cpu': model,
+        'nproc': os.cpu_count(),
+        'torch_threads': torch.get_num_threads(),
+        'torch': torch.__version__,
+        'avx512_bf16': 'avx512_bf16' in flags,
+        'amx_bf16': 'amx_bf16' in flags,
+        'python': platform.python_version(),
+        'loadavg_start': os.getloadavg(),
+    }
 
 
 def print_report(report: dict):
     def ratio(value):
         return 'n/a' if value is None else f'{value:.2f}x'
 
-    print(f"\n{'library':16} {'prec':4} {'batch':>5} {'docs/s':>7} {'vs theirs':>9} {'vs @100':>8} "
-          f"{'docs/CPU-s':>10} {'vs theirs':>9} {'vs @100':>8} {'peak RSS MB':>11} {'growth MB':>9}")
+    print(
+        f'\n{"library":16} {"prec":4} {"batch":>5} {"docs/s":>7} {"vs theirs":>9} {"vs @100":>8} '
+        f'{"docs/CPU-s":>10} {"vs theirs":>9} {"vs @100":>8} {"peak RSS MB":>11} {"growth MB":>9}'
+    )
     for r in report['speed']:
-        print(f"{r['impl']:16} {r['precision']:4} {r['batch_size']:5} {r['docs_per_s']:7.1f} "
-              f"{ratio(r['docs_per_s_vs_theirs_same_batch']):>9} {ratio(r['docs_per_s_vs_theirs_default_batch']):>8} "
-              f"{r['docs_per_cpu_s']:10.1f} {ratio(r['docs_per_cpu_s_vs_theirs_same_batch']):>9} "
-              f"{ratio(r['docs_per_cpu_s_vs_theirs_default_batch']):>8} {r['peak_mb']:11.0f} {r['growth_mb']:9.0f}")
-    agreement = report['agreement']
-    print(f"\nfp32 output, {agreement['docs']} docs: max |ours - pyterrier-splade| = {agreement['max_abs_diff']:.2e}; "
-          f"{agreement['docs_with_different_terms']} docs with different terms; "
-          f"{agreement['impact_mismatches']} of {agreement['impacts']} int({SCALE:g} w) impacts differ")
+        print(
+            f'{r["impl"]:16} {r["precision"]:4} {r["batch_size"]:5} {r["docs_per_s"]:7.1f} '
+            f'{ratio(r["docs_per_s_vs_theirs_same_batch"]):>9} {ratio(r["docs_per_s_vs_theirs_default_batch"]):>8} '
+            f'{r["docs_per_cpu_s"]:10.1f} {ratio(r["docs_per_cpu_s_vs_theirs_same_batch"]):>9} '
+            f'{ratio(r["docs_per_cpu_s_vs_theirs_default_batch"]):>8} {r["peak_mb"]:11.0f} {r["growth_mb"]:9.0f}'
+        )
+    if 'agreement' in report:
+        agreement = report['agreement']
+        print(
+            f'\nfp32 output, {agreement["docs"]} docs: max |ours - pyterrier-splade| = '
+            f'{agreement["max_abs_diff"]:.2e}; {agreement["docs_with_different_terms"]} docs with different terms; '
+            f'{agreement["impact_mismatches"]} of {agreement["impacts"]} int({SCALE:g} w) impacts differ'
+        )
     if 'effectiveness' in report:
         eff = report['effectiveness']
-        print(f"\nnDCG@10, Vaswani ({eff['topics']} topics, {eff['docs']} docs):")
+        print(f'\nnDCG@10, Vaswani ({eff["topics"]} topics, {eff["docs"]} docs):')
         for name, value in eff['ndcg@10'].items():
             print(f'  {name:24} {value:.4f}')
 
@@ -207,27 +261,53 @@ def main():
     parser.add_argument('--model', default='splade-tiny', help='checkpoint (name, folder or offline model name)')
     parser.add_argument('--docs', type=int, default=2000, help='documents encoded for the speed measurements')
     parser.add_argument('--batch-size', type=int, default=32, help='batch size of both libraries')
-    parser.add_argument('--threads', type=int, help='torch threads of the speed runs (default: torch\'s, one per core)')
+    parser.add_argument('--threads', type=int, help="torch threads of the speed runs (default: torch's, one per core)")
     parser.add_argument('--rounds', type=int, default=2, help='interleaved repetitions of every speed configuration')
     parser.add_argument('--skip-ndcg', action='store_true', help='skip the full-corpus nDCG@10 comparison')
+    parser.add_argument(
+        '--libraries',
+        nargs='+',
+        choices=[OURS, THEIRS],
+        default=[OURS, THEIRS],
+        help='libraries to time (the output agreement needs both)',
+    )
+    parser.add_argument('--precisions', nargs='+', choices=['fp32', 'bf16'], default=['fp32', 'bf16'])
     parser.add_argument('--output', default=str(Path(__file__).parent / 'results' / 'encode.json'))
     args = parser.parse_args()
 
     from pyterrier_lsr.offline import resolve_model, use_irds_cache
+
     if args.irds_cache:
         use_irds_cache(args.irds_cache)  # before anything imports ir_datasets; subprocesses inherit it
     model_path = resolve_model(args.model)
-    report = {'command': ' '.join(['python'] + sys.argv), 'date': datetime.datetime.now().astimezone().isoformat(),
-              'machine': machine(), 'model': args.model, 'docs': args.docs, 'rounds': args.rounds}
+    report = {
+        'command': ' '.join(['python'] + sys.argv),
+        'date': datetime.datetime.now().astimezone().isoformat(),
+        'machine': machine(),
+        'model': args.model,
+        'docs': args.docs,
+        'rounds': args.rounds,
+    }
 
     batch_sizes = sorted({args.batch_size, THEIR_DEFAULT_BATCH_SIZE})
-    configs = [{'impl': impl, 'precision': precision, 'batch_size': batch_size, 'docs': args.docs, 'model': model_path,
-                'threads': args.threads}
-               for batch_size in batch_sizes for impl in (OURS, THEIRS) for precision in ('fp32', 'bf16')]
+    configs = [
+        {
+            'impl': impl,
+            'precision': precision,
+            'batch_size': batch_size,
+            'docs': args.docs,
+            'model': model_path,
+            'threads': args.threads,
+        }
+        for batch_size in batch_sizes
+        for impl in args.libraries
+        for precision in args.precisions
+    ]
     print(f'speed: {args.docs} Vaswani docs, {args.rounds} rounds', flush=True)
     report['speed'] = speed(configs, args.rounds)
-    print('output agreement (fp32)', flush=True)
-    report['agreement'] = output_agreement(model_path, args.docs, args.batch_size)
+    if THEIRS in args.libraries:
+        print('output agreement (fp32)', flush=True)
+        report['agreement'] = output_agreement(model_path, args.docs, args.batch_size)
     if not args.skip_ndcg:
         print('nDCG@10: indexing the full corpus in fp32 and bf16', flush=True)
         with tempfile.TemporaryDirectory() as workdir:

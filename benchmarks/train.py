@@ -9,6 +9,7 @@ and FLOPS regularization (lambda_q, lambda_d), in fp32 and in bf16. Timed: the o
 untimed steps, alternating the two trainers (A, B, A, B) so both see the same machine load. Reports training
 pairs/s and writes benchmarks/results/train.json.
 """
+
 import argparse
 import json
 import platform
@@ -23,13 +24,25 @@ from pyterrier_lsr.offline import resolve_model, use_irds_cache
 def ours(examples, args, bf16):
     from pyterrier_lsr import Splade
     from pyterrier_lsr.train import TrainConfig, train
+
     splade = Splade.from_pretrained(resolve_model(args.model))
     total = args.warmup + args.steps
-    config = TrainConfig(steps=total, batch_size=args.batch_size, lr=2e-5, warmup_steps=0, lambda_q=args.lambda_q,
-                         lambda_d=args.lambda_d, flops_warmup_steps=0, query_max_length=args.query_max_length,
-                         doc_max_length=args.doc_max_length, bf16=bf16, log_every=1, save_every=10 ** 9)
+    config = TrainConfig(
+        steps=total,
+        batch_size=args.batch_size,
+        lr=2e-5,
+        warmup_steps=0,
+        lambda_q=args.lambda_q,
+        lambda_d=args.lambda_d,
+        flops_warmup_steps=0,
+        query_max_length=args.query_max_length,
+        doc_max_length=args.doc_max_length,
+        bf16=bf16,
+        log_every=1,
+        save_every=10**9,
+    )
     with tempfile.TemporaryDirectory() as tmp:
-        log = train(splade.model, splade.tokenizer, examples[:total * args.batch_size], tmp, config, verbose=False)
+        log = train(splade.model, splade.tokenizer, examples[: total * args.batch_size], tmp, config, verbose=False)
     seconds = {row['step']: row['seconds'] for row in log if 'seconds' in row}
     return args.steps * args.batch_size / (seconds[total] - seconds[args.warmup])
 
@@ -44,11 +57,20 @@ def theirs(examples, args, bf16):
     mlm = MLMTransformer(resolve_model(args.model), max_seq_length=args.doc_max_length)
     model = SparseEncoder(modules=[mlm, SpladePooling('max')])
     total = args.warmup + args.steps
-    rows = examples[:total * args.batch_size]
-    data = Dataset.from_dict({'query': [e.query for e in rows], 'positive': [e.positive for e in rows],
-                              'negative': [e.negatives[0] for e in rows]})
-    loss = SpladeLoss(model, SparseMultipleNegativesRankingLoss(model), document_regularizer_weight=args.lambda_d,
-                      query_regularizer_weight=args.lambda_q)
+    rows = examples[: total * args.batch_size]
+    data = Dataset.from_dict(
+        {
+            'query': [e.query for e in rows],
+            'positive': [e.positive for e in rows],
+            'negative': [e.negatives[0] for e in rows],
+        }
+    )
+    loss = SpladeLoss(
+        model,
+        SparseMultipleNegativesRankingLoss(model),
+        document_regularizer_weight=args.lambda_d,
+        query_regularizer_weight=args.lambda_q,
+    )
     stamps = {}
 
     class Clock(TrainerCallback):
@@ -56,10 +78,21 @@ def theirs(examples, args, bf16):
             stamps[state.global_step] = time.perf_counter()
 
     with tempfile.TemporaryDirectory() as tmp:
-        targs = SparseEncoderTrainingArguments(output_dir=tmp, max_steps=total, per_device_train_batch_size=args.batch_size,
-                                               learning_rate=2e-5, warmup_steps=0, bf16=bf16, use_cpu=True, report_to='none',
-                                               save_strategy='no', logging_strategy='no', dataloader_drop_last=True,
-                                               disable_tqdm=True, seed=42)
+        targs = SparseEncoderTrainingArguments(
+            output_dir=tmp,
+            max_steps=total,
+            per_device_train_batch_size=args.batch_size,
+            learning_rate=2e-5,
+            warmup_steps=0,
+            bf16=bf16,
+            use_cpu=True,
+            report_to='none',
+            save_strategy='no',
+            logging_strategy='no',
+            dataloader_drop_last=True,
+            disable_tqdm=True,
+            seed=42,
+        )
         SparseEncoderTrainer(model=model, args=targs, train_dataset=data, loss=loss, callbacks=[Clock()]).train()
     return args.steps * args.batch_size / (stamps[total] - stamps[args.warmup])
 
@@ -83,10 +116,12 @@ def main():
         use_irds_cache(args.irds_cache)
     import pyterrier as pt
     import torch
+
     if args.threads:
         torch.set_num_threads(args.threads)
 
     from pyterrier_lsr.train import self_supervised
+
     corpus = list(pt.get_dataset('irds:vaswani').get_corpus_iter(verbose=False))
     examples = self_supervised(corpus, num_negatives=1, seed=0, verbose=False)
 
@@ -100,13 +135,22 @@ def main():
         results[precision]['runs'] = runs
         results[precision]['ratio'] = results[precision]['pyterrier-lsr'] / results[precision]['sentence-transformers']
 
-    print(f"{'precision':<10}{'pyterrier-lsr pairs/s':>24}{'sentence-transformers pairs/s':>32}{'ratio':>8}")
+    print(f'{"precision":<10}{"pyterrier-lsr pairs/s":>24}{"sentence-transformers pairs/s":>32}{"ratio":>8}')
     for precision, r in results.items():
-        print(f"{precision:<10}{r['pyterrier-lsr']:>24.1f}{r['sentence-transformers']:>32.1f}{r['ratio']:>8.2f}")
+        print(f'{precision:<10}{r["pyterrier-lsr"]:>24.1f}{r["sentence-transformers"]:>32.1f}{r["ratio"]:>8.2f}')
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)
-    Path(args.output).write_text(json.dumps({
-        'date': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), 'machine': platform.machine(),
-        'threads': torch.get_num_threads(), 'settings': vars(args), 'results': results}, indent=1))
+    Path(args.output).write_text(
+        json.dumps(
+            {
+                'date': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()),
+                'machine': platform.machine(),
+                'threads': torch.get_num_threads(),
+                'settings': vars(args),
+                'results': results,
+            },
+            indent=1,
+        )
+    )
 
 
 if __name__ == '__main__':

@@ -16,6 +16,7 @@ up to three variants:
 Writes <output>/<variant>/{metrics.csv,result.json}, <output>/summary.json and loss / non-zero plots
 (--plots, default benchmarks/results/head_scale_{loss,nonzeros}.png).
 """
+
 import json
 import random
 import time
@@ -28,7 +29,7 @@ from pyterrier_lsr.train.recipes import fine_tune, parse_args, parser, prepare_e
 from pyterrier_lsr.offline import resolve_model
 
 VARIANTS = ('plain', 'x16', 'x16-rescaled')
-FACTOR = 16.
+FACTOR = 16.0
 
 
 def build(backbone: str, variant: str, sample_texts, target_active: float):
@@ -36,6 +37,7 @@ def build(backbone: str, variant: str, sample_texts, target_active: float):
     from transformers import AutoTokenizer
 
     from pyterrier_lsr.models.heads import head_transform, calibrate_activation, rescale_head, splade_from_encoder
+
     tokenizer = AutoTokenizer.from_pretrained(backbone)
     model = splade_from_encoder(backbone, tokenizer.all_special_ids)
     if variant != 'plain':
@@ -52,15 +54,19 @@ def build(backbone: str, variant: str, sample_texts, target_active: float):
 def plot(runs: dict, path_prefix: str):
     """Loss and document/query non-zeros over steps, one line per variant."""
     import matplotlib
+
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+
     Path(path_prefix).parent.mkdir(parents=True, exist_ok=True)
     for name, keys in [('loss', ['loss']), ('nonzeros', ['d_nnz', 'q_nnz'])]:
         fig, ax = plt.subplots(figsize=(6, 4))
         for i, (variant, log) in enumerate(runs.items()):
             for key, style in zip(keys, ['-', '--']):
                 rows = [row for row in log if key in row]
-                ax.plot([r['step'] for r in rows], [r[key] for r in rows], style, color=f'C{i}', label=f'{variant} {key}')
+                ax.plot(
+                    [r['step'] for r in rows], [r[key] for r in rows], style, color=f'C{i}', label=f'{variant} {key}'
+                )
         ax.set_xlabel('step')
         ax.set_ylabel(name)
         ax.set_yscale('log')
@@ -94,9 +100,13 @@ def main():
         output.mkdir(parents=True, exist_ok=True)
         result = fine_tune(model, tokenizer, examples, corpus, topics, qrels, output, args, prep_seconds)
         logs[variant] = json.loads((output / 'metrics.json').read_text())
-        summary[variant] = {'calibration': calibration, 'zero_shot': result['zero_shot'], 'curve': result['curve'],
-                            'train_seconds': result['train_seconds'],
-                            'last_logged': next(row for row in reversed(logs[variant]) if 'loss' in row)}
+        summary[variant] = {
+            'calibration': calibration,
+            'zero_shot': result['zero_shot'],
+            'curve': result['curve'],
+            'train_seconds': result['train_seconds'],
+            'last_logged': next(row for row in reversed(logs[variant]) if 'loss' in row),
+        }
         (root / 'summary.json').write_text(json.dumps({'args': vars(args), 'runs': summary}, indent=1))
         plot(logs, args.plots)
     print(json.dumps(summary, indent=1))

@@ -9,6 +9,7 @@ is exhaustive cosine over the same cached (single-mode) embeddings.  Trained mod
 ``--workdir`` and reused by later runs.  Writes the latent vocabulary's document-frequency plot (rank vs df,
 log-log) of the first setting to ``--plot``.
 """
+
 import argparse
 import json
 from pathlib import Path
@@ -24,10 +25,13 @@ def load_collection(args):
     """``(docs, topics, qrels)`` DataFrames of Vaswani or of a make_limit.py folder."""
     if args.limit:
         import sys
+
         sys.path.insert(0, str(Path(__file__).parent))
         from make_limit import load_limit
+
         return load_limit(args.limit)
     import pyterrier as pt
+
     dataset = pt.get_dataset('irds:vaswani')
     docs = pd.DataFrame(dataset.get_corpus_iter(verbose=False))[['docno', 'text']]
     return docs, dataset.get_topics(), dataset.get_qrels()
@@ -36,13 +40,16 @@ def load_collection(args):
 def dense_run(latent_terms, docs, topics, cache_dir, k=1000):
     """Exhaustive cosine of mean-pooled normalised embeddings (the dense model alone)."""
     from pyterrier_lsr.latent_terms import cached_embeddings
+
     doc_vecs, offsets = cached_embeddings(latent_terms, docs['text'].tolist(), cache_dir)
     query_vecs, _ = latent_terms.embed(topics['query'].tolist())
     scores = query_vecs @ np.asarray(doc_vecs).T
     rows = []
     for qid, row in zip(topics['qid'], scores):
         top = np.argsort(-row)[:k]
-        rows += [{'qid': qid, 'docno': docs['docno'].iloc[i], 'score': float(row[i]), 'rank': r} for r, i in enumerate(top)]
+        rows += [
+            {'qid': qid, 'docno': docs['docno'].iloc[i], 'score': float(row[i]), 'rank': r} for r, i in enumerate(top)
+        ]
     return pd.DataFrame(rows)
 
 
@@ -55,8 +62,10 @@ def parse_setting(text, epochs):
 
 def df_plot(index, path, title):
     import matplotlib
+
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
+
     df = np.sort(np.array(list(index.document_frequencies().values())))[::-1]
     ranks = np.arange(1, len(df) + 1)
     slope = np.polyfit(np.log(ranks), np.log(df), 1)[0]
@@ -76,7 +85,9 @@ def main():
     parser.add_argument('--irds-cache', help='a prepared ir_datasets cache (copied to a temporary folder)')
     parser.add_argument('--limit', help='a LIMIT-style folder from examples/make_limit.py instead of Vaswani')
     parser.add_argument('--settings', nargs='+', default=['single:4096:16', 'multi:4096:16:sqrt'])
-    parser.add_argument('--epochs', type=int, default=20, help='SAE epochs (over at most --max-train vectors) unless set per setting')
+    parser.add_argument(
+        '--epochs', type=int, default=20, help='SAE epochs (over at most --max-train vectors) unless set per setting'
+    )
     parser.add_argument('--max-train', type=int, default=100_000)
     parser.add_argument('--k1', type=float, default=1.5)
     parser.add_argument('--b', type=float, default=0.75)
@@ -86,13 +97,16 @@ def main():
     args = parser.parse_args()
     if args.irds_cache:
         from pyterrier_lsr.offline import use_irds_cache
+
         use_irds_cache(args.irds_cache)
     import pyterrier as pt
     import pyterrier_pisa
     import torch
 
     from pyterrier_lsr import LsrIndex
-    from pyterrier_lsr.latent_terms import LatentTerms, build_latent_terms
+    from pyterrier_lsr.latent_terms import LatentTerms
+    from pyterrier_lsr.train import build_latent_terms
+
     torch.set_num_threads(1)
     docs, topics, qrels = load_collection(args)
     name = Path(args.limit).name if args.limit else 'vaswani'
@@ -114,22 +128,35 @@ def main():
     for i, text in enumerate(args.settings):
         setting = parse_setting(text, args.epochs)
         path = workdir / f'lt.{text.replace(":", "_")}'
-        if (path / 'log.json').exists():  # trained and indexed by an earlier run
-            lt, index, log = LatentTerms.from_pretrained(path), LsrIndex(path / 'index'), json.loads((path / 'log.json').read_text())
+        if (path / 'log.json').exists():  # trained and indexed by an earlier run (the index holds its model)
+            index, log = LsrIndex(path / 'index'), json.loads((path / 'log.json').read_text())
         else:
-            lt, index, log = build_latent_terms(docs.to_dict('records'), path / 'index', cache_dir=cache,
-                                                max_train_vectors=args.max_train, overwrite=True, **setting)
-            lt.save_pretrained(path)
+            _, index, log = build_latent_terms(
+                docs.to_dict('records'),
+                path / 'index',
+                cache_dir=cache,
+                max_train_vectors=args.max_train,
+                overwrite=True,
+                **setting,
+            )
             (path / 'log.json').write_text(json.dumps(log))
         df = index.document_frequencies()
         postings = sum(df.values())
-        extra.append({'fve': round(log[-1]['fve'], 3), 'dead': round(log[-1]['dead'], 3),
-                      'train_s': round(log[-1]['seconds'], 1), 'latents_used': len(df),
-                      'terms/doc': round(postings / index.num_docs(), 1)})
-        systems.append(lt.retriever(index, k1=args.k1, b=args.b))
+        extra.append(
+            {
+                'fve': round(log[-1]['fve'], 3),
+                'dead': round(log[-1]['dead'], 3),
+                'train_s': round(log[-1]['seconds'], 1),
+                'latents_used': len(df),
+                'terms/doc': round(postings / index.num_docs(), 1),
+            }
+        )
+        systems.append(index.retriever(k1=args.k1, b=args.b))
         names.append(f'Latent Terms {text}')
         if i == 0:
-            extra[-1]['df_slope'] = round(df_plot(index, args.plot, f'{name}: Latent Terms {text}, df of {len(df)} latents'), 2)
+            extra[-1]['df_slope'] = round(
+                df_plot(index, args.plot, f'{name}: Latent Terms {text}, df of {len(df)} latents'), 2
+            )
 
     res = pt.Experiment(systems, topics, qrels, MEASURES, names=names)
     res = pd.concat([res, pd.DataFrame(extra)], axis=1)

@@ -33,7 +33,7 @@ def stage1(args, corpus, root: Path):
     """The stage-1 SAE (trained once, then reloaded from ``--stage1-dir``, default ``<output>/stage1``) and its
     training log."""
     from pyterrier_lsr.models.sae import SparseAutoencoder
-    from pyterrier_lsr.models.sae_splade import train_token_sae
+    from pyterrier_lsr.train import train_token_sae
     folder = Path(args.stage1_dir or root / 'stage1')
     if (folder / 'log.json').exists():
         return SparseAutoencoder.from_pretrained(folder), json.loads((folder / 'log.json').read_text())

@@ -6,6 +6,7 @@
 
 Indexes go under --workdir and are reused on later runs.
 """
+
 import argparse
 from pathlib import Path
 
@@ -20,6 +21,7 @@ MEASURES = [nDCG @ 10, AP, R @ 100, RR @ 10, 'mrt']
 
 def experiment(model: str = 'splade-tiny', workdir: str = 'indices', precision: str = None, batch_size: int = 32):
     import pyterrier_pisa  # imports ir_datasets, so not before use_irds_cache()
+
     dataset = pt.get_dataset('irds:vaswani')
     workdir = Path(workdir)
     splade = Splade.from_pretrained(resolve_model(model), precision=precision, batch_size=batch_size)
@@ -35,18 +37,33 @@ def experiment(model: str = 'splade-tiny', workdir: str = 'indices', precision: 
         index = SpladeIndexer(lsr_path, splade, overwrite=True).index(dataset.get_corpus_iter())
 
     idf_index = IDFQueryEncoder.from_index(index)
-    idf_corpus = IDFQueryEncoder.from_corpus(splade.tokenizer, (d['text'] for d in dataset.get_corpus_iter(verbose=False)))
+    idf_corpus = IDFQueryEncoder.from_corpus(
+        splade.tokenizer, (d['text'] for d in dataset.get_corpus_iter(verbose=False))
+    )
     return pt.Experiment(
-        [bm25_index.bm25(), index.retriever(), idf_index >> index.toks_retriever(), idf_corpus >> index.toks_retriever()],
-        dataset.get_topics(), dataset.get_qrels(), MEASURES,
-        names=['BM25 (PISA)', f'SPLADE {Path(model).name}', 'SPLADE docs + IDF queries (index df)',
-               'SPLADE docs + IDF queries (corpus df)'],
+        [
+            bm25_index.bm25(),
+            index.retriever(),
+            idf_index >> index.toks_retriever(),
+            idf_corpus >> index.toks_retriever(),
+        ],
+        dataset.get_topics(),
+        dataset.get_qrels(),
+        MEASURES,
+        names=[
+            'BM25 (PISA)',
+            f'SPLADE {Path(model).name}',
+            'SPLADE docs + IDF queries (index df)',
+            'SPLADE docs + IDF queries (corpus df)',
+        ],
     )
 
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument('--model', default='splade-tiny', help='HF masked-LM name or folder (default: offline SPLADE-tiny)')
+    parser.add_argument(
+        '--model', default='splade-tiny', help='HF masked-LM name or folder (default: offline SPLADE-tiny)'
+    )
     parser.add_argument('--workdir', default='indices', help='where indexes are built and reused')
     parser.add_argument('--precision', choices=['fp32', 'bf16', 'fp16'], default=None)
     parser.add_argument('--batch-size', type=int, default=32)
@@ -55,6 +72,7 @@ def main():
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
     import pandas as pd
+
     with pd.option_context('display.width', 200, 'display.max_columns', 10):
         print(experiment(args.model, args.workdir, args.precision, args.batch_size).to_string(index=False))
 

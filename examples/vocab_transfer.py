@@ -20,6 +20,7 @@ active fraction at step 0 too.
 Writes <output>/<experiment>/<arm>/{metrics.csv,result.json,arm.json} and <output>/<experiment>/summary.json; --results
 copies the summary into benchmarks/results/.
 """
+
 import argparse
 import json
 import random
@@ -44,6 +45,7 @@ def evaluate(model, tokenizer, corpus, topics, qrels, subset=()) -> dict:
     from pyterrier.measures import nDCG
 
     from pyterrier_lsr import Splade, SpladeIndexer
+
     splade = Splade(model, tokenizer, batch_size=64)
     with tempfile.TemporaryDirectory() as tmp:
         index = SpladeIndexer(f'{tmp}/eval.lsr', splade).index(corpus)
@@ -51,32 +53,52 @@ def evaluate(model, tokenizer, corpus, topics, qrels, subset=()) -> dict:
         d_nnz = sum(index.document_frequencies().values()) / index.num_docs()
     scores = dict(zip(per_query['qid'], per_query['value']))
     queries = splade.encode(topics['query'].tolist())
-    out = {'nDCG@10': sum(scores.get(q, 0.) for q in topics['qid']) / len(topics), 'd_nnz': d_nnz,
-           'q_nnz': sum(map(len, queries)) / len(queries)}
+    out = {
+        'nDCG@10': sum(scores.get(q, 0.0) for q in topics['qid']) / len(topics),
+        'd_nnz': d_nnz,
+        'q_nnz': sum(map(len, queries)) / len(queries),
+    }
     if len(subset):
-        out['nDCG@10_subset'] = sum(scores.get(q, 0.) for q in subset) / len(subset)
+        out['nDCG@10_subset'] = sum(scores.get(q, 0.0) for q in subset) / len(subset)
     return out
 
 
 def mlm_config(args, steps: int, lr: float):
     from pyterrier_lsr.train import TrainConfig
-    return TrainConfig(steps=steps, batch_size=args.mlm_batch_size, lr=lr, warmup_steps=steps // 10,
-                       bf16=args.bf16, seed=args.seed, log_every=args.log_every)
+
+    return TrainConfig(
+        steps=steps,
+        batch_size=args.mlm_batch_size,
+        lr=lr,
+        warmup_steps=steps // 10,
+        bf16=args.bf16,
+        seed=args.seed,
+        log_every=args.log_every,
+    )
 
 
 def adapt(model, tokenizer, texts, output: Path, args, steps: int, lr: float) -> dict:
     """MLM adaptation with the bundled loop; returns the first and last logged MLM loss/accuracy."""
     from pyterrier_lsr.train import train_mlm
+
     if steps <= 0:
         return {}
-    log = train_mlm(model, tokenizer, texts, output, mlm_config(args, steps, lr), mask_rate=args.mask_rate,
-                    max_length=args.mlm_max_length)
+    log = train_mlm(
+        model,
+        tokenizer,
+        texts,
+        output,
+        mlm_config(args, steps, lr),
+        mask_rate=args.mask_rate,
+        max_length=args.mlm_max_length,
+    )
     return {'first': log[0], 'last': log[-1]}
 
 
 def domain_arm(arm: str, args, corpus, topics, qrels, examples):
     """SPLADE-tiny, original or Vaswani-extended vocabulary: transfer -> MLM adaptation -> SPLADE training."""
     from pyterrier_lsr import Splade, extend_vocabulary, transfer_vocabulary
+
     splade = Splade.from_pretrained(resolve_model(args.model))
     texts = [d['text'] for d in corpus]
     added, words = extend_vocabulary(splade.tokenizer, texts, args.extend)
@@ -86,13 +108,25 @@ def domain_arm(arm: str, args, corpus, topics, qrels, examples):
     model, tokenizer, report = splade.model, splade.tokenizer, {}
     if arm == 'extended':
         model, tokenizer, report = transfer_vocabulary(model, splade.tokenizer, added, temperature=args.temperature)
-    return run_arm(arm, model, tokenizer, texts, args, corpus, topics, qrels, examples, subset,
-                   {'transfer': report, 'subset_size': len(subset)})
+    return run_arm(
+        arm,
+        model,
+        tokenizer,
+        texts,
+        args,
+        corpus,
+        topics,
+        qrels,
+        examples,
+        subset,
+        {'transfer': report, 'subset_size': len(subset)},
+    )
 
 
 def run_arm(arm, model, tokenizer, texts, args, corpus, topics, qrels, examples, subset, info: dict):
     """Evaluate, MLM-adapt, calibrate (``--target-active``), evaluate, SPLADE-train, evaluate; writes result.json."""
     from pyterrier_lsr.models.heads import calibrate_activation, head_report
+
     root = Path(args.output) / args.experiment / arm
     root.mkdir(parents=True, exist_ok=True)
     sample = random.Random(args.seed).sample(texts, min(args.calibration_texts, len(texts)))
@@ -123,15 +157,29 @@ def bpe_tokenizer(texts, vocab_size: int):
     ``texts``."""
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import RobertaTokenizerFast
+
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     backend.decoder = decoders.ByteLevel()
-    backend.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=SPECIALS,
-                                                          initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    backend.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=vocab_size, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     backend.post_processor = processors.RobertaProcessing(('</s>', 2), ('<s>', 0))
-    return RobertaTokenizerFast(tokenizer_object=backend, bos_token='<s>', eos_token='</s>', sep_token='</s>',
-                                cls_token='<s>', unk_token='<unk>', pad_token='<pad>', mask_token='<mask>',
-                                model_max_length=256, model_input_names=['input_ids', 'attention_mask'])
+    return RobertaTokenizerFast(
+        tokenizer_object=backend,
+        bos_token='<s>',
+        eos_token='</s>',
+        sep_token='</s>',
+        cls_token='<s>',
+        unk_token='<unk>',
+        pad_token='<pad>',
+        mask_token='<mask>',
+        model_max_length=256,
+        model_input_names=['input_ids', 'attention_mask'],
+    )
 
 
 def cased_copies(texts, seed: int):
@@ -143,13 +191,25 @@ def cased_copies(texts, seed: int):
 
 def tiny_mlm(kind: str, vocab_size: int, seed: int):
     from transformers import ModernBertConfig, ModernBertForMaskedLM, RobertaConfig, RobertaForMaskedLM
+
     torch.manual_seed(seed)
-    common = dict(vocab_size=vocab_size, hidden_size=128, intermediate_size=512, num_hidden_layers=2,
-                  num_attention_heads=2, pad_token_id=1, bos_token_id=0, eos_token_id=2)
+    common = dict(
+        vocab_size=vocab_size,
+        hidden_size=128,
+        intermediate_size=512,
+        num_hidden_layers=2,
+        num_attention_heads=2,
+        pad_token_id=1,
+        bos_token_id=0,
+        eos_token_id=2,
+    )
     if kind == 'roberta':
         return RobertaForMaskedLM(RobertaConfig(max_position_embeddings=258, type_vocab_size=1, **common))
-    return ModernBertForMaskedLM(ModernBertConfig(cls_token_id=0, sep_token_id=2, max_position_embeddings=256,
-                                                  global_attn_every_n_layers=1, **common))
+    return ModernBertForMaskedLM(
+        ModernBertConfig(
+            cls_token_id=0, sep_token_id=2, max_position_embeddings=256, global_attn_every_n_layers=1, **common
+        )
+    )
 
 
 def bpe_arm(arm: str, args, corpus, topics, qrels, examples):
@@ -157,6 +217,7 @@ def bpe_arm(arm: str, args, corpus, topics, qrels, examples):
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from pyterrier_lsr import SpladeModel, train_wordpiece, transfer_vocabulary
+
     kind, variant = arm.split('-')
     texts = [d['text'] for d in corpus]
     cased = cased_copies(texts, args.seed)
@@ -171,8 +232,11 @@ def bpe_arm(arm: str, args, corpus, topics, qrels, examples):
     mlm = AutoModelForMaskedLM.from_pretrained(str(base / 'model'))
     info = {'pretrain': json.loads((base / 'pretrain' / 'metrics.json').read_text())[-1]}
     if variant == 'vt':
-        target = (train_wordpiece(texts, args.bpe_vocab) if args.target_vocab == 'corpus'
-                  else AutoTokenizer.from_pretrained(resolve_model(args.target_vocab)))
+        target = (
+            train_wordpiece(texts, args.bpe_vocab)
+            if args.target_vocab == 'corpus'
+            else AutoTokenizer.from_pretrained(resolve_model(args.target_vocab))
+        )
         model, tokenizer, info['transfer'] = transfer_vocabulary(mlm, tokenizer, target, temperature=args.temperature)
     else:
         model = SpladeModel(mlm, tokenizer.all_special_ids)
@@ -183,17 +247,28 @@ def bpe_arm(arm: str, args, corpus, topics, qrels, examples):
 def table(summary: dict) -> str:
     """The summary as a Markdown table: nDCG@10 (all topics / topics with an added word) along the pipeline, non-zeros
     and the active fraction at step 0."""
+
     def ndcg(row):
-        return '' if not row else f"{row['nDCG@10']:.3f}" + (f" / {row['nDCG@10_subset']:.3f}" if 'nDCG@10_subset' in row else '')
-    lines = ['| arm | copied / averaged / composed / fallback | start | after MLM | final | doc nnz | query nnz | '
-             'active at step 0 | train s |', '|---|---|---|---|---|---:|---:|---:|---:|']
+        return (
+            ''
+            if not row
+            else f'{row["nDCG@10"]:.3f}' + (f' / {row["nDCG@10_subset"]:.3f}' if 'nDCG@10_subset' in row else '')
+        )
+
+    lines = [
+        '| arm | copied / averaged / composed / fallback | start | after MLM | final | doc nnz | query nnz | '
+        'active at step 0 | train s |',
+        '|---|---|---|---|---|---:|---:|---:|---:|',
+    ]
     for arm, r in summary.items():
         t = r.get('transfer') or {}
         transfer = ' / '.join(str(t[k]) for k in ('copied', 'averaged', 'composed', 'fallback')) if t else '–'
         active = r.get('active_step0', r.get('calibration', {}).get('active_after'))
-        lines.append(f"| {arm} | {transfer} | {ndcg(r.get('start'))} | {ndcg(r.get('after_mlm'))} | {ndcg(r['final'])} | "
-                     f"{r['final']['d_nnz']:.1f} | {r['final']['q_nnz']:.1f} | "
-                     f"{'' if active is None else f'{active:.4f}'} | {r['train_seconds']} |")
+        lines.append(
+            f'| {arm} | {transfer} | {ndcg(r.get("start"))} | {ndcg(r.get("after_mlm"))} | {ndcg(r["final"])} | '
+            f'{r["final"]["d_nnz"]:.1f} | {r["final"]["q_nnz"]:.1f} | '
+            f'{"" if active is None else f"{active:.4f}"} | {r["train_seconds"]} |'
+        )
     return '\n'.join(lines)
 
 
@@ -209,16 +284,29 @@ def main():
     p.add_argument('--mlm-lr', type=float, default=5e-5)
     p.add_argument('--mlm-max-length', type=int, default=128)
     p.add_argument('--mask-rate', type=float, default=0.3)
-    p.add_argument('--target-active', type=float, default=0., help='APC: fraction of (text, term) pairs active after '
-                   'MLM adaptation (0: no calibration)')
+    p.add_argument(
+        '--target-active',
+        type=float,
+        default=0.0,
+        help='APC: fraction of (text, term) pairs active after MLM adaptation (0: no calibration)',
+    )
     p.add_argument('--calibration-texts', type=int, default=256)
-    p.add_argument('--eval-start', action=argparse.BooleanOptionalAction, default=True, help='evaluate before/after MLM adaptation too')
+    p.add_argument(
+        '--eval-start',
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help='evaluate before/after MLM adaptation too',
+    )
     p.add_argument('--bpe-vocab', type=int, default=8000, help='BPE vocabulary of the tiny cased backbones (bpe)')
     p.add_argument('--pretrain-steps', type=int, default=600, help='MLM pre-training of the tiny backbones (bpe)')
     p.add_argument('--pretrain-lr', type=float, default=5e-4)
-    p.add_argument('--target-vocab', default='corpus', help='tokenizer the bpe arms transfer to: a folder or offline '
-                   'name (splade-tiny: bert-base-uncased WordPiece), or "corpus" (train_wordpiece on the corpus, '
-                   '--bpe-vocab terms: the same size as the BPE vocabulary)')
+    p.add_argument(
+        '--target-vocab',
+        default='corpus',
+        help='tokenizer the bpe arms transfer to: a folder or offline '
+        'name (splade-tiny: bert-base-uncased WordPiece), or "corpus" (train_wordpiece on the corpus, '
+        '--bpe-vocab terms: the same size as the BPE vocabulary)',
+    )
     p.add_argument('--results', help='also write the summary to this JSON file')
     args = parse_args(p)
     collection = load_collection(args.dataset)

@@ -1,5 +1,6 @@
 """Command line: ``pyterrier-lsr train ...`` (the bundled training loop), ``pyterrier-lsr head-report ...`` and
 ``pyterrier-lsr report config.yaml`` (effectiveness-cost report)."""
+
 import argparse
 import json
 from dataclasses import fields
@@ -10,39 +11,72 @@ from .train.loop import TrainConfig
 def _config_arguments(parser: argparse.ArgumentParser):
     for f in fields(TrainConfig):
         if f.name == 'losses':
-            parser.add_argument('--losses', default='infonce=1', help='comma-separated name=weight (infonce, margin_mse, kl)')
+            parser.add_argument(
+                '--losses', default='infonce=1', help='comma-separated name=weight (infonce, margin_mse, kl)'
+            )
         elif f.name == 'lr_multipliers':
-            parser.add_argument('--lr-multipliers', default='', help='comma-separated parameter-name prefix=factor of --lr')
+            parser.add_argument(
+                '--lr-multipliers', default='', help='comma-separated parameter-name prefix=factor of --lr'
+            )
         elif f.type in (bool, 'bool'):
-            parser.add_argument(f'--{f.name.replace("_", "-")}', action=argparse.BooleanOptionalAction, default=f.default)
+            parser.add_argument(
+                f'--{f.name.replace("_", "-")}', action=argparse.BooleanOptionalAction, default=f.default
+            )
         else:
             parser.add_argument(f'--{f.name.replace("_", "-")}', type=type(f.default), default=f.default)
 
 
+def _key_values(text: str, name: str) -> dict:
+    """``'a=1,b=0.5'`` -> ``{'a': 1.0, 'b': 0.5}``; ``ValueError`` naming the flag otherwise."""
+    out = {}
+    for item in filter(None, text.split(',')):
+        key, sep, value = item.rpartition('=')
+        try:
+            out[key] = float(value)
+        except ValueError:
+            sep = ''
+        if not sep or not key:
+            raise ValueError(f'--{name.replace("_", "-")}: {item!r} is not name=number') from None
+    return out
+
+
 def _load_examples(args):
     from .train import data
+
     if args.data.startswith('irds:'):
-        return data.from_irds_docpairs(args.data[len('irds:'):], limit=args.limit)
+        return data.from_irds_docpairs(args.data[len('irds:') :], limit=args.limit)
     if args.data.startswith('self-supervised:'):
         import ir_datasets
-        corpus = [{'docno': d.doc_id, 'text': d.default_text()}
-                  for d in ir_datasets.load(args.data[len('self-supervised:'):]).docs_iter()]
+
+        corpus = [
+            {'docno': d.doc_id, 'text': d.default_text()}
+            for d in ir_datasets.load(args.data[len('self-supervised:') :]).docs_iter()
+        ]
         return data.self_supervised(corpus, num_negatives=args.negatives, seed=args.seed)
     import pandas as pd
+
     frame = pd.read_json(args.data, lines=args.data.endswith('.jsonl'))
     return data.from_dataframe(frame if args.limit is None else frame.head(args.limit))
 
 
 # --- domain-adapt: the corpus-only recipe of train/domain.py (self-contained block) ---
 def _domain_adapt_parser(sub):
-    da = sub.add_parser('domain-adapt', help='adapt a SPLADE model to a collection from its corpus alone '
-                        '(pseudo-queries, teacher, held-out selection, never-worse guard)')
+    da = sub.add_parser(
+        'domain-adapt',
+        help='adapt a SPLADE model to a collection from its corpus alone '
+        '(pseudo-queries, teacher, held-out selection, never-worse guard)',
+    )
     da.add_argument('--model', required=True, help='HF masked-LM name or folder (or an offline name: splade-tiny)')
     da.add_argument('--collection', required=True, help='irds:<id> or a folder with docs.jsonl (topics unused)')
     da.add_argument('--output-dir', required=True, help='gets model/ (the selected model) and domain_adapt.json')
     da.add_argument('--cache-dir', default=None, help='BM25 index, dense embeddings, examples (default: output/cache)')
-    da.add_argument('--set', nargs='*', default=[], metavar='NAME=VALUE',
-                    help='DomainConfig overrides, e.g. steps=300 queries=keywords losses=infonce:1+kl:1')
+    da.add_argument(
+        '--set',
+        nargs='*',
+        default=[],
+        metavar='NAME=VALUE',
+        help='DomainConfig overrides, e.g. steps=300 queries=keywords losses=infonce:1+kl:1',
+    )
 
 
 def _domain_adapt(args):
@@ -50,10 +84,13 @@ def _domain_adapt(args):
     from .encoders import Splade
     from .offline import resolve_model
     from .train.domain import config_from_overrides, domain_adapt
+
     config = config_from_overrides(dict(item.split('=', 1) for item in args.set))
     splade = Splade.from_pretrained(resolve_model(args.model))
     _, log = domain_adapt(splade, load_collection(args.collection).corpus, args.output_dir, config, args.cache_dir)
-    print(json.dumps({k: log[k] for k in ('decision', 'selected_step', 'guard', 'start_score', 'best_score')}, indent=1))
+    print(
+        json.dumps({k: log[k] for k in ('decision', 'selected_step', 'guard', 'start_score', 'best_score')}, indent=1)
+    )
 
 
 def main(argv=None):
@@ -61,13 +98,24 @@ def main(argv=None):
     sub = parser.add_subparsers(dest='command', required=True)
     tr = sub.add_parser('train', help='train a SPLADE model with the bundled loop')
     tr.add_argument('--model', required=True, help='HF masked-LM name or folder (or an offline name: splade-tiny)')
-    tr.add_argument('--data', required=True, help='a .json/.jsonl DataFrame (query, positive, negative[s], teacher), '
-                    'irds:<docpairs id>, or self-supervised:<ir_datasets id> (pseudo-queries from its corpus)')
+    tr.add_argument(
+        '--data',
+        required=True,
+        help='a .json/.jsonl DataFrame (query, positive, negative[s], teacher), '
+        'irds:<docpairs id>, or self-supervised:<ir_datasets id> (pseudo-queries from its corpus)',
+    )
     tr.add_argument('--output-dir', required=True)
     tr.add_argument('--limit', type=int, default=None, help='use at most this many examples')
     tr.add_argument('--negatives', type=int, default=1, help='hard negatives per example (self-supervised data)')
     tr.add_argument('--rescale-head', default=None, help='divide MLM logits by this factor, or "auto"')
-    tr.add_argument('--resume', action='store_true')
+    tr.add_argument(
+        '--resume',
+        nargs='?',
+        const=True,
+        default=False,
+        choices=['force'],
+        help="continue from the newest intact checkpoint; '--resume force' even with changed settings",
+    )
     _config_arguments(tr)
     rep = sub.add_parser('head-report', help='MLM-head norms and activation statistics on sample texts')
     rep.add_argument('--model', required=True)
@@ -81,27 +129,41 @@ def main(argv=None):
         _domain_adapt(args)
         return
     if args.command == 'report':
-        from .report import run_config
-        print(run_config(args.config).to_string(index=False))
+        from .report import ConfigError, run_config
+
+        try:
+            table = run_config(args.config)
+        except ConfigError as e:
+            parser.exit(2, f'pyterrier-lsr report: error: {e}\n')
+        print(table.to_string(index=False))
         return
+    if args.command == 'train':  # every setting is checked before the model and data are loaded
+        values = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}
+        try:
+            for name in ('losses', 'lr_multipliers'):
+                values[name] = _key_values(values[name], name)
+            config = TrainConfig(**values)
+            rescale = args.rescale_head if args.rescale_head in (None, 'auto') else float(args.rescale_head)
+        except ValueError as e:
+            parser.error(str(e).replace('could not convert string to float', '--rescale-head: not a number or auto'))
     from .encoders import Splade
     from .offline import resolve_model
+    from .train.distributed import setup
+
+    setup()  # under torchrun: join the process group and pick this rank's GPU before the model is loaded
     splade = Splade.from_pretrained(resolve_model(args.model))
     if args.command == 'head-report':
         from .models.heads import head_report
+
         print(json.dumps(head_report(splade.model, splade.tokenizer, args.texts), indent=1))
         return
     from .models.heads import rescale_head
     from .train.loop import train
-    values = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}
-    for name in ('losses', 'lr_multipliers'):  # comma-separated key=value
-        values[name] = {k: float(v) for k, v in (item.rsplit('=', 1) for item in values[name].split(',') if item)}
-    config = TrainConfig(**values)
+
     examples = _load_examples(args)
-    if args.rescale_head and not args.resume:
+    if rescale is not None and not args.resume:
         sample = [ex.positive for ex, _ in zip(examples, range(64))] if isinstance(examples, list) else ()
-        rescale_head(splade.model, args.rescale_head if args.rescale_head == 'auto' else float(args.rescale_head),
-                     splade.tokenizer, sample)
+        rescale_head(splade.model, rescale, splade.tokenizer, sample)
     train(splade.model, splade.tokenizer, examples, args.output_dir, config, resume=args.resume)
 
 

@@ -1,12 +1,17 @@
 """PyTerrier transformers that add sparse vectors (``toks`` / ``query_toks``) to frames, and the SPLADE factory."""
+import json
+import os
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
-from .encoding import encode_texts, resolve_device, resolve_precision, vocabulary_terms
-from .models.splade import SpladeModel
+from .encoding import as_text, encode_texts, resolve_device, resolve_precision, vocabulary_terms
+from .loading import CONFIG_FILE, CONFIG_KEY
+from .models.splade import ModelLoadError, SpladeModel
+from .offline import resolve_model
 
 
 class SparseTextEncoder(pt.Transformer):
@@ -26,6 +31,13 @@ class SparseTextEncoder(pt.Transformer):
         texts = inp[self.text_field].tolist()
         return inp.assign(**{self.out_field: self.encode(texts) if texts else pd.Series(dtype=object)})
 
+    def __rshift__(self, other):
+        # A doc encoder hands its model to a following indexer, so that the index records (and reloads) it.
+        model = getattr(self, 'splade', None)
+        if self.out_field == 'toks' and model is not None and callable(getattr(other, 'with_model', None)):
+            other = other.with_model(model)
+        return super().__rshift__(other)
+
 
 class SpladeEncoder(SparseTextEncoder):
     """Encodes a text column with a :class:`Splade` model (made by ``Splade.doc_encoder()/query_encoder()``)."""
@@ -41,7 +53,8 @@ class SpladeEncoder(SparseTextEncoder):
         return self.splade.encode(texts, batch_size=self.batch_size, verbose=self.verbose, desc=self.out_field)
 
     def __repr__(self):
-        return f'SpladeEncoder({self.splade!r}, {self.text_field!r} -> {self.out_field!r})'
+        side = 'query' if self.out_field == 'query_toks' else 'doc'
+        return f'{self.splade!r}.{side}'
 
 
 def sparse_dot(query: Dict[str, float], doc: Dict[str, float]) -> float:
@@ -62,17 +75,33 @@ class SparseScorer(pt.Transformer):
         if not len(inp):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         # Missing texts become '' (encoded as empty vectors) so that they can key the caches below.
-        query_col = inp['query'].fillna('')
-        text_col = inp[self.doc_encoder.text_field].fillna('')
-        queries, texts = query_col.unique().tolist(), text_col.unique().tolist()
+        query_col = [as_text(q, i) for i, q in enumerate(inp['query'])]
+        text_col = [as_text(t, i) for i, t in enumerate(inp[self.doc_encoder.text_field])]
+        queries, texts = list(dict.fromkeys(query_col)), list(dict.fromkeys(text_col))
         qvecs = dict(zip(queries, self.query_encoder.encode(queries)))
         dvecs = dict(zip(texts, self.doc_encoder.encode(texts)))
         scores = [sparse_dot(qvecs[q], dvecs[d]) for q, d in zip(query_col, text_col)]
         return pt.model.add_ranks(inp.assign(score=scores))
 
 
+def check_tokenizer(tokenizer, vocab_size: int, where='the model') -> None:
+    """Raises :class:`ModelLoadError` unless the tokenizer's ids fit a head over ``vocab_size`` terms and cover at
+    least half of them. Heads may have a few unused rows (vocabularies padded to a multiple of 64 or 128), but a
+    tokenizer with ids beyond the head cannot be encoded, and one far smaller (a folder whose tokenizer files are
+    missing gives a 5-token tokenizer mapping every word to [UNK]) belongs to another model."""
+    size = max(len(tokenizer), max(tokenizer.get_vocab().values(), default=-1) + 1)
+    if size > vocab_size or size < vocab_size // 2:
+        raise ModelLoadError(f'{where}: the tokenizer has {size} token ids but the MLM head scores {vocab_size} terms; '
+                             'the tokenizer files are missing or belong to another model')
+
+
 class Splade:
     """A SPLADE model and its tokenizer; hands out PyTerrier encoders and a scorer.
+
+    The shared wrapper of every model kind (SPLADE, inference-free, SAE-SPLADE, Latent Terms): a kind sets ``kind``
+    (recorded in its saved ``config.json``, read by :func:`~pyterrier_lsr.load_model`) and ``scoring`` (how its
+    indexes score: ``{'kind': 'dot'}`` or BM25 over term frequencies), and wraps a model mapping
+    ``(input_ids, attention_mask)`` to batch x terms weights.
 
     Args:
         model: a :class:`SpladeModel`, or any module mapping ``(input_ids, attention_mask)`` to batch x terms
@@ -86,42 +115,67 @@ class Splade:
             bf16 on a CPU with AMX is about 2-3x faster, with slightly different weights.
     """
 
-    def __init__(self, model: SpladeModel, tokenizer, device=None, max_length: int = 256, batch_size: int = 32,
-                 precision: Optional[str] = None, name: Optional[str] = None):
+    kind = 'splade'
+    scoring = {'kind': 'dot'}
+
+    def __init__(self, model: Optional[SpladeModel], tokenizer, device=None, max_length: int = 256,
+                 batch_size: int = 32, precision: Optional[str] = None, name: Optional[str] = None):
+        if max_length < 1 or batch_size < 1:
+            raise ValueError(f'max_length and batch_size must be >= 1, got {max_length} and {batch_size}')
         self.device = resolve_device(device)
-        self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
         self.max_length = max_length
         self.batch_size = batch_size
         self.precision = resolve_precision(precision, self.device)
         self.name = name
-        # Models with their own vocabulary (latent ids, ...) name their terms; SPLADE's terms are the tokenizer's.
-        self.terms = getattr(model, 'terms', None) or vocabulary_terms(tokenizer, model.vocab_size)
+        self.model = self.terms = None
+        if model is not None:
+            self.model = model.to(self.device).eval()
+            # Models with their own vocabulary (latent ids, ...) name their terms; SPLADE's terms are the tokenizer's.
+            self.terms = getattr(model, 'terms', None) or vocabulary_terms(tokenizer, model.vocab_size)
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str, **kwargs) -> 'Splade':
+    def from_pretrained(cls, name_or_path: str, new_head: bool = False, **kwargs) -> 'Splade':
         """Loads any HF ``AutoModelForMaskedLM`` checkpoint (hub name or local folder) as a SPLADE model.
 
-        ``kwargs`` go to :class:`Splade` (device, max_length, batch_size, precision).
+        Refuses (:class:`~pyterrier_lsr.models.splade.ModelLoadError`) a checkpoint without MLM head unless
+        ``new_head=True``, invalid ``lsr`` settings, and a tokenizer that does not fit the head (see
+        :func:`check_tokenizer`). ``kwargs`` go to :class:`Splade` (device, max_length, batch_size, precision).
         """
         from transformers import AutoTokenizer
-        tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-        model = SpladeModel.from_pretrained(name_or_path, special_token_ids=tokenizer.all_special_ids)
+        folder = resolve_model(str(name_or_path))  # offline short names ('splade-tiny') work everywhere
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = SpladeModel.from_pretrained(folder, special_token_ids=tokenizer.all_special_ids, new_head=new_head)
+        check_tokenizer(tokenizer, model.vocab_size, name_or_path)
         return cls(model, tokenizer, name=str(name_or_path), **kwargs)
 
     def save_pretrained(self, path: str):
-        """Writes an ordinary HF folder (weights, tokenizer, config with our settings under ``lsr``)."""
+        """Writes an ordinary HF folder (weights, tokenizer, config with our settings under ``lsr``, ``kind``
+        included)."""
+        self._check_model()
         self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
+        config_file = Path(path) / CONFIG_FILE
+        config = json.loads(config_file.read_text())
+        config[CONFIG_KEY] = dict(config.get(CONFIG_KEY) or {}, kind=self.kind)
+        tmp = config_file.with_name(f'.{CONFIG_FILE}.tmp')
+        tmp.write_text(json.dumps(config, indent=2))
+        os.replace(tmp, config_file)
+
+    def _check_model(self):
+        if self.model is None:
+            raise ValueError(f'{self!r} has no model yet')
 
     def encode(self, texts: Sequence, batch_size: Optional[int] = None, verbose: bool = False,
                desc: str = 'encoding') -> List[Dict[str, float]]:
         """Encodes texts to ``{term: weight}`` dicts; None/NaN/blank texts give ``{}``."""
+        self._check_model()
         return encode_texts(self.model, self.tokenizer, texts, self.terms, batch_size=batch_size or self.batch_size,
                             max_length=self.max_length, device=self.device, precision=self.precision,
                             verbose=verbose, desc=desc)
 
-    def doc_encoder(self, text_field: str = 'text', batch_size: Optional[int] = None, verbose: bool = False) -> SpladeEncoder:
+    def doc_encoder(self, text_field: str = 'text', batch_size: Optional[int] = None,
+                    verbose: bool = False) -> SpladeEncoder:
         """Transformer adding ``toks`` from ``text_field``."""
         return SpladeEncoder(self, text_field, 'toks', batch_size, verbose)
 
@@ -134,4 +188,5 @@ class Splade:
         return SparseScorer(self.query_encoder(batch_size), self.doc_encoder(text_field, batch_size))
 
     def __repr__(self):
-        return f'Splade({self.name or "<model>"!r})'
+        name = Path(str(self.name)).name if self.name else '<model>'
+        return f'{type(self).__name__}({name!r})'

@@ -4,14 +4,49 @@ Texts are tokenized once, sorted by length and batched with dynamic padding, so 
 own longest text only; results come back in input order.  Models are any ``nn.Module`` mapping
 ``(input_ids, attention_mask)`` to a batch x vocabulary tensor of non-negative weights.
 """
+
 import math
 from contextlib import nullcontext
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence
 
+import numpy as np
+import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
 PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
+# The largest term weight (model units) that an index, a query or a query table accepts. PISA repeats a query term
+# int(w * scale) times (a weight of 1e7 runs for minutes, inf aborts the process) and stores impacts as 32-bit
+# integers. No model comes near it: log(1 + relu(x)) of any float32 logit is below 89, BM25's idf is below 20 for a
+# billion documents, and Latent Terms' summed activations of a 256-token text stay in the hundreds at most.
+MAX_WEIGHT = 1000.0
+
+
+class WeightError(ValueError, TypeError):
+    """A ``{term: weight}`` vector an index cannot store: not a mapping, a term that is not a non-empty string without
+    whitespace, or a weight that is not a number in ``[0, MAX_WEIGHT]``.  Both a ``ValueError`` and a ``TypeError``
+    (like numpy's ``AxisError``), so callers catching either see it."""
+
+
+def check_weights(weights, where: str = 'query weights') -> Dict[str, float]:
+    """``weights`` as a new ``{term: float}`` dict, or :class:`WeightError` naming ``where`` and the bad term
+    (NaN, infinities, negatives, strings and booleans are refused; see :data:`MAX_WEIGHT` for why there is a cap)."""
+    if not isinstance(weights, Mapping):
+        raise WeightError(f'{where}: must be a {{term: weight}} mapping, got {type(weights).__name__}')
+    checked = {}
+    for term, weight in weights.items():
+        if not isinstance(term, str) or not term or any(c.isspace() for c in term):
+            raise WeightError(f'{where}: term {term!r} is not a non-empty string without whitespace')
+        if isinstance(weight, bool) or not isinstance(weight, (int, float, np.integer, np.floating)):
+            raise WeightError(
+                f'{where}: the weight of term {term!r} is {type(weight).__name__} {weight!r:.40}, not a number'
+            )
+        if not 0 <= weight <= MAX_WEIGHT:  # also False for NaN
+            raise WeightError(
+                f'{where}: the weight of term {term!r} is {weight!r}; weights must lie in [0, {MAX_WEIGHT:g}]'
+            )
+        checked[term] = float(weight)
+    return checked
 
 
 def resolve_device(device=None) -> torch.device:
@@ -36,9 +71,32 @@ def autocast(device: torch.device, precision: str):
     return nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
+def is_missing(value) -> bool:
+    """None, NaN (float or numpy) and pandas' NA/NaT: a missing value, not a text."""
+    return (
+        value is None
+        or value is pd.NA
+        or value is pd.NaT
+        or (isinstance(value, (float, np.floating)) and math.isnan(value))
+    )
+
+
+def as_text(value, position: Optional[int] = None) -> str:
+    """A text to encode: missing values (see :func:`is_missing`) become ``''``; anything but a ``str`` (bytes, lists,
+    numbers, ...) raises ``TypeError`` naming its position, since ``str(value)`` would encode ``"b'...'"``, ``"[...]"``
+    or ``"<NA>"`` as if it were text. Bytes are refused rather than decoded: their encoding is the caller's to know."""
+    if is_missing(value):
+        return ''
+    if not isinstance(value, str):
+        where = '' if position is None else f' at position {position}'
+        raise TypeError(f'text{where} is {type(value).__name__}, not str: {value!r:.60}')
+    return value
+
+
 def is_blank(text) -> bool:
-    """None, NaN and whitespace-only texts encode to an empty vector without running the model."""
-    return text is None or (isinstance(text, float) and math.isnan(text)) or not str(text).strip()
+    """Missing values and whitespace-only texts encode to an empty vector without running the model; non-``str``
+    values raise ``TypeError`` (see :func:`as_text`)."""
+    return not as_text(text).strip()
 
 
 def to_dicts(weights: torch.Tensor, terms: Sequence[str]) -> List[Dict[str, float]]:
@@ -50,41 +108,96 @@ def to_dicts(weights: torch.Tensor, terms: Sequence[str]) -> List[Dict[str, floa
     cols = cols.tolist()
     out, start = [], 0
     for count in counts:
-        out.append({terms[c]: v for c, v in zip(cols[start:start + count], values[start:start + count])})
+        out.append({terms[c]: v for c, v in zip(cols[start : start + count], values[start : start + count])})
         start += count
     return out
 
 
-def encode_texts(model: torch.nn.Module, tokenizer, texts: Sequence, terms: Sequence[str], *,
-                 batch_size: int = 32, max_length: int = 256, device=None, precision: str = 'fp32',
-                 verbose: bool = False, desc: str = 'encoding') -> List[Dict[str, float]]:
-    """Encodes ``texts`` with ``model`` into ``{term: weight}`` dicts, in input order.
+class Batch(NamedTuple):
+    positions: List[int]  # indices into the texts given to :func:`length_sorted_batches`
+    input_ids: torch.Tensor  # padded to the batch's longest text
+    attention_mask: torch.Tensor
+    encodings: list  # the fast tokenizer's encodings of these texts (offsets, word ids), or []
 
-    Texts longer than ``max_length`` tokens (special tokens included) are truncated.
-    """
+
+def length_sorted_batches(
+    tokenizer,
+    texts: Sequence,
+    batch_size: int,
+    max_length: int,
+    device=None,
+    verbose: bool = False,
+    desc: str = 'encoding',
+) -> Iterator[Batch]:
+    """The one batching engine: tokenizes the non-blank ``texts`` once (truncated to ``max_length`` tokens, special
+    tokens included), sorts them longest first and yields padded batches. Blank texts (see :func:`is_blank`) and texts
+    of special tokens only are skipped, so callers give them their empty result; non-``str`` texts raise
+    ``TypeError`` (see :func:`as_text`). The progress bar counts texts."""
     if batch_size < 1:
         raise ValueError(f'batch_size must be >= 1, got {batch_size}')
     device = resolve_device(device)
-    results: List[Dict[str, float]] = [{} for _ in texts]
-    todo = [i for i, text in enumerate(texts) if not is_blank(text)]
+    todo = [i for i, text in enumerate(texts) if as_text(text, i).strip()]
     if not todo:
-        return results
-    input_ids = tokenizer([str(texts[i]) for i in todo], truncation=True, max_length=max_length,
-                          return_attention_mask=False)['input_ids']
+        return
+    encoded = tokenizer(
+        [as_text(texts[i], i) for i in todo], truncation=True, max_length=max_length, return_attention_mask=False
+    )
+    # [UNK] stands for real text; a text of [CLS]/[SEP]/... only (e.g. control characters) has no content, like ''.
+    structural = set(tokenizer.all_special_ids) - {tokenizer.unk_token_id}
+    keep = [j for j, ids in enumerate(encoded['input_ids']) if not structural.issuperset(ids)]
+    todo, input_ids = [todo[j] for j in keep], [encoded['input_ids'][j] for j in keep]
+    encodings = [encoded.encodings[j] for j in keep] if tokenizer.is_fast else None
     order = sorted(range(len(todo)), key=lambda j: len(input_ids[j]), reverse=True)
+    with tqdm(total=len(order), desc=desc, unit='text', disable=not verbose) as pbar:
+        for start in range(0, len(order), batch_size):
+            batch = order[start : start + batch_size]
+            padded = tokenizer.pad({'input_ids': [input_ids[j] for j in batch]}, return_tensors='pt')
+            yield Batch(
+                [todo[j] for j in batch],
+                padded['input_ids'].to(device),
+                padded['attention_mask'].to(device),
+                [encodings[j] for j in batch] if encodings is not None else [],
+            )
+            pbar.update(len(batch))
+
+
+def encode_texts(
+    model: torch.nn.Module,
+    tokenizer,
+    texts: Sequence,
+    terms: Sequence[str],
+    *,
+    batch_size: int = 32,
+    max_length: int = 256,
+    device=None,
+    precision: str = 'fp32',
+    verbose: bool = False,
+    desc: str = 'encoding',
+) -> List[Dict[str, float]]:
+    """Encodes ``texts`` with ``model`` into ``{term: weight}`` dicts, in input order.
+
+    Texts longer than ``max_length`` tokens (special tokens included) are truncated. Missing, blank and texts that
+    tokenize to special tokens only (e.g. control characters) give ``{}`` without running the model; non-``str``
+    texts raise ``TypeError`` and non-finite model outputs ``ValueError``, each naming the text's position.
+    """
+    device = resolve_device(device)
+    texts = [as_text(text, i) for i, text in enumerate(texts)]
+    results: List[Dict[str, float]] = [{} for _ in texts]
     was_training = model.training
     if was_training:  # toggling every submodule costs ~1 ms, noticeable when encoding one query at a time
         model.eval()
     try:
-        with torch.inference_mode(), autocast(device, precision), \
-                tqdm(total=len(order), desc=desc, unit='text', disable=not verbose) as pbar:
-            for start in range(0, len(order), batch_size):
-                batch = order[start:start + batch_size]
-                padded = tokenizer.pad({'input_ids': [input_ids[j] for j in batch]}, return_tensors='pt')
-                weights = model(padded['input_ids'].to(device), padded['attention_mask'].to(device))
-                for j, vec in zip(batch, to_dicts(weights, terms)):
-                    results[todo[j]] = vec
-                pbar.update(len(batch))
+        with torch.inference_mode(), autocast(device, precision):
+            for batch in length_sorted_batches(tokenizer, texts, batch_size, max_length, device, verbose, desc):
+                weights = model(batch.input_ids, batch.attention_mask)
+                finite = torch.isfinite(weights).all(dim=1)
+                if not finite.all():
+                    bad = sorted(batch.positions[r] for r in (~finite).nonzero()[:, 0].tolist())
+                    raise ValueError(
+                        f'the model produced non-finite weights (inf/NaN) for the texts at positions {bad}'
+                    )
+                for i, vec in zip(batch.positions, to_dicts(weights, terms)):
+                    results[i] = vec
     finally:
         if was_training:
             model.train()

@@ -5,17 +5,19 @@ publish — or a sentence-transformers sparse model whose query route is a ``Spa
 a masked-LM transformer folder), read without importing sentence-transformers.
 """
 import json
-from pathlib import Path
 from typing import Optional
 
 from .encoders import Splade
-from .models.sae_splade import SaeSplade, is_sae_splade_folder
+from .loading import load_model, local_folder
 from .models.splade import SpladeModel
-from .query import WEIGHTS_FILE, StaticQueryEncoder, _local_folder, _static_module_folder
+from .query import WEIGHTS_FILE, StaticQueryEncoder, static_module_folder
+
+__all__ = ['InferenceFreeSplade', 'load_model']  # load_model: its old home, kept for one release
 
 
 class InferenceFreeSplade(Splade):
     """:class:`Splade` whose :meth:`query_encoder` is a :class:`StaticQueryEncoder` (no transformer at query time)."""
+    kind = 'inference-free'
 
     def __init__(self, model: SpladeModel, tokenizer, query_side: StaticQueryEncoder, **kwargs):
         super().__init__(model, tokenizer, **kwargs)
@@ -34,12 +36,12 @@ class InferenceFreeSplade(Splade):
         """Loads an OpenSearch-style folder/hub name (HF model + ``idf.json``) or a sentence-transformers doc-only
         layout. ``kwargs`` go to :class:`Splade`."""
         from transformers import AutoTokenizer
-        folder = _local_folder(str(name_or_path))
+        folder = local_folder(name_or_path)
         doc_folder = folder
         if not (folder / WEIGHTS_FILE).exists():
             found = [p.parent for p in sorted(folder.rglob('config.json'))
                      if p.parent != folder and 'model_type' in json.loads(p.read_text())]
-            if not found or _static_module_folder(folder) is None:
+            if not found or static_module_folder(folder) is None:
                 raise FileNotFoundError(f'{name_or_path} has neither {WEIGHTS_FILE} nor a sentence-transformers '
                                         'SparseStaticEmbedding query module')
             doc_folder = found[0]
@@ -49,34 +51,13 @@ class InferenceFreeSplade(Splade):
         return cls(model, tokenizer, query_side, name=str(name_or_path), **kwargs)
 
 
-def load_model(name_or_path: str, **kwargs) -> Splade:
-    """:class:`InferenceFreeSplade` for a doc-only folder (``idf.json`` or a static query module), a
-    :class:`~pyterrier_lsr.SaeSplade` for an SAE-SPLADE folder, else :class:`Splade`."""
-    path = Path(name_or_path)
-    if is_sae_splade_folder(path):
-        return SaeSplade.from_pretrained(name_or_path, **kwargs)
-    if path.is_dir() and ((path / WEIGHTS_FILE).exists() or _static_module_folder(path) is not None):
-        return InferenceFreeSplade.from_pretrained(name_or_path, **kwargs)
-    return Splade.from_pretrained(name_or_path, **kwargs)
-
-
-def train_inference_free(splade: Splade, examples, output_dir, config=None, query_weights=None,
-                         learn_query_weights: bool = True, **train_kwargs) -> InferenceFreeSplade:
-    """Doc-only training with the bundled loop: documents through ``splade``'s model, queries through a static table.
-
-    ``query_weights`` (a :class:`~pyterrier_lsr.StaticQueryWeights`) defaults to ones; pass one initialised from idf
-    for the usual IDF query side. With ``learn_query_weights=False`` it stays fixed. FLOPS applies to documents only
-    (``lambda_q`` is forced to 0). Returns the trained model with its query side, ready to save.
-    """
-    from dataclasses import replace
-
-    from .query import StaticQueryWeights
-    from .train.loop import TrainConfig, train
-    config = replace(config or TrainConfig(), lambda_q=0.)
-    query_weights = query_weights or StaticQueryWeights(splade.tokenizer)
-    query_weights.weight.requires_grad_(learn_query_weights)
-    train(splade.model, splade.tokenizer, examples, output_dir, config, query_encoder=query_weights,
-          extra_parameters=[query_weights.weight] if learn_query_weights else [], **train_kwargs)
-    return InferenceFreeSplade(splade.model, splade.tokenizer, query_weights.to_encoder(max_length=splade.max_length),
-                               device=splade.device, max_length=splade.max_length, batch_size=splade.batch_size,
-                               precision=splade.precision)
+def __getattr__(name):
+    # train_inference_free moved to pyterrier_lsr.train (training sits above the wrappers); its old home still works
+    # for one release.
+    if name == 'train_inference_free':
+        import warnings
+        warnings.warn('pyterrier_lsr.inference_free.train_inference_free moved to pyterrier_lsr.train',
+                      DeprecationWarning, stacklevel=2)
+        from .train.inference_free import train_inference_free
+        return train_inference_free
+    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')

@@ -4,12 +4,20 @@
 maximum; ``Prune(threshold=0.5)`` keeps weights >= 0.5. Rules combine (a term must pass all). Zero and negative
 weights are always dropped; pruning never adds or changes a weight. Ties at the ``top_n`` cut are broken by term
 string so results are deterministic.
+
+Rules are validated when a :class:`Prune` is made (``top_n`` an int >= 0, ``ratio`` in [0, 1], ``threshold`` a
+finite number >= 0), and vectors when pruned: a NaN or infinite weight, a non-number weight or a non-dict vector
+raises an error naming the term or row (a missing vector, None/NaN, counts as empty).
 """
+import math
+import numbers
 from typing import Dict, Optional, Sequence
 
 import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
+
+from .encoding import is_missing
 
 FIELDS = ('toks', 'query_toks')
 
@@ -17,6 +25,9 @@ FIELDS = ('toks', 'query_toks')
 def prune(vector: Dict[str, float], top_n: Optional[int] = None, ratio: Optional[float] = None,
           threshold: Optional[float] = None) -> Dict[str, float]:
     """One vector, pruned by the rules given (see the module docs)."""
+    for term, weight in vector.items():
+        if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight):
+            raise ValueError(f'cannot prune the weight {weight!r} of term {term!r}: weights must be finite numbers')
     kept = {t: w for t, w in vector.items() if w > 0}
     if not kept:
         return {}
@@ -41,10 +52,13 @@ class Prune(pt.Transformer):
                  fields: Optional[Sequence[str]] = None):
         if top_n is None and ratio is None and threshold is None:
             raise ValueError('give at least one of top_n, ratio, threshold')
-        if top_n is not None and top_n < 0:
-            raise ValueError(f'top_n must be >= 0, got {top_n}')
-        if ratio is not None and not 0 <= ratio <= 1:
-            raise ValueError(f'ratio must be in [0, 1], got {ratio}')
+        if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, numbers.Integral) or top_n < 0):
+            raise ValueError(f'top_n must be an int >= 0, got {top_n!r}')
+        for name, value, high, bounds in (('ratio', ratio, 1., 'in [0, 1]'),
+                                          ('threshold', threshold, math.inf, '>= 0')):
+            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
+                                      or not 0 <= value <= high or not math.isfinite(value)):
+                raise ValueError(f'{name} must be a finite number {bounds}, got {value!r}')
         self.top_n, self.ratio, self.threshold = top_n, ratio, threshold
         self.fields = list(fields) if fields is not None else None
 
@@ -53,8 +67,17 @@ class Prune(pt.Transformer):
         if not fields:
             pta.validate.columns(inp, includes=['toks'])  # raises, naming the column it needs
         pta.validate.columns(inp, includes=fields)
-        return inp.assign(**{f: [prune(v if isinstance(v, dict) else {}, self.top_n, self.ratio, self.threshold)
-                                 for v in inp[f]] for f in fields})
+        return inp.assign(**{f: [self._prune(v, f, row) for row, v in enumerate(inp[f])] for f in fields})
+
+    def _prune(self, vector, field: str, row: int) -> Dict[str, float]:
+        if is_missing(vector):
+            return {}
+        if not isinstance(vector, dict):
+            raise TypeError(f'{field} at row {row} is {type(vector).__name__}, not a {{term: weight}} dict')
+        try:
+            return prune(vector, self.top_n, self.ratio, self.threshold)
+        except ValueError as e:
+            raise ValueError(f'{field} at row {row}: {e}') from None
 
     def __repr__(self):
         rules = ', '.join(f'{k}={v}' for k, v in [('top_n', self.top_n), ('ratio', self.ratio),

@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 from .encoders import SparseTextEncoder
-from .encoding import is_blank
+from .encoding import as_text, check_weights, is_blank
+from .loading import local_folder
 
 WEIGHTS_FILE = 'idf.json'
 
@@ -32,13 +33,14 @@ class StaticQueryEncoder(SparseTextEncoder):
     Tokens are produced by the document model's tokenizer (without special tokens, truncated to
     ``max_length``); a token repeated in the query counts once; tokens absent from ``weights`` or with a
     weight of 0 are dropped, so a query of unknown tokens has empty ``query_toks`` (and retrieves nothing).
+    ``weights`` are validated (:func:`check_weights`): numbers in ``[0, MAX_WEIGHT]``.
     """
     text_field = 'query'
     out_field = 'query_toks'
 
     def __init__(self, tokenizer, weights: Mapping[str, float], max_length: int = 256):
         self.tokenizer = tokenizer
-        self.weights = dict(weights)
+        self.weights = check_weights(weights)
         self.max_length = max_length
         self._special = set(tokenizer.all_special_tokens)
 
@@ -50,7 +52,7 @@ class StaticQueryEncoder(SparseTextEncoder):
         return [self.tokenizer.convert_ids_to_tokens(row) for row in ids]
 
     def encode(self, texts: Sequence) -> List[Dict[str, float]]:
-        texts = ['' if is_blank(t) else str(t) for t in texts]
+        texts = [as_text(t, i) for i, t in enumerate(texts)]
         out = []
         for tokens in (self._tokens(texts) if texts else []):
             vec = {}
@@ -71,8 +73,10 @@ class StaticQueryEncoder(SparseTextEncoder):
         """Writes the tokenizer and ``idf.json`` into ``path`` (the OpenSearch doc-only layout)."""
         os.makedirs(path, exist_ok=True)
         self.tokenizer.save_pretrained(path)
-        with open(os.path.join(path, WEIGHTS_FILE), 'wt', encoding='utf8') as fout:
+        target = os.path.join(path, WEIGHTS_FILE)
+        with open(target + '.tmp', 'wt', encoding='utf8') as fout:
             json.dump(self.weights, fout, ensure_ascii=False)
+        os.replace(target + '.tmp', target)  # a reader never sees half a table
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, **kwargs) -> 'StaticQueryEncoder':
@@ -80,15 +84,15 @@ class StaticQueryEncoder(SparseTextEncoder):
         layout) or a sentence-transformers sparse model whose query route is a ``SparseStaticEmbedding``
         (read without importing sentence-transformers)."""
         from transformers import AutoTokenizer
-        folder = _local_folder(name_or_path)
-        static = _static_module_folder(folder)
+        folder = local_folder(name_or_path)
+        static = static_module_folder(folder)
         if static is not None:
             from safetensors.torch import load_file
             tokenizer = AutoTokenizer.from_pretrained(str(static))
             weight = load_file(str(static / 'model.safetensors'))['weight']
             return cls.from_tensor(tokenizer, weight, **kwargs)
         with open(folder / WEIGHTS_FILE, encoding='utf8') as fin:
-            weights = json.load(fin)
+            weights = check_weights(json.load(fin), str(folder / WEIGHTS_FILE))
         return cls(AutoTokenizer.from_pretrained(str(folder)), weights, **kwargs)
 
     @classmethod
@@ -96,7 +100,8 @@ class StaticQueryEncoder(SparseTextEncoder):
         """A table from a weight per token id (zeros are dropped)."""
         weight = weight.detach().float().cpu()
         vocab = tokenizer.get_vocab()
-        return cls(tokenizer, {t: weight[i].item() for t, i in vocab.items() if i < len(weight) and weight[i] != 0}, **kwargs)
+        table = {t: weight[i].item() for t, i in vocab.items() if i < len(weight) and weight[i] != 0}
+        return cls(tokenizer, table, **kwargs)
 
     def __repr__(self):
         return f'{type(self).__name__}({len(self.weights)} terms)'
@@ -123,7 +128,8 @@ class IDFQueryEncoder(StaticQueryEncoder):
         for text in texts:
             num_docs += 1
             if not is_blank(text):
-                ids = tokenizer(str(text), add_special_tokens=False, truncation=True, max_length=max_length)['input_ids']
+                ids = tokenizer(str(text), add_special_tokens=False, truncation=True,
+                                max_length=max_length)['input_ids']
                 df.update(set(tokenizer.convert_ids_to_tokens(ids)))
         return cls.from_document_frequencies(tokenizer, df, num_docs, max_length=max_length, **kwargs)
 
@@ -151,7 +157,8 @@ class StaticQueryWeights(nn.Module):
         ids = self.tokenizer(list(texts), add_special_tokens=False, truncation=True, max_length=max_length,
                              padding=True, return_tensors='pt')
         presence = torch.zeros(len(texts), len(self.weight), device=self.weight.device)
-        presence.scatter_(1, ids['input_ids'].to(self.weight.device), ids['attention_mask'].float().to(self.weight.device))
+        device = self.weight.device
+        presence.scatter_(1, ids['input_ids'].to(device), ids['attention_mask'].float().to(device))
         presence[:, self.tokenizer.all_special_ids] = 0.
         return presence * torch.relu(self.weight)
 
@@ -159,14 +166,7 @@ class StaticQueryWeights(nn.Module):
         return StaticQueryEncoder.from_tensor(self.tokenizer, torch.relu(self.weight), **kwargs)
 
 
-def _local_folder(name_or_path: str) -> Path:
-    if os.path.isdir(name_or_path):
-        return Path(name_or_path)
-    from huggingface_hub import snapshot_download
-    return Path(snapshot_download(name_or_path))
-
-
-def _static_module_folder(folder: Path) -> Optional[Path]:
+def static_module_folder(folder: Path) -> Optional[Path]:
     """The folder of a sentence-transformers ``SparseStaticEmbedding`` module inside ``folder``, if any."""
     for path in sorted(folder.rglob('model.safetensors')):
         if 'SparseStaticEmbedding' in path.parent.name and path.parent != folder:

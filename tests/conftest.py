@@ -44,6 +44,11 @@ TINY_WORDS = ('the a of and in to is for on with by nuclear reactor physics cat 
 @pytest.fixture
 def tiny():
     """A tiny random BERT masked LM (4 heads x 32 hidden, 1 layer) with a ~90-token WordPiece vocabulary."""
+    return make_tiny()
+
+
+def make_tiny(dropout: float = 0.1):
+    """The model of the ``tiny`` fixture, as a function for processes that tests start."""
     import torch
     from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 
@@ -53,5 +58,6 @@ def tiny():
     tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True)
     torch.manual_seed(0)
     config = BertConfig(vocab_size=len(vocab), hidden_size=32, num_hidden_layers=1, num_attention_heads=4,
-                        intermediate_size=64, max_position_embeddings=128)
+                        intermediate_size=64, max_position_embeddings=128, hidden_dropout_prob=dropout,
+                        attention_probs_dropout_prob=dropout)
     return SpladeModel(BertForMaskedLM(config), tokenizer.all_special_ids), tokenizer

@@ -37,16 +37,18 @@ def test_pooling_matches_reference(splade, texts):
 
 def test_chunked_pooling_matches_unchunked():
     from pyterrier_lsr.models import max_pooled_logits
+
     torch.manual_seed(0)
     hidden, weight, bias = torch.randn(3, 7, 5), torch.randn(11, 5), torch.randn(11)
     mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3, [1] + [0] * 6])
     full = (hidden @ weight.T + bias).masked_fill(~mask.bool()[..., None], float('-inf')).amax(1)
-    for chunk in (1, 11, 40, 10 ** 6):
+    for chunk in (1, 11, 40, 10**6):
         torch.testing.assert_close(max_pooled_logits(hidden, mask, weight, bias, chunk_elements=chunk), full)
 
 
 def test_training_pooling_gradients_match_reference():
     from pyterrier_lsr.models import log_saturation, max_pooled_logits
+
     torch.manual_seed(0)
     hidden = torch.randn(3, 7, 5, requires_grad=True)
     weight, bias = torch.randn(1100, 5, requires_grad=True), torch.randn(1100, requires_grad=True)
@@ -56,6 +58,7 @@ def test_training_pooling_gradients_match_reference():
     def grads(pool):
         loss = (log_saturation(pool(hidden, weight, bias)) * coef).sum()
         return torch.autograd.grad(loss, [hidden, weight, bias])
+
     ours = grads(lambda h, w, b: max_pooled_logits(h, mask, w, b))
     ref = grads(lambda h, w, b: (h @ w.T + b).masked_fill(~mask.bool()[..., None], float('-inf')).amax(1))
     for a, b in zip(ours, ref):
@@ -69,8 +72,9 @@ def test_batch_composition_does_not_change_output(splade, texts):
         mixed = to_dense(splade, splade.encode(texts, batch_size=batch_size)[:6])
         torch.testing.assert_close(mixed, alone, atol=1e-5, rtol=1e-5)
     shuffled = list(reversed(texts))
-    torch.testing.assert_close(to_dense(splade, splade.encode(shuffled)[::-1]), to_dense(splade, splade.encode(texts)),
-                               atol=1e-5, rtol=1e-5)
+    torch.testing.assert_close(
+        to_dense(splade, splade.encode(shuffled)[::-1]), to_dense(splade, splade.encode(texts)), atol=1e-5, rtol=1e-5
+    )
 
 
 def test_no_special_tokens_and_positive_weights(splade, texts):
@@ -88,6 +92,7 @@ def test_blank_text_gives_empty_vector(splade, blank):
 
 def test_long_text_is_truncated_at_max_length(texts):
     from pyterrier_lsr.offline import resolve_model
+
     short = Splade.from_pretrained(resolve_model('splade-tiny'), max_length=16)
     long_text = texts[-1]
     assert len(short.tokenizer(long_text)['input_ids']) > 16
@@ -101,13 +106,14 @@ def test_non_ascii_text(splade):
 
 def test_bf16_close_to_fp32(texts):
     from pyterrier_lsr.offline import resolve_model
+
     path = resolve_model('splade-tiny')
     fp32 = Splade.from_pretrained(path).encode(texts)
     bf16 = Splade.from_pretrained(path, precision='bf16').encode(texts)
     for a, b in zip(fp32, bf16):
         top = sorted(a, key=a.get, reverse=True)[:10]
         assert len(set(top) & set(b)) >= 9
-        assert max(abs(a[t] - b.get(t, 0.)) for t in top) < 0.1
+        assert max(abs(a[t] - b.get(t, 0.0)) for t in top) < 0.1
 
 
 def test_doc_and_query_encoders(splade):
@@ -120,11 +126,14 @@ def test_doc_and_query_encoders(splade):
     assert 'query_toks' in out.columns and 'nuclear' in out['query_toks'][0]
 
 
-@pytest.mark.parametrize('make,inp,out_col', [
-    (lambda s: s.doc_encoder(), ['docno', 'text'], 'toks'),
-    (lambda s: s.query_encoder(), ['qid', 'query'], 'query_toks'),
-    (lambda s: s.scorer(), ['qid', 'query', 'docno', 'text'], 'score'),
-])
+@pytest.mark.parametrize(
+    'make,inp,out_col',
+    [
+        (lambda s: s.doc_encoder(), ['docno', 'text'], 'toks'),
+        (lambda s: s.query_encoder(), ['qid', 'query'], 'query_toks'),
+        (lambda s: s.scorer(), ['qid', 'query', 'docno', 'text'], 'score'),
+    ],
+)
 def test_empty_frames_missing_columns_and_inspect(splade, make, inp, out_col):
     transformer = make(splade)
     out = transformer(pd.DataFrame(columns=inp))
@@ -137,17 +146,25 @@ def test_empty_frames_missing_columns_and_inspect(splade, make, inp, out_col):
 
 def test_scorer_is_exact_dot_product(splade, vaswani_docs):
     docs = vaswani_docs[:20]
-    frame = pd.DataFrame({'qid': '1', 'query': 'MEASUREMENT OF DIELECTRIC CONSTANT OF LIQUIDS',
-                          'docno': [d['docno'] for d in docs], 'text': [d['text'] for d in docs]})
+    frame = pd.DataFrame(
+        {
+            'qid': '1',
+            'query': 'MEASUREMENT OF DIELECTRIC CONSTANT OF LIQUIDS',
+            'docno': [d['docno'] for d in docs],
+            'text': [d['text'] for d in docs],
+        }
+    )
     out = splade.scorer()(frame)
     q = splade.encode([frame['query'][0]])[0]
-    for (_, row), vec in zip(out.sort_values('docno').iterrows(), splade.encode(frame.sort_values('docno')['text'].tolist())):
-        expected = sum(w * vec.get(t, 0.) for t, w in q.items())
+    for (_, row), vec in zip(
+        out.sort_values('docno').iterrows(), splade.encode(frame.sort_values('docno')['text'].tolist())
+    ):
+        expected = sum(w * vec.get(t, 0.0) for t, w in q.items())
         assert math.isclose(row['score'], expected, rel_tol=1e-6, abs_tol=1e-6)
     assert list(out.sort_values('rank')['score']) == sorted(out['score'], reverse=True)
     assert isinstance(splade.scorer(), SparseScorer)
     missing = splade.scorer()(frame.iloc[:2].assign(text=[None, float('nan')]))
-    assert list(missing['score']) == [0., 0.]
+    assert list(missing['score']) == [0.0, 0.0]
 
 
 def test_save_load_round_trip(splade, texts, tmp_path):

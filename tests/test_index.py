@@ -5,8 +5,16 @@ import pytest
 
 from pyterrier_lsr import LsrIndex, SpladeIndexer, quantize
 
-QUERIES = pd.DataFrame({'qid': ['1', '2', '3'], 'query': [
-    'MEASUREMENT OF DIELECTRIC CONSTANT OF LIQUIDS', 'electron density in the ionosphere', 'transistor amplifier']})
+QUERIES = pd.DataFrame(
+    {
+        'qid': ['1', '2', '3'],
+        'query': [
+            'MEASUREMENT OF DIELECTRIC CONSTANT OF LIQUIDS',
+            'electron density in the ionosphere',
+            'transistor amplifier',
+        ],
+    }
+)
 
 
 @pytest.fixture(scope='module')
@@ -26,7 +34,9 @@ def test_no_document_dropped(small_index, small_corpus):
 
 def test_pisa_ranks_as_brute_force_dot_product(small_index, small_corpus, splade):
     scale = small_index.scale
-    docs = {d['docno']: quantize(v, scale) for d, v in zip(small_corpus, splade.encode([d['text'] for d in small_corpus]))}
+    docs = {
+        d['docno']: quantize(v, scale) for d, v in zip(small_corpus, splade.encode([d['text'] for d in small_corpus]))
+    }
     results = small_index.retriever(num_results=len(small_corpus))(QUERIES)
     for (qid, query), qvec in zip(QUERIES.itertuples(index=False), splade.encode(QUERIES['query'].tolist())):
         q = quantize(qvec, scale)
@@ -51,14 +61,20 @@ def test_pipeline_indexing_and_reopen(splade, small_corpus, tmp_path):
     path = tmp_path / 'pipe.lsr'
     index = (splade.doc_encoder() >> SpladeIndexer(path, verbose=False)).index(small_corpus[:50])
     assert index.num_docs() == 50
-    with pytest.raises(ValueError, match='records no model'):  # the pipeline hid the model from the indexer
-        LsrIndex(path).retriever()
-    res = LsrIndex(path, splade).retriever(num_results=5)(QUERIES)
+    # The doc encoder hands its model to the indexer, so the index reopens alone and retrieves like the model.
+    res = LsrIndex(path).retriever(num_results=5)(QUERIES)
     assert len(res) == 15 and res.groupby('qid')['rank'].min().eq(0).all()
+    pd.testing.assert_frame_equal(res, LsrIndex(path, splade).retriever(num_results=5)(QUERIES))
+    # Built from toks alone, an index records no model and says so.
+    toks = splade.doc_encoder()(pd.DataFrame(small_corpus[:5]))
+    bare = SpladeIndexer(tmp_path / 'bare.lsr', verbose=False).index(toks.to_dict('records'))
+    with pytest.raises(ValueError, match='records no model'):
+        LsrIndex(bare.path).retriever()
 
 
 def test_reopen_reloads_recorded_model(small_index, splade):
-    assert json.loads((small_index.path / 'lsr.json').read_text())['model'] == splade.name
+    recorded = json.loads((small_index.path / 'lsr.json').read_text())['model']
+    assert recorded == {'path': 'model', 'kind': 'splade', 'name': splade.name}
     reopened = LsrIndex(small_index.path)
     res = reopened.retriever(num_results=10)(QUERIES)
     pd.testing.assert_frame_equal(res, small_index.retriever(num_results=10)(QUERIES))
@@ -77,8 +93,12 @@ def test_bad_inputs(splade, tmp_path):
         SpladeIndexer(tmp_path / 'bad.lsr', splade, verbose=False).index([{'docno': '1', 'body': 'x'}])
     with pytest.raises(ValueError, match='scale'):
         SpladeIndexer(tmp_path / 'bad2.lsr', splade, scale=0)
-    with pytest.raises(FileNotFoundError):
-        LsrIndex(tmp_path / 'nothing')
+    missing = LsrIndex(tmp_path / 'nothing')  # an artifact that is not built yet: reading it is the error
+    assert not missing.built()
+    with pytest.raises(FileNotFoundError, match='no pyterrier-lsr index'):
+        missing.num_docs()
+    with pytest.raises(FileNotFoundError, match='no pyterrier-lsr index'):
+        missing.retriever()
 
 
 def test_quantize():
@@ -88,11 +108,20 @@ def test_quantize():
 
 def test_cased_terms_survive_pisa_lowercasing(tmp_path):
     from pyterrier_lsr.index import pisa_term
-    docs = [{'docno': 'lower', 'toks': {'cd': 1.}}, {'docno': 'upper', 'toks': {'Cd': 2.}},
-            {'docno': 'caret', 'toks': {'^cd': 3., 'ÉTÉ': 1.}}]
+
+    docs = [
+        {'docno': 'lower', 'toks': {'cd': 1.0}},
+        {'docno': 'upper', 'toks': {'Cd': 2.0}},
+        {'docno': 'caret', 'toks': {'^cd': 3.0, 'ÉTÉ': 1.0}},
+    ]
     index = SpladeIndexer(tmp_path / 'cased.lsr', verbose=False).index(docs)
-    queries = pd.DataFrame({'qid': ['1', '2', '3', '4'], 'query': ['', '', '', ''],
-                            'query_toks': [{'cd': 1.}, {'Cd': 1.}, {'^cd': 1.}, {'ÉTÉ': 1.}]})
+    queries = pd.DataFrame(
+        {
+            'qid': ['1', '2', '3', '4'],
+            'query': ['', '', '', ''],
+            'query_toks': [{'cd': 1.0}, {'Cd': 1.0}, {'^cd': 1.0}, {'ÉTÉ': 1.0}],
+        }
+    )
     res = index.toks_retriever()(queries)
     assert dict(zip(res.qid, res.docno)) == {'1': 'lower', '2': 'upper', '3': 'caret', '4': 'caret'}
     assert len({pisa_term(t) for t in ['cd', 'Cd', '^cd', 'cD']}) == 4

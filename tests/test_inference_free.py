@@ -2,9 +2,17 @@ import pandas as pd
 import pytest
 import torch
 
-from pyterrier_lsr import (IDFQueryEncoder, InferenceFreeSplade, LsrIndex, Splade, SpladeIndexer, StaticQueryEncoder,
-                           StaticQueryWeights, load_model)
-from pyterrier_lsr.inference_free import train_inference_free
+from pyterrier_lsr import (
+    IDFQueryEncoder,
+    InferenceFreeSplade,
+    LsrIndex,
+    Splade,
+    SpladeIndexer,
+    StaticQueryEncoder,
+    StaticQueryWeights,
+    load_model,
+)
+from pyterrier_lsr.train import train_inference_free
 from pyterrier_lsr.train import TrainConfig, batch_loss, flops
 
 from test_train import examples
@@ -19,15 +27,19 @@ def test_static_query_weights_are_learned(tiny, tmp_path):
     config = TrainConfig(steps=40, batch_size=16, lr=1e-2, warmup_steps=0, lambda_d=0)
 
     def total_loss():
-        return sum(batch_loss(model, tokenizer, data[i:i + 16], config, 0, weights)[1]['loss'] for i in range(0, 64, 16))
+        return sum(
+            batch_loss(model, tokenizer, data[i : i + 16], config, 0, weights)[1]['loss'] for i in range(0, 64, 16)
+        )
+
     start = total_loss()
     trained = train_inference_free(splade, data, tmp_path, config, weights, verbose=False)
     assert total_loss() < 0.8 * start
     assert not torch.equal(weights.weight.detach(), before)
     assert isinstance(trained.query_encoder(), StaticQueryEncoder)
     vec = trained.query_encoder().encode(['nuclear reactor'])[0]
-    assert set(vec) == {'nuclear', 'reactor'} and vec['nuclear'] == pytest.approx(torch.relu(weights.weight)[
-        tokenizer.convert_tokens_to_ids('nuclear')].item())
+    assert set(vec) == {'nuclear', 'reactor'} and vec['nuclear'] == pytest.approx(
+        torch.relu(weights.weight)[tokenizer.convert_tokens_to_ids('nuclear')].item()
+    )
 
 
 def test_fixed_idf_side_stays_fixed(tiny, tmp_path):
@@ -35,8 +47,15 @@ def test_fixed_idf_side_stays_fixed(tiny, tmp_path):
     idf = IDFQueryEncoder.from_corpus(tokenizer, [ex.positive for ex in examples(32)])
     weights = StaticQueryWeights(tokenizer, idf.weights)
     before = weights.weight.detach().clone()
-    trained = train_inference_free(Splade(model, tokenizer), examples(32), tmp_path, TrainConfig(steps=2, batch_size=8),
-                                   weights, learn_query_weights=False, verbose=False)
+    trained = train_inference_free(
+        Splade(model, tokenizer),
+        examples(32),
+        tmp_path,
+        TrainConfig(steps=2, batch_size=8),
+        weights,
+        learn_query_weights=False,
+        verbose=False,
+    )
     assert torch.equal(weights.weight.detach(), before)
     assert trained.query_encoder().encode(['cat dog'])[0] == pytest.approx(idf.encode(['cat dog'])[0])  # float32 table
 
@@ -62,10 +81,13 @@ def test_reads_sentence_transformers_layout(splade, tmp_path):
     from sentence_transformers import SparseEncoder
     from sentence_transformers.models import Router
     from sentence_transformers.sparse_encoder.models import MLMTransformer, SparseStaticEmbedding, SpladePooling
+
     mlm = MLMTransformer(splade.name)
     weight = torch.rand(mlm.tokenizer.vocab_size, generator=torch.Generator().manual_seed(0))
-    router = Router.for_query_document(query_modules=[SparseStaticEmbedding(tokenizer=mlm.tokenizer, weight=weight)],
-                                       document_modules=[mlm, SpladePooling('max')])
+    router = Router.for_query_document(
+        query_modules=[SparseStaticEmbedding(tokenizer=mlm.tokenizer, weight=weight)],
+        document_modules=[mlm, SpladePooling('max')],
+    )
     SparseEncoder(modules=[router]).save(str(tmp_path / 'st'))
     ours = load_model(str(tmp_path / 'st'))
     assert isinstance(ours, InferenceFreeSplade)
@@ -77,10 +99,12 @@ def test_reads_sentence_transformers_layout(splade, tmp_path):
 
 def test_binary_query_side(splade):
     binary = StaticQueryEncoder.binary(splade.tokenizer)
-    assert binary.encode(['Nuclear nuclear physics [SEP]']) == [{'nuclear': 1., 'physics': 1.}]
+    assert binary.encode(['Nuclear nuclear physics [SEP]']) == [{'nuclear': 1.0, 'physics': 1.0}]
 
 
 def test_flops_threshold_regularizes_only_long_documents():
-    reps = torch.tensor([[1., 0., 0.], [1., 2., 3.]])
-    assert flops(reps, min_nnz=1).item() == pytest.approx(flops(torch.tensor([[0., 0., 0.], [1., 2., 3.]])).item())
-    assert flops(reps, min_nnz=3).item() == 0.
+    reps = torch.tensor([[1.0, 0.0, 0.0], [1.0, 2.0, 3.0]])
+    assert flops(reps, min_nnz=1).item() == pytest.approx(
+        flops(torch.tensor([[0.0, 0.0, 0.0], [1.0, 2.0, 3.0]])).item()
+    )
+    assert flops(reps, min_nnz=3).item() == 0.0

@@ -7,7 +7,9 @@ import torch
 
 from pyterrier_lsr import SpladeIndexer
 from pyterrier_lsr.index import quantize
-from pyterrier_lsr.latent_terms import LatentTerms, bm25, build_latent_terms
+from pyterrier_lsr import LsrIndex
+from pyterrier_lsr.latent_terms import LatentTerms
+from pyterrier_lsr.train import build_latent_terms
 from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
 
 TEXTS = ['nuclear reactor physics and electron density', 'the cat sat on the mat', 'radio wave noise in circuits',
@@ -93,10 +95,11 @@ TOY = {'d0': {'l1': 0.5, 'l2': 1.25}, 'd1': {'l1': 2.0}, 'd2': {'l2': 0.75, 'l3'
 @pytest.mark.parametrize('scale, k1, b', [(100., 1.5, 0.75), (8., 0.9, 0.4), (3., 1.2, 1.0)])
 def test_bm25_matches_hand_computed_after_quantization(tmp_path, scale, k1, b):
     docs = dict(TOY, d7={'l2': 0.33, 'l3': 0.7})  # d7 does not quantize exactly
-    index = SpladeIndexer(tmp_path / 'toy', scale=scale, verbose=False).index(
+    index = SpladeIndexer(tmp_path / 'toy', scale=scale, verbose=False,
+                          scoring={'kind': 'bm25', 'k1': k1, 'b': b}).index(
         [{'docno': d, 'toks': v} for d, v in docs.items()])
     query = {'l1': 1.0, 'l2': 2.0, 'l3': 0.5}
-    res = bm25(index, k1=k1, b=b)(pd.DataFrame({'qid': ['q'], 'query_toks': [query]}))
+    res = index.toks_retriever()(pd.DataFrame({'qid': ['q'], 'query_toks': [query]}))
     got = dict(zip(res['docno'], res['score']))
     # PISA sees integer TFs int(w * s), query weights int(w * s) and k1 * s.
     quantized = {d: quantize(v, scale) for d, v in docs.items()}
@@ -109,10 +112,11 @@ def test_bm25_matches_hand_computed_after_quantization(tmp_path, scale, k1, b):
 def test_bm25_k1_is_on_the_float_scale(tmp_path):
     """With exactly quantizable TFs, PISA at k1 * s ranks like float BM25 at k1, scores a constant factor apart."""
     scale, k1, b = 4., 1.5, 0.75
-    index = SpladeIndexer(tmp_path / 'toy', scale=scale, verbose=False).index(
+    index = SpladeIndexer(tmp_path / 'toy', scale=scale, verbose=False,
+                          scoring={'kind': 'bm25', 'k1': 0.1, 'b': 0.1}).index(
         [{'docno': d, 'toks': v} for d, v in TOY.items()])
     query = {'l1': 1.0, 'l2': 0.5, 'l3': 0.25, 'l5': 1.0}
-    res = bm25(index, k1=k1, b=b)(pd.DataFrame({'qid': ['q'], 'query_toks': [query]}))
+    res = index.toks_retriever(k1=k1, b=b)(pd.DataFrame({'qid': ['q'], 'query_toks': [query]}))
     float_bm25 = reference_bm25(TOY, query, k1, b)
     ratios = {d: s / float_bm25[d] for d, s in zip(res['docno'], res['score'])}
     assert ratios.keys() == float_bm25.keys()
@@ -135,8 +139,13 @@ def test_pipeline_caches_embeddings_and_indexes_like_the_encoder(tmp_path, monke
         for term in quantize(vec, 50.):
             expected[term] = expected.get(term, 0) + 1
     assert index.document_frequencies() == expected
-    res = lt.retriever(index, num_results=5)(pd.DataFrame({'qid': ['1'], 'query': [TEXTS[2]]}))
+    res = index.retriever(num_results=5)(pd.DataFrame({'qid': ['1'], 'query': [TEXTS[2]]}))
     assert set(res['docno'][:4]) == {'d2', 'd7', 'd12', 'd17'}  # the four copies of the query's own text
+    # Reopened alone (no model passed), the index reloads its Latent Terms copy and scores with its recorded BM25.
+    reopened = LsrIndex(tmp_path / 'a')
+    assert reopened.scoring == {'kind': 'bm25', 'k1': lt.k1, 'b': lt.b}
+    again = reopened.retriever(num_results=5)(pd.DataFrame({'qid': ['1'], 'query': [TEXTS[2]]}))
+    pd.testing.assert_frame_equal(again, res)
 
     def no_embedding(*args, **kwargs):
         raise AssertionError('embedded again')

@@ -6,7 +6,8 @@ from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder, train_sae
 
 
 def sparse_data(n=4096, d=16, atoms=32, active=3, seed=0):
-    """Vectors that are non-negative combinations of ``active`` of ``atoms`` unit directions (known sparse structure)."""
+    """Vectors that are non-negative combinations of ``active`` of ``atoms`` unit directions (a known sparse
+    structure)."""
     g = torch.Generator().manual_seed(seed)
     dictionary = torch.nn.functional.normalize(torch.randn(atoms, d, generator=g), dim=-1)
     codes = torch.zeros(n, atoms)
@@ -18,7 +19,7 @@ def sparse_data(n=4096, d=16, atoms=32, active=3, seed=0):
 def test_topk_keeps_exactly_k():
     sae = SparseAutoencoder(SAEConfig(d_in=16, n_latents=64, k=5))
     with torch.no_grad():
-        sae.b_enc.fill_(10.)  # every pre-activation positive, so relu drops none of the top k
+        sae.b_enc.fill_(10.0)  # every pre-activation positive, so relu drops none of the top k
     z = sae.encode(torch.randn(100, 16))
     assert ((z > 0).sum(-1) == 5).all()
     pre = sae.pre_activations(torch.randn(1, 16))
@@ -28,7 +29,7 @@ def test_topk_keeps_exactly_k():
 def test_batch_topk_keeps_k_per_vector_on_average():
     sae = SparseAutoencoder(SAEConfig(d_in=16, n_latents=64, k=4, batch_topk=True)).train()
     with torch.no_grad():
-        sae.b_enc.fill_(10.)
+        sae.b_enc.fill_(10.0)
     z = sae.encode(torch.randn(50, 16))
     counts = (z > 0).sum(-1)
     assert counts.sum() == 4 * 50 and counts.min() != counts.max()  # a batch budget, not a per-vector one
@@ -67,12 +68,13 @@ def forced_dead_run(aux_coef, seed):
     """1-sparse data on 8 atoms, 8 latents, k=1; latent 7 starts dead (zero encoder row, small bias) while the others
     start favoured.  Returns how often latent 7 fired over the last 8 batches."""
     x = sparse_data(2048, atoms=8, active=1, seed=seed)
-    config = SAEConfig(d_in=16, n_latents=8, k=1, batch_size=256, epochs=5, lr=1e-2, dead_after=256,
-                       aux_coef=aux_coef, seed=seed)
+    config = SAEConfig(
+        d_in=16, n_latents=8, k=1, batch_size=256, epochs=5, lr=1e-2, dead_after=256, aux_coef=aux_coef, seed=seed
+    )
     model = SparseAutoencoder(config)
     with torch.no_grad():
         model.b_dec.copy_(x.mean(0))
-        model.W_enc[:, 7] = 0.
+        model.W_enc[:, 7] = 0.0
         model.b_enc[:7] = 0.1
         model.b_enc[7] = 0.01
         model.since_fired[7] = config.dead_after
@@ -81,6 +83,7 @@ def forced_dead_run(aux_coef, seed):
     def record(z):
         fired.append((z[:, 7] > 0).sum().item())
         update_dead(z)
+
     model.update_dead = record
     train_sae(x, config, model=model, verbose=False)
     return sum(fired[-8:])
@@ -90,7 +93,7 @@ def test_auxk_revives_forced_dead_latent():
     # Without AuxK a dead latent gets no gradient and stays dead.  With it, it learns from the residual, unless its
     # random decoder row starts against the residual and the relu closes first, so most seeds (not all) revive it.
     seeds = range(5)
-    assert all(forced_dead_run(0., seed) == 0 for seed in seeds)
+    assert all(forced_dead_run(0.0, seed) == 0 for seed in seeds)
     assert sum(forced_dead_run(1 / 32, seed) > 50 for seed in seeds) >= 3
 
 
@@ -115,7 +118,7 @@ def test_memmap_and_iterator_sources(tmp_path):
     config = SAEConfig(d_in=16, n_latents=32, k=3, batch_size=100)
     _, log = train_sae(np.load(tmp_path / 'x.npy', mmap_mode='r'), config, verbose=False, log_every=2)
     assert log[-1]['vectors'] == 600 and log[-1]['step'] == 6
-    _, log = train_sae((x[i:i + 50] for i in range(0, 600, 50)), config, verbose=False)
+    _, log = train_sae((x[i : i + 50] for i in range(0, 600, 50)), config, verbose=False)
     assert log[-1]['vectors'] == 600 and log[-1]['step'] == 12
     with pytest.raises(ValueError, match='no vectors'):
         train_sae(iter([]), config, verbose=False)

@@ -40,7 +40,11 @@ def test_pooling_equals_reference(sae_splade):
         assert {int(t[1:]) for t in vec} == set(expected.nonzero()[:, 0].tolist())
         for term, weight in vec.items():
             assert math.isclose(weight, expected[int(term[1:])].item(), rel_tol=1e-5)
-    assert sae_splade.encode(TEXTS[:1], batch_size=1) == vecs[:1]
+    # Another batch composition gives the same terms and, up to float rounding (kernels differ by batch shape on
+    # some CPUs), the same weights.
+    alone = sae_splade.encode(TEXTS[:1], batch_size=1)[0]
+    assert alone.keys() == vecs[0].keys()
+    assert all(math.isclose(w, vecs[0][t], rel_tol=1e-5) for t, w in alone.items())
     assert sae_splade.encode(['', None, '[CLS] [SEP]']) == [{}, {}, {}]  # special tokens alone pool nothing
 
 
@@ -74,7 +78,8 @@ def test_round_trip_encodes_identically(sae_splade, tmp_path):
         sae_splade.model.alpha.fill_(2.5)
     sae_splade.save_pretrained(str(tmp_path / 'm'))
     assert sae_splade.name == str(tmp_path / 'm')
-    loaded = SaeSplade.from_pretrained(str(tmp_path / 'm'))
+    # Same batch size, so the same batch shapes: the weights must then be bit-identical.
+    loaded = SaeSplade.from_pretrained(str(tmp_path / 'm'), batch_size=sae_splade.batch_size)
     assert loaded.model.alpha.item() == 2.5 and loaded.terms == sae_splade.terms
     assert loaded.encode(TEXTS) == sae_splade.encode(TEXTS)
     assert SparseAutoencoder.from_pretrained(tmp_path / 'm' / 'sae').config == sae_splade.model.sae.config

@@ -7,12 +7,28 @@ import torch
 
 from pyterrier_lsr import Splade
 from pyterrier_lsr.models.heads import head_report, rescale_head
-from pyterrier_lsr.train import (Example, TrainConfig, batch_loss, flops, flops_weight, from_dataframe, infonce,
-                                 kl_distillation, margin_mse, pseudo_query, self_supervised, train)
+from pyterrier_lsr.train import (
+    Example,
+    TrainConfig,
+    batch_loss,
+    flops,
+    flops_weight,
+    from_dataframe,
+    infonce,
+    kl_distillation,
+    margin_mse,
+    pseudo_query,
+    self_supervised,
+    train,
+)
 
-Q = torch.tensor([[1., 0., 2.], [0., 1., 0.]])
-D = torch.tensor([[[1., 0., 1.], [0., 1., 0.]],     # query 0: positive, negative
-                  [[0., 2., 0.], [1., 0., 0.]]])    # query 1: positive, negative
+Q = torch.tensor([[1.0, 0.0, 2.0], [0.0, 1.0, 0.0]])
+D = torch.tensor(
+    [
+        [[1.0, 0.0, 1.0], [0.0, 1.0, 0.0]],  # query 0: positive, negative
+        [[0.0, 2.0, 0.0], [1.0, 0.0, 0.0]],
+    ]
+)  # query 1: positive, negative
 
 
 def test_infonce_by_hand():
@@ -26,75 +42,102 @@ def test_infonce_by_hand():
 
 
 def test_distillation_losses_by_hand():
-    scores = torch.tensor([[3., 0.], [2., 0.]])
-    teacher = torch.tensor([[1., 0.], [0., 1.]])
+    scores = torch.tensor([[3.0, 0.0], [2.0, 0.0]])
+    teacher = torch.tensor([[1.0, 0.0], [0.0, 1.0]])
     assert margin_mse(scores, teacher).item() == pytest.approx(((3 - 1) ** 2 + (2 + 1) ** 2) / 2)
-    p = [[math.exp(1) / (math.exp(1) + 1), 1 / (math.exp(1) + 1)], [1 / (math.exp(1) + 1), math.exp(1) / (math.exp(1) + 1)]]
-    qs = [[math.exp(3) / (math.exp(3) + 1), 1 / (math.exp(3) + 1)], [math.exp(2) / (math.exp(2) + 1), 1 / (math.exp(2) + 1)]]
+    p = [
+        [math.exp(1) / (math.exp(1) + 1), 1 / (math.exp(1) + 1)],
+        [1 / (math.exp(1) + 1), math.exp(1) / (math.exp(1) + 1)],
+    ]
+    qs = [
+        [math.exp(3) / (math.exp(3) + 1), 1 / (math.exp(3) + 1)],
+        [math.exp(2) / (math.exp(2) + 1), 1 / (math.exp(2) + 1)],
+    ]
     expected = sum(p[i][j] * math.log(p[i][j] / qs[i][j]) for i in range(2) for j in range(2)) / 2
     assert kl_distillation(scores, teacher).item() == pytest.approx(expected, rel=1e-5)
 
 
 def test_flops_and_warmup():
-    reps = torch.tensor([[1., 0., 2.], [3., 0., 0.]])
-    assert flops(reps).item() == pytest.approx(2. ** 2 + 0 + 1. ** 2)
+    reps = torch.tensor([[1.0, 0.0, 2.0], [3.0, 0.0, 0.0]])
+    assert flops(reps).item() == pytest.approx(2.0**2 + 0 + 1.0**2)
     assert [flops_weight(s, 0.4, 10) for s in (0, 5, 10, 20)] == pytest.approx([0, 0.1, 0.4, 0.4])
     assert flops_weight(3, 0.4, 0) == 0.4
 
 
 def examples(n=32, negatives=1, teacher=False):
     rng = random.Random(0)
-    words = 'nuclear reactor physics cat dog electron density ionosphere transistor amplifier radio wave noise circuit'.split()
+    words = ('nuclear reactor physics cat dog electron density ionosphere transistor amplifier radio wave noise '
+             'circuit').split()
     out = []
     for i in range(n):
         pos = ' '.join(rng.sample(words, 5))
         query = ' '.join(pos.split()[:2])
         negs = [' '.join(rng.sample(words, 5)) for _ in range(negatives)]
-        out.append(Example(query, pos, negs, [1.] + [0.] * negatives if teacher else None))
+        out.append(Example(query, pos, negs, [1.0] + [0.0] * negatives if teacher else None))
     return out
 
 
 def test_few_steps_decrease_loss(tiny, tmp_path):
     model, tokenizer = tiny
     data = examples(64, teacher=True)
-    config = TrainConfig(steps=30, batch_size=16, lr=3e-3, warmup_steps=0, losses={'infonce': 1., 'margin_mse': 1.},
-                         lambda_q=0, lambda_d=0)
-    before = sum(batch_loss(model, tokenizer, data[i:i + 16], config, 0)[1]['loss'] for i in range(0, 64, 16))
+    config = TrainConfig(
+        steps=30,
+        batch_size=16,
+        lr=3e-3,
+        warmup_steps=0,
+        losses={'infonce': 1.0, 'margin_mse': 1.0},
+        lambda_q=0,
+        lambda_d=0,
+    )
+    before = sum(batch_loss(model, tokenizer, data[i : i + 16], config, 0)[1]['loss'] for i in range(0, 64, 16))
     log = train(model, tokenizer, data, tmp_path, config, verbose=False)
-    after = sum(batch_loss(model, tokenizer, data[i:i + 16], config, 0)[1]['loss'] for i in range(0, 64, 16))
+    after = sum(batch_loss(model, tokenizer, data[i : i + 16], config, 0)[1]['loss'] for i in range(0, 64, 16))
     assert after < 0.7 * before
     assert {'loss', 'infonce', 'margin_mse', 'q_nnz', 'd_nnz', 'flops_q', 'flops_d', 'lr', 'step'} <= set(log[-1])
     assert (tmp_path / 'metrics.csv').exists() and (tmp_path / 'checkpoint-30' / 'config.json').exists()
 
 
-@pytest.mark.parametrize('lr_multipliers', [{}, {'mlm.cls.': 10.}])
+@pytest.mark.parametrize('lr_multipliers', [{}, {'mlm.cls.': 10.0}])
 def test_resume_equals_uninterrupted_run(tiny, tmp_path, lr_multipliers):
     import copy
+
     model, tokenizer = tiny
     data = examples(40)
     fresh = copy.deepcopy(model)
-    config = TrainConfig(steps=6, batch_size=8, grad_accum=2, save_every=3, warmup_steps=2, flops_warmup_steps=4,
-                         lr_multipliers=lr_multipliers)
+    config = TrainConfig(
+        steps=6,
+        batch_size=8,
+        grad_accum=2,
+        save_every=3,
+        warmup_steps=2,
+        flops_warmup_steps=4,
+        lr_multipliers=lr_multipliers,
+    )
     train(model, tokenizer, data, tmp_path / 'full', config, verbose=False)
     train(copy.deepcopy(fresh), tokenizer, data, tmp_path / 'split', config, verbose=False)
     # as if interrupted after step 3: keep only checkpoint-3, then resume a fresh copy of the initial model
     import shutil
+
     shutil.rmtree(tmp_path / 'split' / 'checkpoint-6')
     resumed = copy.deepcopy(fresh)
     train(resumed, tokenizer, data, tmp_path / 'split', config, resume=True, verbose=False)
     for (name, a), b in zip(model.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), name
-    assert not torch.equal(model.state_dict()['mlm.cls.predictions.bias'], fresh.state_dict()['mlm.cls.predictions.bias'])
+    assert not torch.equal(
+        model.state_dict()['mlm.cls.predictions.bias'], fresh.state_dict()['mlm.cls.predictions.bias']
+    )
 
 
 def test_lr_multipliers_scale_their_groups(tiny, tmp_path):
     from pyterrier_lsr.train.loop import param_groups
+
     model, tokenizer = tiny
-    config = TrainConfig(steps=3, batch_size=8, lr=1e-3, warmup_steps=0, lr_multipliers={'mlm.bert.encoder.': 0.,
-                                                                                         'mlm.cls.': 10.})
+    config = TrainConfig(
+        steps=3, batch_size=8, lr=1e-3, warmup_steps=0, lr_multipliers={'mlm.bert.encoder.': 0.0, 'mlm.cls.': 10.0}
+    )
     extra = torch.nn.Parameter(torch.zeros(2))
     groups = param_groups(model, [extra], config)
-    assert [g['lr'] for g in groups] == [1e-3, 0., 1e-2]
+    assert [g['lr'] for g in groups] == [1e-3, 0.0, 1e-2]
     assert any(p is extra for p in groups[0]['params'])  # extra parameters keep lr
     assert sum(len(g['params']) for g in groups) == len([p for p in model.parameters() if p.requires_grad]) + 1
     before = {name: p.detach().clone() for name, p in model.named_parameters()}
@@ -126,6 +169,7 @@ def to_weights(splade, texts):
 def _pooled(model, splade, texts):
     """Max-pooled logits before the activation (special tokens at -inf)."""
     from pyterrier_lsr.models.heads import _pooled_logits
+
     return _pooled_logits(model, splade.tokenizer, texts)[2]
 
 
@@ -165,17 +209,32 @@ def test_bad_inputs(tiny, tmp_path):
     with pytest.raises(ValueError, match='at least'):
         train(model, tokenizer, [], tmp_path, TrainConfig(steps=1), verbose=False)
     with pytest.raises(ValueError, match='teacher'):
-        train(model, tokenizer, examples(16), tmp_path, TrainConfig(steps=1, batch_size=8, losses={'kl': 1.}), verbose=False)
+        train(
+            model,
+            tokenizer,
+            examples(16),
+            tmp_path,
+            TrainConfig(steps=1, batch_size=8, losses={'kl': 1.0}),
+            verbose=False,
+        )
     with pytest.raises(ValueError, match='losses'):
-        TrainConfig(losses={'hinge': 1.})
+        TrainConfig(losses={'hinge': 1.0})
     with pytest.raises(ValueError, match='lr_multipliers'):
-        TrainConfig(lr_multipliers={'mlm.': -1.})
+        TrainConfig(lr_multipliers={'mlm.': -1.0})
     with pytest.raises(ValueError, match=r"\['sae\.'\] match no trainable parameter"):
-        train(model, tokenizer, examples(16), tmp_path, TrainConfig(steps=1, batch_size=8, lr_multipliers={'sae.': 10.}),
-              verbose=False)
+        train(
+            model,
+            tokenizer,
+            examples(16),
+            tmp_path,
+            TrainConfig(steps=1, batch_size=8, lr_multipliers={'sae.': 10.0}),
+            verbose=False,
+        )
     with pytest.raises(ValueError, match='at least 2'):
         self_supervised([{'docno': '1', 'text': 'only one'}], verbose=False)
-    frame = from_dataframe(pd.DataFrame({'query': ['q'], 'positive': ['p'], 'negatives': [['a', 'b']], 'teacher': [[1, 0, 0]]}))
+    frame = from_dataframe(
+        pd.DataFrame({'query': ['q'], 'positive': ['p'], 'negatives': [['a', 'b']], 'teacher': [[1, 0, 0]]})
+    )
     assert frame[0].negatives == ['a', 'b'] and frame[0].teacher == [1, 0, 0]
 
 
@@ -183,13 +242,30 @@ def test_cli_trains_from_a_dataframe_file(tiny, tmp_path):
     import json
 
     from pyterrier_lsr.cli import main
+
     model, tokenizer = tiny
     model.save_pretrained(str(tmp_path / 'model'))
     tokenizer.save_pretrained(str(tmp_path / 'model'))
     rows = [{'query': ex.query, 'positive': ex.positive, 'negative': ex.negatives[0]} for ex in examples(16)]
     (tmp_path / 'train.jsonl').write_text('\n'.join(json.dumps(r) for r in rows))
-    main(['train', '--model', str(tmp_path / 'model'), '--data', str(tmp_path / 'train.jsonl'), '--output-dir',
-          str(tmp_path / 'out'), '--steps', '2', '--batch-size', '8', '--no-in-batch-negatives', '--rescale-head', '4'])
+    main(
+        [
+            'train',
+            '--model',
+            str(tmp_path / 'model'),
+            '--data',
+            str(tmp_path / 'train.jsonl'),
+            '--output-dir',
+            str(tmp_path / 'out'),
+            '--steps',
+            '2',
+            '--batch-size',
+            '8',
+            '--no-in-batch-negatives',
+            '--rescale-head',
+            '4',
+        ]
+    )
     log = json.loads((tmp_path / 'out' / 'metrics.json').read_text())
     assert log[-1]['step'] == 2
     assert Splade.from_pretrained(str(tmp_path / 'out' / 'checkpoint-2')).model.settings['head_scale'] == 4
@@ -200,6 +276,7 @@ def test_splade_from_encoder_without_mlm_head_and_calibration(texts):
 
     from pyterrier_lsr.models.heads import calibrate_activation, head_transform, splade_from_encoder
     from pyterrier_lsr.offline import resolve_model
+
     path = resolve_model('all-MiniLM-L6-v2')
     tokenizer = AutoTokenizer.from_pretrained(path)
     model = splade_from_encoder(path, tokenizer.all_special_ids)
@@ -210,4 +287,6 @@ def test_splade_from_encoder_without_mlm_head_and_calibration(texts):
     assert stats['active_before'] > 0.5  # an uncalibrated new head starts dense
     assert stats['active_after'] == pytest.approx(0.01, abs=0.001)
     again = head_report(model, tokenizer, texts[:20])
-    assert again['nonzeros_per_text'] == pytest.approx(0.01 * (model.vocab_size - len(tokenizer.all_special_ids)), rel=0.05)
+    assert again['nonzeros_per_text'] == pytest.approx(
+        0.01 * (model.vocab_size - len(tokenizer.all_special_ids)), rel=0.05
+    )

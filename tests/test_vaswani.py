@@ -1,12 +1,16 @@
 """Effectiveness on real data: the offline SPLADE checkpoint on Vaswani reproduces the reference numbers."""
+
 import importlib.util
 from pathlib import Path
 
 import pytest
 
 
+@pytest.mark.slow
 def test_vaswani_experiment_reproduces_reference(tmp_path):
-    spec = importlib.util.spec_from_file_location('vaswani_example', Path(__file__).parents[1] / 'examples' / 'vaswani.py')
+    spec = importlib.util.spec_from_file_location(
+        'vaswani_example', Path(__file__).parents[1] / 'examples' / 'vaswani.py'
+    )
     example = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(example)
     table = example.experiment(workdir=str(tmp_path)).set_index('name')['nDCG@10']

@@ -1,5 +1,6 @@
 """Vocabulary transfer (VT-SPLADE): sparsemax, overlap normalization for the three tokenizer styles, the transfer of
 BERT / RoBERTa / ModernBERT masked LMs, APC and the MLM adaptation. Tiny random models, a few seconds each."""
+
 import pytest
 import torch
 
@@ -7,34 +8,72 @@ from pyterrier_lsr import Splade, extend_vocabulary, sparsemax, train_wordpiece,
 from pyterrier_lsr.models.heads import calibrate_activation
 from pyterrier_lsr.models.vocab_transfer import find_overlap, normalize_token, tokenizer_style
 
-CORPUS = [f'{a} {b} {c}.' for a, b, c in zip(
-    ('The Nuclear reactor', 'Ionosphere density', 'A Café in Zürich', 'Radio waves', 'the cat sat', 'Electron beams',
-     'Dielectric constant', 'Transistor amplifier') * 40,
-    ('measured the', 'of the ionosphere', 'served naïve', 'and noise', 'on the mat', 'in a Magnetic field',
-     'of Liquids', 'circuits with') * 40,
-    ('electron density', 'at night', 'résumés', 'in circuits', 'again', 'were measured', 'by microwaves', 'noise') * 40)]
+CORPUS = [
+    f'{a} {b} {c}.'
+    for a, b, c in zip(
+        (
+            'The Nuclear reactor',
+            'Ionosphere density',
+            'A Café in Zürich',
+            'Radio waves',
+            'the cat sat',
+            'Electron beams',
+            'Dielectric constant',
+            'Transistor amplifier',
+        )
+        * 40,
+        (
+            'measured the',
+            'of the ionosphere',
+            'served naïve',
+            'and noise',
+            'on the mat',
+            'in a Magnetic field',
+            'of Liquids',
+            'circuits with',
+        )
+        * 40,
+        ('electron density', 'at night', 'résumés', 'in circuits', 'again', 'were measured', 'by microwaves', 'noise')
+        * 40,
+    )
+]
 
 
 def test_sparsemax_sums_to_one_and_is_sparse():
-    z = torch.tensor([[1., 0.8, 0.1, -1.], [0.5, 0.5, 0.5, 0.5], [10., 0., 0., 0.]])
+    z = torch.tensor([[1.0, 0.8, 0.1, -1.0], [0.5, 0.5, 0.5, 0.5], [10.0, 0.0, 0.0, 0.0]])
     p = sparsemax(z)
     torch.testing.assert_close(p.sum(1), torch.ones(3))
     assert (p >= 0).all()
-    assert torch.equal(p[2], torch.tensor([1., 0., 0., 0.]))            # a clear winner takes all
-    torch.testing.assert_close(p[1], torch.full((4,), 0.25))            # ties share equally
-    assert (p[0] == 0).sum() >= 2                                        # exact zeros, unlike softmax
+    assert torch.equal(p[2], torch.tensor([1.0, 0.0, 0.0, 0.0]))  # a clear winner takes all
+    torch.testing.assert_close(p[1], torch.full((4,), 0.25))  # ties share equally
+    assert (p[0] == 0).sum() >= 2  # exact zeros, unlike softmax
     # the projection onto the simplex: p = relu(z - tau) with the closed-form threshold
-    tau = (1. + 0.8 - 1.) / 2
+    tau = (1.0 + 0.8 - 1.0) / 2
     torch.testing.assert_close(p[0], torch.relu(z[0] - tau))  # [0.6, 0.4, 0, 0]
     torch.testing.assert_close(sparsemax(z.T, dim=0), p.T)
 
 
-@pytest.mark.parametrize('style, tokens', [
-    ('wordpiece', {'café': ('cafe', True), '##ing': ('ing', False), 'Hello': ('hello', True), '[CLS]': ('[cls]', True)}),
-    ('bpe', {'ĠCafÃ©': ('cafe', True), 'ĠHello': ('hello', True), 'ing': ('ing', False), 'Ġ': None, 'Ã': None,
-             'ĠNAÃ¯VE': ('naive', True)}),
-    ('sentencepiece', {'▁Café': ('cafe', True), '▁': None, 'ing': ('ing', False), '▁HELLO': ('hello', True)}),
-])
+@pytest.mark.parametrize(
+    'style, tokens',
+    [
+        (
+            'wordpiece',
+            {'café': ('cafe', True), '##ing': ('ing', False), 'Hello': ('hello', True), '[CLS]': ('[cls]', True)},
+        ),
+        (
+            'bpe',
+            {
+                'ĠCafÃ©': ('cafe', True),
+                'ĠHello': ('hello', True),
+                'ing': ('ing', False),
+                'Ġ': None,
+                'Ã': None,
+                'ĠNAÃ¯VE': ('naive', True),
+            },
+        ),
+        ('sentencepiece', {'▁Café': ('cafe', True), '▁': None, 'ing': ('ing', False), '▁HELLO': ('hello', True)}),
+    ],
+)
 def test_normalize_token_styles(style, tokens):
     for token, expected in tokens.items():
         assert normalize_token(token, style) == expected, token
@@ -57,7 +96,11 @@ def test_overlap_across_styles():
     target = _Vocab(['[PAD]', 'hello', '##ing', 'cafe', 'world', 'new'], special=['[PAD]'])
     bpe = _Vocab(['<s>', 'ĠHello', 'Ġhello', 'ing', 'ĠCafÃ©', 'ĠWORLD', 'ĠWorld', 'Ġ'], special=['<s>'])
     sp = _Vocab(['<pad>', '▁Hello', 'ing', '▁café', '▁world'], special=['<pad>'])
-    assert tokenizer_style(bpe) == 'bpe' and tokenizer_style(sp) == 'sentencepiece' and tokenizer_style(target) == 'wordpiece'
+    assert (
+        tokenizer_style(bpe) == 'bpe'
+        and tokenizer_style(sp) == 'sentencepiece'
+        and tokenizer_style(target) == 'wordpiece'
+    )
     # exact normalized form preferred (Ġhello), single forms copied, several non-normalized forms averaged
     assert find_overlap(bpe, target) == {1: [2], 2: [3], 3: [4], 4: [5, 6]}
     assert find_overlap(bpe, target, merge='mean')[1] == [1, 2]
@@ -68,22 +111,46 @@ def test_overlap_across_styles():
 def bpe_tokenizer(texts, vocab_size=400):
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
     from transformers import RobertaTokenizerFast
+
     backend = Tokenizer(models.BPE())
     backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
     backend.decoder = decoders.ByteLevel()
-    backend.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=vocab_size, special_tokens=[
-        '<s>', '<pad>', '</s>', '<unk>', '<mask>'], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    backend.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=['<s>', '<pad>', '</s>', '<unk>', '<mask>'],
+            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        ),
+    )
     backend.post_processor = processors.RobertaProcessing(('</s>', 2), ('<s>', 0))
-    return RobertaTokenizerFast(tokenizer_object=backend, bos_token='<s>', eos_token='</s>', sep_token='</s>',
-                                cls_token='<s>', unk_token='<unk>', pad_token='<pad>', mask_token='<mask>',
-                                model_max_length=120)
+    return RobertaTokenizerFast(
+        tokenizer_object=backend,
+        bos_token='<s>',
+        eos_token='</s>',
+        sep_token='</s>',
+        cls_token='<s>',
+        unk_token='<unk>',
+        pad_token='<pad>',
+        mask_token='<mask>',
+        model_max_length=120,
+    )
 
 
 def masked_lm(kind, vocab_size):
-    from transformers import (BertConfig, BertForMaskedLM, ModernBertConfig, ModernBertForMaskedLM, RobertaConfig,
-                              RobertaForMaskedLM)
+    from transformers import (
+        BertConfig,
+        BertForMaskedLM,
+        ModernBertConfig,
+        ModernBertForMaskedLM,
+        RobertaConfig,
+        RobertaForMaskedLM,
+    )
+
     torch.manual_seed(0)
-    common = dict(vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
+    common = dict(
+        vocab_size=vocab_size, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2
+    )
     if kind == 'bert':
         return BertForMaskedLM(BertConfig(max_position_embeddings=128, **common))
     ids = dict(pad_token_id=1, bos_token_id=0, eos_token_id=2)
@@ -127,7 +194,9 @@ def test_transfer_cased_bpe_model(kind, bpe, wordpiece, tmp_path):
             assert torch.equal(weight[target], source_weight[sources[0]])
             assert torch.equal(bias[target], source_bias[sources[0]])
     for role in ('cls', 'sep', 'pad', 'mask', 'unk'):
-        assert torch.equal(weight[getattr(wordpiece, f'{role}_token_id')], source_weight[getattr(bpe, f'{role}_token_id')])
+        assert torch.equal(
+            weight[getattr(wordpiece, f'{role}_token_id')], source_weight[getattr(bpe, f'{role}_token_id')]
+        )
     assert model.mlm.get_output_embeddings().weight is weight  # decoder tied to the new embeddings
     norms = weight.norm(dim=1)
     assert norms.mean().item() == pytest.approx(source_weight.norm(dim=1).mean().item(), rel=0.2)
@@ -150,7 +219,10 @@ def test_roberta_positions_follow_the_new_pad_id(bpe, wordpiece):
     position vector it was trained with."""
     mlm = masked_lm('roberta', len(bpe))
     model, _, _ = transfer_vocabulary(mlm, bpe, wordpiece)
-    old, new = mlm.roberta.embeddings.position_embeddings.weight, model.mlm.roberta.embeddings.position_embeddings.weight
+    old, new = (
+        mlm.roberta.embeddings.position_embeddings.weight,
+        model.mlm.roberta.embeddings.position_embeddings.weight,
+    )
     torch.testing.assert_close(new[1:10], old[2:11])
     assert model.mlm.roberta.embeddings.padding_idx == wordpiece.pad_token_id
 
@@ -181,10 +253,12 @@ def test_domain_extension_copies_old_tokens_and_composes_new_words(tiny):
 
 def test_transfer_from_bert_and_another_embedding_space(tiny, wordpiece):
     from pyterrier_lsr.models.vocab_transfer import decomposition_embedder
+
     model, tokenizer = tiny
     other = masked_lm('bert', len(tokenizer))
-    new, new_tokenizer, report = transfer_vocabulary(model, tokenizer, wordpiece,
-                                                     embedder=decomposition_embedder(other, tokenizer))
+    new, new_tokenizer, report = transfer_vocabulary(
+        model, tokenizer, wordpiece, embedder=decomposition_embedder(other, tokenizer)
+    )
     assert report['copied'] > 10 and report['composed'] > 10 and new.vocab_size == len(wordpiece)
     assert 'token_type_ids' in new_tokenizer('a text')  # BERT takes segment ids: kept
 
@@ -202,6 +276,7 @@ def test_mlm_adaptation_learns_and_resumes(bpe, wordpiece, tmp_path):
     import copy
 
     from pyterrier_lsr.train import TrainConfig, train_mlm
+
     model, tokenizer, _ = transfer_vocabulary(masked_lm('roberta', len(bpe)), bpe, wordpiece)
     fresh = copy.deepcopy(model.mlm)
     config = TrainConfig(steps=40, batch_size=16, lr=3e-3, warmup_steps=0, log_every=10)
@@ -211,6 +286,7 @@ def test_mlm_adaptation_learns_and_resumes(bpe, wordpiece, tmp_path):
     full = copy.deepcopy(fresh)
     train_mlm(full, tokenizer, CORPUS, tmp_path / 'a', short, verbose=False)
     import shutil
+
     train_mlm(copy.deepcopy(fresh), tokenizer, CORPUS, tmp_path / 'b', short, verbose=False)
     shutil.rmtree(tmp_path / 'b' / 'checkpoint-4')
     resumed = copy.deepcopy(fresh)
@@ -218,11 +294,12 @@ def test_mlm_adaptation_learns_and_resumes(bpe, wordpiece, tmp_path):
     for (name, a), b in zip(full.state_dict().items(), resumed.state_dict().values()):
         assert torch.equal(a, b), name
     with pytest.raises(ValueError, match='mask_rate'):
-        train_mlm(model, tokenizer, CORPUS, tmp_path / 'c', short, mask_rate=0.)
+        train_mlm(model, tokenizer, CORPUS, tmp_path / 'c', short, mask_rate=0.0)
 
 
 def test_mask_tokens_rate_and_specials():
     from pyterrier_lsr.train import mask_tokens
+
     torch.manual_seed(0)
     ids = torch.randint(5, 100, (64, 50))
     ids[:, 0], ids[:, -1] = 0, 2

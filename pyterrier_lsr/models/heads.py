@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from .pooling import max_pooled_logits
-from .splade import SpladeModel, _decoder_bypassed
+from .splade import SpladeModel
 
 # Our "auto" reference: the standard deviation of per-token MLM logits of a BERT-style head. The offline
 # SPLADE-tiny (a BERT MLM head after SPLADE training) measures 2.95 on Vaswani documents.
@@ -28,8 +28,7 @@ def _pooled_logits(model: SpladeModel, tokenizer, texts: Sequence[str], max_leng
     decoder = model.mlm.get_output_embeddings()
     was_training = model.training
     model.eval()
-    with _decoder_bypassed(decoder):
-        hidden = model.mlm(input_ids=ids, attention_mask=mask).logits
+    hidden = model.decoder_inputs(ids, mask)
     model.train(was_training)
     token_logits = (hidden[mask.bool()] @ decoder.weight.T + (0 if decoder.bias is None else decoder.bias))
     pooled = max_pooled_logits(hidden, mask, decoder.weight, decoder.bias)
@@ -137,9 +136,11 @@ def calibrate_activation(model: SpladeModel, tokenizer, texts: Sequence[str], ta
     pooled = _pooled_logits(model, tokenizer, texts, max_length)[2][:, keep].flatten().float().cpu()
     shift = torch.kthvalue(pooled, max(1, int(round(len(pooled) * (1 - target_active))))).values.item()
     decoder.bias -= shift * float(model.settings['head_scale'])
-    stats = {'active_before': (pooled > 0).float().mean().item(), 'active_after': (pooled - shift > 0).float().mean().item(),
+    stats = {'active_before': (pooled > 0).float().mean().item(),
+             'active_after': (pooled - shift > 0).float().mean().item(),
              'bias_shift': -shift}
-    sample = pooled[torch.randperm(len(pooled), generator=torch.Generator().manual_seed(0))[:1_000_000]]  # quantile's limit
+    # torch.quantile's input limit
+    sample = pooled[torch.randperm(len(pooled), generator=torch.Generator().manual_seed(0))[:1_000_000]]
     quantiles = torch.quantile(sample, torch.tensor(PERCENTILES, dtype=torch.float) / 100)
     for percentile, value in zip(PERCENTILES, quantiles.tolist()):
         stats[f'pooled_p{percentile}_before'] = value

@@ -163,7 +163,8 @@ class SparseAutoencoder(nn.Module):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         (path / CONFIG_FILE).write_text(json.dumps(asdict(self.config), indent=1))
-        save_file({name: t.detach().contiguous().cpu() for name, t in self.state_dict().items()}, str(path / WEIGHTS_FILE))
+        save_file({name: t.detach().contiguous().cpu() for name, t in self.state_dict().items()},
+                  str(path / WEIGHTS_FILE))
 
     @classmethod
     def from_pretrained(cls, path, device=None) -> 'SparseAutoencoder':
@@ -269,8 +270,8 @@ def train_sae(vectors: Vectors, config: SAEConfig, model: Optional[SparseAutoenc
             seen += len(x)
             with torch.no_grad():
                 variance = (x - x.mean(0)).pow(2).sum(-1).mean()
-                window.append((out['mse'].item(), (1 - out['mse'] / variance).item(), (out['z'] > 0).sum(-1).float().mean().item(),
-                               out['aux'].item()))
+                window.append((out['mse'].item(), (1 - out['mse'] / variance).item(),
+                               (out['z'] > 0).sum(-1).float().mean().item(), out['aux'].item()))
             if step % log_every == 0:
                 flush(step)
             pbar.update(1)

@@ -215,7 +215,8 @@ def _model_tokenizer(target_tokenizer, mlm: nn.Module, source_tokenizer):
     names = [n for n in target_tokenizer.model_input_names if takes_types or n != 'token_type_ids']
     return type(target_tokenizer)(tokenizer_object=copy.deepcopy(target_tokenizer.backend_tokenizer),
                                   model_input_names=names, **target_tokenizer.special_tokens_map,
-                                  model_max_length=min(target_tokenizer.model_max_length, source_tokenizer.model_max_length))
+                                  model_max_length=min(target_tokenizer.model_max_length,
+                                                       source_tokenizer.model_max_length))
 
 
 @torch.no_grad()
@@ -289,7 +290,8 @@ def transfer_vocabulary(model: nn.Module, source_tokenizer, target_tokenizer, em
         mlm.get_output_embeddings().bias.data = bias.to(embeddings.weight.dtype)
     _set_special_ids(mlm, target_tokenizer, old_pad)
     settings = dict(getattr(mlm.config, CONFIG_KEY, None) or {})
-    settings['vocab_transfer'] = {k: report[k] for k in ('source_vocab_size', 'copied', 'averaged', 'composed', 'fallback')}
+    settings['vocab_transfer'] = {k: report[k]
+                                  for k in ('source_vocab_size', 'copied', 'averaged', 'composed', 'fallback')}
     setattr(mlm.config, CONFIG_KEY, settings)
     tokenizer = _model_tokenizer(target_tokenizer, mlm, source_tokenizer)
     return SpladeModel(mlm, tokenizer.all_special_ids), tokenizer, report
@@ -300,7 +302,8 @@ def _semantic_init(weight, bias, kind, source_weight, source_bias, target_tokeni
     """Sparsemax composition of the non-copied target tokens over the copied ones (in place), then norm and bias
     matching."""
     style, special = report['target_style'], set(target_tokenizer.all_special_ids)
-    words = {i: _word(t, style) for t, i in target_tokenizer.get_vocab().items() if kind[i] == 'fallback' and i not in special}
+    words = {i: _word(t, style) for t, i in target_tokenizer.get_vocab().items()
+             if kind[i] == 'fallback' and i not in special}
     anchors = [i for i, k in enumerate(kind) if k in ('copied', 'averaged')]
     todo = [i for i, w in words.items() if w is not None]
     if not anchors or not todo:

@@ -4,6 +4,7 @@ Sources: a DataFrame, an ir_datasets docpairs id (streamed), and self-supervised
 sampled from documents, BM25 hard negatives mined over a PISA index). :func:`add_teacher_scores` attaches the scores of
 any PyTerrier scorer for distillation.
 """
+
 import math
 import random
 import re
@@ -26,7 +27,9 @@ class Example:
     teacher: Optional[List[float]] = None  # scores of [positive] + negatives
 
     def __post_init__(self):
-        for name, text in [('query', self.query), ('positive', self.positive)] + [('negative', n) for n in self.negatives]:
+        for name, text in [('query', self.query), ('positive', self.positive)] + [
+            ('negative', n) for n in self.negatives
+        ]:
             if is_blank(text):
                 raise ValueError(f'training example has an empty or missing {name} text: {self!r}')
         if self.teacher is not None and len(self.teacher) != 1 + len(self.negatives):
@@ -55,6 +58,7 @@ def from_irds_docpairs(dataset_id: str, limit: Optional[int] = None) -> Iterator
     """Streams ``(query, positive, negative)`` from an ir_datasets docpairs collection, e.g.
     ``msmarco-passage/train/triples-small``."""
     import ir_datasets
+
     dataset = ir_datasets.load(dataset_id)
     if not dataset.has_docpairs():
         raise ValueError(f'{dataset_id} has no docpairs')
@@ -75,12 +79,20 @@ def pseudo_query(text: str, rng: random.Random, min_words: int = 3, max_words: i
     words = rng.choice(sentences)
     size = rng.randint(min(min_words, len(words)), min(max_words, len(words)))
     start = rng.randint(0, len(words) - size)
-    return ' '.join(words[start:start + size])
+    return ' '.join(words[start : start + size])
 
 
-def self_supervised(corpus: Iterable[dict], num_negatives: int = 1, depth: int = 30, seed: int = 0,
-                    per_doc: int = 1, min_words: int = 3, max_words: int = 12, bm25_index=None,
-                    verbose: bool = True) -> List[Example]:
+def self_supervised(
+    corpus: Iterable[dict],
+    num_negatives: int = 1,
+    depth: int = 30,
+    seed: int = 0,
+    per_doc: int = 1,
+    min_words: int = 3,
+    max_words: int = 12,
+    bm25_index=None,
+    verbose: bool = True,
+) -> List[Example]:
     """Self-supervised examples from a corpus of ``docno, text`` dicts: no queries needed.
 
     Each document yields ``per_doc`` pseudo-queries (a sentence, cut to a word window); the document is the positive;
@@ -88,6 +100,7 @@ def self_supervised(corpus: Iterable[dict], num_negatives: int = 1, depth: int =
     corpus, built in a temporary folder when omitted), never the positive nor a document with its exact text.
     """
     import pyterrier_pisa
+
     rng = random.Random(seed)
     docs = {d['docno']: d['text'] for d in corpus if not is_blank(d.get('text'))}
     if len(docs) < 2:
@@ -96,8 +109,13 @@ def self_supervised(corpus: Iterable[dict], num_negatives: int = 1, depth: int =
         if bm25_index is None:
             bm25_index = pyterrier_pisa.PisaIndex(f'{tmp}/bm25', text_field='text')
             bm25_index.index({'docno': k, 'text': v} for k, v in docs.items())
-        queries = pd.DataFrame([{'qid': f'{docno}/{i}', 'query': pseudo_query(text, rng, min_words, max_words), 'pos': docno}
-                                for docno, text in docs.items() for i in range(per_doc)])
+        queries = pd.DataFrame(
+            [
+                {'qid': f'{docno}/{i}', 'query': pseudo_query(text, rng, min_words, max_words), 'pos': docno}
+                for docno, text in docs.items()
+                for i in range(per_doc)
+            ]
+        )
         bm25 = bm25_index.bm25(num_results=depth + 1, verbose=verbose)
         ranked = bm25(queries[['qid', 'query']]).groupby('qid')['docno'].apply(list).to_dict()
     docnos = list(docs)
@@ -114,15 +132,19 @@ def self_supervised(corpus: Iterable[dict], num_negatives: int = 1, depth: int =
     return out
 
 
-def add_teacher_scores(examples: Sequence[Example], scorer: pt.Transformer, batch_size: int = 50_000,
-                       verbose: bool = True) -> List[Example]:
+def add_teacher_scores(
+    examples: Sequence[Example], scorer: pt.Transformer, batch_size: int = 50_000, verbose: bool = True
+) -> List[Example]:
     """Scores every (query, candidate) pair with a PyTerrier scorer (``qid, query, docno, text`` -> ``score``), e.g. a
     dense bi-encoder, BM25 or ``a + 0.1 * b``; returns examples carrying ``teacher``."""
-    rows = [{'qid': str(i), 'query': ex.query, 'docno': f'{i}/{j}', 'text': text}
-            for i, ex in enumerate(examples) for j, text in enumerate([ex.positive] + ex.negatives)]
+    rows = [
+        {'qid': str(i), 'query': ex.query, 'docno': f'{i}/{j}', 'text': text}
+        for i, ex in enumerate(examples)
+        for j, text in enumerate([ex.positive] + ex.negatives)
+    ]
     scores = {}
     for start in tqdm(range(0, len(rows), batch_size), desc='teacher scores', disable=not verbose):
-        res = scorer(pd.DataFrame(rows[start:start + batch_size]))
+        res = scorer(pd.DataFrame(rows[start : start + batch_size]))
         scores.update(zip(res['docno'], res['score']))
     out = []
     for i, ex in enumerate(examples):
@@ -133,8 +155,15 @@ def add_teacher_scores(examples: Sequence[Example], scorer: pt.Transformer, batc
     return out
 
 
-def from_qrels(topics: pd.DataFrame, qrels: pd.DataFrame, texts: dict, retriever: pt.Transformer,
-               num_negatives: int = 3, depth: int = 30, seed: int = 0) -> List[Example]:
+def from_qrels(
+    topics: pd.DataFrame,
+    qrels: pd.DataFrame,
+    texts: dict,
+    retriever: pt.Transformer,
+    num_negatives: int = 3,
+    depth: int = 30,
+    seed: int = 0,
+) -> List[Example]:
     """Supervised examples from real queries: one per (topic, relevant document) pair (``label > 0``; relevant
     documents in docno order), with ``num_negatives`` non-relevant documents sampled from the topic's ``retriever``
     top ``depth`` (e.g. BM25). Topics with fewer non-relevant candidates than that are skipped; the examples are

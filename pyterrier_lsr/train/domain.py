@@ -31,7 +31,7 @@ import torch
 from ..encoding import is_blank
 from . import losses as L
 from .data import Example, pseudo_query
-from .loop import TrainConfig, _batches, batch_loss, bf16_autocast, run_loop
+from .loop import TrainConfig, micro_batches, batch_loss, bf16_autocast, run_loop
 
 QUERY_KINDS = ('sentence', 'keywords', 'mixed')
 CANDIDATES = ('bm25', 'teacher')
@@ -353,7 +353,7 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
         return loss, logs
 
     train_start = time.time()
-    train_log = run_loop(model, loss_fn, _batches(examples, config.batch_size, config.seed), output_dir / 'train',
+    train_log = run_loop(model, loss_fn, micro_batches(examples, config.batch_size, config.seed), output_dir / 'train',
                          train_config, tokenizer=tokenizer, evaluate=evaluate, verbose=verbose)
     train_seconds = time.time() - train_start
     improved = best['step'] > 0 and best['score'] > start_score + config.min_gain

@@ -6,50 +6,66 @@ distillation losses plus FLOPS regularization; logs metrics to ``metrics.csv``/`
 ``checkpoint-<step>`` folders (an HF model folder plus ``trainer_state.pt``) from which ``resume=True`` continues
 exactly as an uninterrupted run would (same seed => same weights). The optimization machinery itself,
 :func:`run_loop`, runs any ``loss_fn(batch, step)`` (the MLM adaptation of :mod:`.mlm` reuses it).
+
+Checkpoints are written into a hidden temporary sibling (``.checkpoint-<step>.tmp``) and renamed into place when
+complete, so a ``checkpoint-<step>`` folder is always whole. ``trainer_state.pt`` holds tensors, numbers, strings,
+lists and dicts only (torch's RNG state is a tensor) and is read with ``torch.load(weights_only=True)``: a checkpoint
+cannot run code. Resume takes the newest checkpoint that loads, warning about newer ones that do not, and refuses a
+``TrainConfig`` that differs from the saved one unless ``resume='force'``.
 """
+
 import csv
 import json
+import os
 import random
+import re
+import shutil
 import time
+import warnings
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
-import pyterrier as pt
 import torch
 from tqdm.auto import tqdm
 
+from . import distributed as dist
 from . import losses as L
 from .data import Example
 
 STATE_FILE = 'trainer_state.pt'
+CHECKPOINT_NAME = re.compile(r'checkpoint-(\d+)')
+STATE_KEYS = {'step', 'optimizer', 'scheduler', 'model', 'extra', 'torch_rng', 'config', 'log'}
+# Fields that change logging and saving only: a resumed run may change them without resume='force'.
+BOOKKEEPING_FIELDS = {'log_every', 'save_every', 'eval_every'}
 
 
 @dataclass
 class TrainConfig:
     """Settings of :func:`train`. Defaults suit small CPU runs (published GPU recipes use larger batches)."""
+
     steps: int = 1000
-    batch_size: int = 16               # examples per micro-batch
-    grad_accum: int = 1                # micro-batches per optimizer step
+    batch_size: int = 16  # examples per micro-batch (global: split over torchrun processes)
+    grad_accum: int = 1  # micro-batches per optimizer step
     lr: float = 5e-5
     lr_multipliers: Dict[str, float] = field(default_factory=dict)  # parameter-name prefix -> factor of lr
     weight_decay: float = 0.01
-    warmup_steps: int = 100            # linear warm-up, then linear decay to 0 at `steps`
+    warmup_steps: int = 100  # linear warm-up, then linear decay to 0 at `steps`
     max_grad_norm: float = 1.0
     losses: Dict[str, float] = field(default_factory=lambda: {'infonce': 1.0})  # infonce, margin_mse, kl
     in_batch_negatives: bool = True
-    temperature: float = 1.0           # for infonce and kl
-    lambda_q: float = 1e-2             # FLOPS weights, ramped up quadratically over flops_warmup_steps
+    temperature: float = 1.0  # for infonce and kl
+    lambda_q: float = 1e-2  # FLOPS weights, ramped up quadratically over flops_warmup_steps
     lambda_d: float = 8e-3
     flops_warmup_steps: int = 300
-    flops_doc_threshold: int = 0       # > 0: FLOPS only on documents with more non-zero terms than this
+    flops_doc_threshold: int = 0  # > 0: FLOPS only on documents with more non-zero terms than this
     query_max_length: int = 32
     doc_max_length: int = 256
-    bf16: bool = False                 # bf16 autocast for forward passes
+    bf16: bool = False  # bf16 autocast for forward passes
     seed: int = 42
     log_every: int = 10
-    save_every: int = 0                # 0: only at the end
-    eval_every: int = 0                # 0: never (evaluate= is then called at the end only)
+    save_every: int = 0  # 0: only at the end
+    eval_every: int = 0  # 0: never (evaluate= is then called at the end only)
 
     def __post_init__(self):
         unknown = set(self.losses) - L.LOSSES
@@ -62,7 +78,7 @@ class TrainConfig:
             raise ValueError(f'lr_multipliers must be >= 0, got {self.lr_multipliers}')
 
 
-def _batches(examples, batch_size: int, seed: int) -> Iterator[List[Example]]:
+def micro_batches(examples, batch_size: int, seed: int) -> Iterator[List[Example]]:
     """Micro-batches: reshuffled epochs (seeded) for a sequence, one pass in order for a stream."""
     if isinstance(examples, Sequence):
         epoch = 0
@@ -70,7 +86,7 @@ def _batches(examples, batch_size: int, seed: int) -> Iterator[List[Example]]:
             order = list(range(len(examples)))
             random.Random(seed + epoch).shuffle(order)
             for start in range(0, len(order) - batch_size + 1, batch_size):
-                yield [examples[i] for i in order[start:start + batch_size]]
+                yield [examples[i] for i in order[start : start + batch_size]]
             epoch += 1
     else:
         batch = []
@@ -85,12 +101,14 @@ def _lr_lambda(config: TrainConfig):
     def factor(step):
         if step < config.warmup_steps:
             return (step + 1) / config.warmup_steps
-        return max(0., (config.steps - step) / max(1, config.steps - config.warmup_steps))
+        return max(0.0, (config.steps - step) / max(1, config.steps - config.warmup_steps))
+
     return factor
 
 
-def param_groups(model: torch.nn.Module, extra_parameters: Sequence[torch.nn.Parameter], config: TrainConfig
-                 ) -> List[dict]:
+def param_groups(
+    model: torch.nn.Module, extra_parameters: Sequence[torch.nn.Parameter], config: TrainConfig
+) -> List[dict]:
     """AdamW parameter groups: the trainable parameters of ``model`` whose name (as in ``named_parameters()``)
     starts with a prefix of ``config.lr_multipliers`` get ``lr`` times its factor (the longest matching prefix wins),
     all others and ``extra_parameters`` get ``lr``. Parts of a model can need larger steps than the rest, e.g. the
@@ -106,8 +124,9 @@ def param_groups(model: torch.nn.Module, extra_parameters: Sequence[torch.nn.Par
     unused = [prefix for prefix, params in groups.items() if not params]
     if unused:
         raise ValueError(f'lr_multipliers prefixes {unused} match no trainable parameter of the model')
-    return ([{'params': default + list(extra_parameters), 'lr': config.lr}] +
-            [{'params': params, 'lr': config.lr * config.lr_multipliers[prefix]} for prefix, params in groups.items()])
+    return [{'params': default + list(extra_parameters), 'lr': config.lr}] + [
+        {'params': params, 'lr': config.lr * config.lr_multipliers[prefix]} for prefix, params in groups.items()
+    ]
 
 
 def bf16_autocast(device: torch.device, enabled: bool):
@@ -123,6 +142,8 @@ def _encode(model, tokenizer, texts: List[str], max_length: int, device) -> torc
 def batch_loss(model, tokenizer, batch: List[Example], config: TrainConfig, step: int, query_encoder=None):
     """Loss of one micro-batch and its parts (floats) for logging.
 
+    Under torchrun each process encodes its share of ``batch`` and the loss is computed over the gathered global batch
+    (:mod:`.distributed`): the same loss and logs on every process, and as on one process.
     ``query_encoder`` (optional) maps ``(texts, tokenizer, max_length)`` to query vectors; by default queries go
     through ``model`` like documents.
     """
@@ -132,12 +153,18 @@ def batch_loss(model, tokenizer, batch: List[Example], config: TrainConfig, step
         raise ValueError('all examples of a batch must have the same number of negatives')
     if {'margin_mse', 'kl'} & set(config.losses) and any(ex.teacher is None for ex in batch):
         raise ValueError(f'losses {sorted(config.losses)} need teacher scores (see add_teacher_scores)')
+    local = dist.local_slice(batch)
     with bf16_autocast(device, config.bf16):
-        queries = [ex.query for ex in batch]
-        q = (query_encoder(queries, tokenizer, config.query_max_length) if query_encoder is not None
-             else _encode(model, tokenizer, queries, config.query_max_length, device)).float()
-        d = _encode(model, tokenizer, [t for ex in batch for t in [ex.positive] + ex.negatives],
-                    config.doc_max_length, device).float()
+        queries = [ex.query for ex in local]
+        q = (
+            query_encoder(queries, tokenizer, config.query_max_length)
+            if query_encoder is not None
+            else _encode(model, tokenizer, queries, config.query_max_length, device)
+        ).float()
+        d = _encode(
+            model, tokenizer, [t for ex in local for t in [ex.positive] + ex.negatives], config.doc_max_length, device
+        ).float()
+    q, d = dist.gather(q), dist.gather(d)
     docs = d.view(len(batch), 1 + n, -1)
     scores = L.candidate_scores(q, docs)
     parts = {}
@@ -154,24 +181,97 @@ def batch_loss(model, tokenizer, batch: List[Example], config: TrainConfig, step
     flops_q, flops_d = L.flops(q), L.flops(d, config.flops_doc_threshold)
     loss = sum(config.losses[k] * v for k, v in parts.items()) + lam_q * flops_q + lam_d * flops_d
     logs = {k: v.item() for k, v in parts.items()}
-    logs.update(loss=loss.item(), flops_q=flops_q.item(), flops_d=flops_d.item(), lambda_q=lam_q, lambda_d=lam_d,
-                q_nnz=(q > 0).sum(1).float().mean().item(), d_nnz=(d > 0).sum(1).float().mean().item())
+    logs.update(
+        loss=loss.item(),
+        flops_q=flops_q.item(),
+        flops_d=flops_d.item(),
+        lambda_q=lam_q,
+        lambda_d=lam_d,
+        q_nnz=(q > 0).sum(1).float().mean().item(),
+        d_nnz=(d > 0).sum(1).float().mean().item(),
+    )
     return loss, logs
 
 
 def _save(model, tokenizer, optimizer, scheduler, step: int, path: Path, config: TrainConfig, log: list, extra):
-    path.mkdir(parents=True, exist_ok=True)
-    model.save_pretrained(str(path))
+    tmp = path.with_name(f'.{path.name}.tmp')
+    shutil.rmtree(tmp, ignore_errors=True)  # left over by a save that died
+    tmp.mkdir(parents=True)
+    model.save_pretrained(str(tmp))
     if tokenizer is not None:
-        tokenizer.save_pretrained(str(path))
-    torch.save({'step': step, 'optimizer': optimizer.state_dict(), 'scheduler': scheduler.state_dict(),
-                'model': model.state_dict(), 'extra': [p.detach().clone() for p in extra],
-                'torch_rng': torch.get_rng_state(), 'config': asdict(config), 'log': log}, path / STATE_FILE)
+        tokenizer.save_pretrained(str(tmp))
+    torch.save(
+        {
+            'step': step,
+            'optimizer': optimizer.state_dict(),
+            'scheduler': scheduler.state_dict(),
+            'model': model.state_dict(),
+            'extra': [p.detach().clone() for p in extra],
+            'torch_rng': torch.get_rng_state(),
+            'config': asdict(config),
+            'log': log,
+        },
+        tmp / STATE_FILE,
+    )
+    if path.exists():  # saving a step again (a rerun): the old folder stays whole until the new one is in place
+        old = path.with_name(f'.{path.name}.old')
+        shutil.rmtree(old, ignore_errors=True)
+        os.replace(path, old)
+        os.replace(tmp, path)
+        shutil.rmtree(old)
+    else:
+        os.replace(tmp, path)
+
+
+def _checkpoints(output_dir) -> List[Path]:
+    """``checkpoint-<step>`` folders, newest first."""
+    found = [p for p in Path(output_dir).glob('checkpoint-*') if CHECKPOINT_NAME.fullmatch(p.name) and p.is_dir()]
+    return sorted(found, key=lambda p: int(p.name.split('-')[1]), reverse=True)
+
+
+def _load_state(checkpoint: Path) -> dict:
+    state = torch.load(checkpoint / STATE_FILE, weights_only=True, map_location='cpu')
+    if not isinstance(state, dict) or not STATE_KEYS <= set(state):
+        raise ValueError(f'{STATE_FILE} lacks {sorted(STATE_KEYS - set(state if isinstance(state, dict) else ()))}')
+    return state
+
+
+def _latest_state(output_dir) -> Tuple[Optional[Path], Optional[dict]]:
+    """The newest checkpoint whose state loads (tensors and plain data only), warning about newer broken ones;
+    ``ValueError`` when checkpoints exist but none loads (starting over would silently discard the run)."""
+    skipped = []
+    for checkpoint in _checkpoints(output_dir):
+        try:
+            return checkpoint, _load_state(checkpoint)
+        except Exception as e:  # truncated, foreign or tampered (e.g. a pickle that would run code): never trusted
+            skipped.append(checkpoint)
+            warnings.warn(
+                f'skipping checkpoint {checkpoint}: its {STATE_FILE} does not load safely '
+                f'({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ""})'
+            )
+    if skipped:
+        raise ValueError(
+            f'no intact checkpoint to resume from in {output_dir}: {[p.name for p in skipped]} do not load'
+        )
+    return None, None
 
 
 def latest_checkpoint(output_dir) -> Optional[Path]:
-    found = sorted(Path(output_dir).glob('checkpoint-*/' + STATE_FILE), key=lambda p: int(p.parent.name.split('-')[1]))
-    return found[-1].parent if found else None
+    """The newest intact ``checkpoint-<step>`` folder of ``output_dir`` (see :func:`run_loop`), or None."""
+    return _latest_state(output_dir)[0]
+
+
+def _check_resumed_config(saved: dict, config: TrainConfig, checkpoint: Path):
+    current = asdict(config)
+    changed = sorted(
+        k for k in saved.keys() | current.keys() if k not in BOOKKEEPING_FIELDS and saved.get(k) != current.get(k)
+    )
+    if changed:
+        diff = ', '.join(f'{k}: {saved.get(k)!r} -> {current.get(k)!r}' for k in changed)
+        raise ValueError(
+            f'the TrainConfig differs from the one {checkpoint} was trained with ({diff}); resuming would '
+            "not continue that run. Pass resume='force' to continue with the new settings anyway"
+        )
 
 
 def _write_log(output_dir: Path, log: List[dict]):
@@ -183,52 +283,92 @@ def _write_log(output_dir: Path, log: List[dict]):
         writer.writerows(log)
 
 
-def train(model: torch.nn.Module, tokenizer, examples: Iterable[Example], output_dir, config: TrainConfig = None,
-          evaluate: Optional[Callable[[torch.nn.Module], Dict[str, float]]] = None, resume: bool = False,
-          extra_parameters: Sequence[torch.nn.Parameter] = (), query_encoder=None, verbose: bool = True) -> List[dict]:
+def train(
+    model: torch.nn.Module,
+    tokenizer,
+    examples: Iterable[Example],
+    output_dir,
+    config: TrainConfig = None,
+    evaluate: Optional[Callable[[torch.nn.Module], Dict[str, float]]] = None,
+    resume: Union[bool, str] = False,
+    extra_parameters: Sequence[torch.nn.Parameter] = (),
+    query_encoder=None,
+    verbose: bool = True,
+) -> List[dict]:
     """Trains ``model`` in place and returns the metrics log (one row per ``log_every`` steps and per evaluation).
 
     Args:
         examples: a list (shuffled each epoch) or a stream (one pass) of :class:`Example`.
         evaluate: called with the model every ``eval_every`` steps and at the end; returns metrics to log.
-        resume: continue from the latest ``checkpoint-*`` in ``output_dir``.
+        resume: ``True``: continue from the newest intact ``checkpoint-*`` in ``output_dir`` (from scratch if there is
+            none), refusing a config that differs from the saved one in anything but ``log_every``/``save_every``/
+            ``eval_every``; ``'force'``: continue with the new config anyway (from the checkpoint's step on; the
+            optimizer's moments are kept, its learning rates, schedule and weight decay are the new config's).
         extra_parameters, query_encoder: trainable parameters and query side outside ``model`` (inference-free
             training); see :func:`batch_loss`.
     """
     config = config or TrainConfig()
     if isinstance(examples, Sequence) and len(examples) < config.batch_size:
         raise ValueError(f'need at least batch_size={config.batch_size} examples, got {len(examples)}')
-    return run_loop(model, lambda batch, step: batch_loss(model, tokenizer, batch, config, step, query_encoder),
-                    _batches(examples, config.batch_size, config.seed), output_dir, config, tokenizer=tokenizer,
-                    evaluate=evaluate, resume=resume, extra_parameters=extra_parameters, verbose=verbose)
+    return run_loop(
+        model,
+        lambda batch, step: batch_loss(model, tokenizer, batch, config, step, query_encoder),
+        micro_batches(examples, config.batch_size, config.seed),
+        output_dir,
+        config,
+        tokenizer=tokenizer,
+        evaluate=evaluate,
+        resume=resume,
+        extra_parameters=extra_parameters,
+        verbose=verbose,
+    )
 
 
-def run_loop(model: torch.nn.Module, loss_fn: Callable[[object, int], Tuple[torch.Tensor, Dict[str, float]]],
-             batches: Iterator, output_dir, config: TrainConfig, tokenizer=None,
-             evaluate: Optional[Callable[[torch.nn.Module], Dict[str, float]]] = None, resume: bool = False,
-             extra_parameters: Sequence[torch.nn.Parameter] = (), verbose: bool = True, desc: str = 'training'
-             ) -> List[dict]:
+def run_loop(
+    model: torch.nn.Module,
+    loss_fn: Callable[[object, int], Tuple[torch.Tensor, Dict[str, float]]],
+    batches: Iterator,
+    output_dir,
+    config: TrainConfig,
+    tokenizer=None,
+    evaluate: Optional[Callable[[torch.nn.Module], Dict[str, float]]] = None,
+    resume: Union[bool, str] = False,
+    extra_parameters: Sequence[torch.nn.Parameter] = (),
+    verbose: bool = True,
+    desc: str = 'training',
+) -> List[dict]:
     """The optimization machinery shared by every objective: runs ``loss_fn(batch, step) -> (loss, logs)`` over
     ``batches`` for ``config.steps`` optimizer steps (only the optimization, logging and checkpoint fields of
     ``config`` are read).
 
     AdamW (per-prefix learning rates: :func:`param_groups`), linear warm-up/decay, ``grad_accum`` micro-batches per
     step, gradient clipping, ``metrics.csv/json``, ``checkpoint-<step>`` folders (``model.save_pretrained`` +
-    ``tokenizer`` + ``trainer_state.pt``) and exact resume: the batch iterator is replayed up to the checkpoint and torch's RNG restored, so ``batches`` must be
-    deterministic and any randomness in ``loss_fn`` must come from torch's global RNG.
+    ``tokenizer`` + ``trainer_state.pt``) and exact resume: the batch iterator is replayed up to the checkpoint and
+    torch's RNG restored, so ``batches`` must be deterministic and any randomness in ``loss_fn`` must come from
+    torch's global RNG (reseeded every step).
+    ``resume``: see :func:`train`.
+
+    Under ``torchrun`` (see :mod:`.distributed`) every process runs this same loop: parameters start from rank 0's,
+    gradients are averaged over processes once per optimizer step, and only rank 0 evaluates and writes metrics and
+    checkpoints (a shared ``output_dir`` for multi-node runs).
     """
+    if resume not in (False, True, 'force'):
+        raise ValueError(f"resume must be False, True or 'force', got {resume!r}")
     output_dir = Path(output_dir)
     output_dir.mkdir(parents=True, exist_ok=True)
+    dist.setup()
     torch.manual_seed(config.seed)
     extra_parameters = list(extra_parameters)
     groups = param_groups(model, extra_parameters, config)
     params = [p for group in groups for p in group['params']]
+    dist.broadcast_parameters(params)
     optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config))
     step, log = 0, []
-    checkpoint = latest_checkpoint(output_dir) if resume else None
+    checkpoint, state = _latest_state(output_dir) if resume else (None, None)
     if checkpoint is not None:
-        state = torch.load(checkpoint / STATE_FILE, weights_only=False)
+        if resume != 'force':
+            _check_resumed_config(state['config'], config, checkpoint)
         model.load_state_dict(state['model'])
         with torch.no_grad():
             for param, saved in zip(extra_parameters, state['extra']):
@@ -237,15 +377,23 @@ def run_loop(model: torch.nn.Module, loss_fn: Callable[[object, int], Tuple[torc
         scheduler.load_state_dict(state['scheduler'])
         torch.set_rng_state(state['torch_rng'])
         step, log = state['step'], state['log']
+        if resume == 'force':  # the loaded optimizer and scheduler carry the saved rates: the new config's apply
+            scheduler.base_lrs = [group['lr'] for group in param_groups(model, extra_parameters, config)]
+            factor = _lr_lambda(config)(scheduler.last_epoch)
+            for group, base_lr in zip(optimizer.param_groups, scheduler.base_lrs):
+                group.update(initial_lr=base_lr, lr=base_lr * factor, weight_decay=config.weight_decay)
     for _ in range(step * config.grad_accum):  # replay the data order up to the checkpoint
         next(batches)
 
     model.train()
     window: List[dict] = []
     start_time = time.time()
-    with tqdm(total=config.steps, initial=step, desc=desc, unit='step', disable=not verbose) as pbar:
+    with tqdm(
+        total=config.steps, initial=step, desc=desc, unit='step', disable=not verbose or not dist.is_main()
+    ) as pbar:
         while step < config.steps:
             optimizer.zero_grad()
+            torch.manual_seed(dist.step_seed(config.seed, step))
             parts = []
             for _ in range(config.grad_accum):
                 batch = next(batches, None)
@@ -256,6 +404,7 @@ def run_loop(model: torch.nn.Module, loss_fn: Callable[[object, int], Tuple[torc
                 parts.append(logs)
             if not parts:
                 break  # a stream ran out
+            dist.average_gradients(params)
             torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
             optimizer.step()
             scheduler.step()
@@ -268,38 +417,28 @@ def run_loop(model: torch.nn.Module, loss_fn: Callable[[object, int], Tuple[torc
                 log.append(row)
                 window = []
                 pbar.set_postfix({k: f'{row[k]:.3g}' for k in ('loss', 'd_nnz') if k in row})
-            if evaluate is not None and ((config.eval_every and step % config.eval_every == 0) or step == config.steps):
+            if (
+                evaluate is not None
+                and dist.is_main()
+                and ((config.eval_every and step % config.eval_every == 0) or step == config.steps)
+            ):
                 model.eval()
                 log.append({'step': step, **evaluate(model)})
                 model.train()
-            if (config.save_every and step % config.save_every == 0) or step == config.steps:
-                _save(model, tokenizer, optimizer, scheduler, step, output_dir / f'checkpoint-{step}', config, log,
-                      extra_parameters)
-            if log:
+            if dist.is_main() and ((config.save_every and step % config.save_every == 0) or step == config.steps):
+                _save(
+                    model,
+                    tokenizer,
+                    optimizer,
+                    scheduler,
+                    step,
+                    output_dir / f'checkpoint-{step}',
+                    config,
+                    log,
+                    extra_parameters,
+                )
+            if log and dist.is_main():
                 _write_log(output_dir, log)
+    dist.barrier()  # checkpoints are complete before any process returns (and, say, resumes or evaluates)
     model.eval()
     return log
-
-
-def experiment_evaluator(tokenizer, corpus: Sequence[dict], topics, qrels, measures=None, batch_size: int = 64,
-                         precision: str = 'fp32', query_side: Optional[Callable[[], pt.Transformer]] = None
-                         ) -> Callable[[torch.nn.Module], Dict[str, float]]:
-    """An ``evaluate`` callback: indexes ``corpus`` with the current model in a temporary folder and runs
-    ``pt.Experiment`` on ``topics``/``qrels`` (default measure nDCG@10). Queries go through the model, or through
-    ``query_side()`` (e.g. the current static table of doc-only training)."""
-    import tempfile
-
-    from pyterrier.measures import nDCG
-
-    from ..encoders import Splade
-    from ..index import SpladeIndexer
-    measures = measures or [nDCG @ 10]
-
-    def evaluate(model):
-        splade = Splade(model, tokenizer, device=next(model.parameters()).device, batch_size=batch_size, precision=precision)
-        with tempfile.TemporaryDirectory() as tmp:
-            index = SpladeIndexer(f'{tmp}/eval.lsr', splade, verbose=False).index(corpus)
-            retriever = index.retriever() if query_side is None else query_side() >> index.toks_retriever()
-            res = pt.Experiment([retriever], topics, qrels, measures, names=['model'])
-        return {k: float(v) for k, v in res.drop(columns='name').iloc[0].items()}
-    return evaluate

@@ -5,7 +5,7 @@ from typing import Dict, List, Sequence, Tuple
 
 import torch
 
-from .loop import TrainConfig, _batches, bf16_autocast, run_loop
+from .loop import TrainConfig, micro_batches, bf16_autocast, run_loop
 
 
 def mask_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, special_ids: Sequence[int], mask_id: int,
@@ -56,5 +56,5 @@ def train_mlm(mlm: torch.nn.Module, tokenizer, texts: Sequence[str], output_dir,
         accuracy = (logits[predicted].argmax(-1) == labels[predicted]).float().mean().item()
         return loss, {'loss': loss.item(), 'accuracy': accuracy}
 
-    return run_loop(mlm, loss_fn, _batches(texts, config.batch_size, config.seed), output_dir, config,
+    return run_loop(mlm, loss_fn, micro_batches(texts, config.batch_size, config.seed), output_dir, config,
                     tokenizer=tokenizer, resume=resume, verbose=verbose, desc='MLM')

@@ -36,7 +36,8 @@ def prepare_examples(args, corpus) -> list:
     per-query z-scores, as :class:`ZScoreFusion` computes them), cached under ``args.cache_dir``."""
     import pyterrier_pisa
 
-    from . import DenseScorer, Example, RetrieverScorer, ZScoreFusion, add_teacher_scores, self_supervised
+    from .data import Example, add_teacher_scores, self_supervised
+    from .teachers import DenseScorer, RetrieverScorer, ZScoreFusion
     cache = Path(args.cache_dir or args.output)
     data_settings = {'dataset': args.dataset, 'negatives': args.negatives, 'depth': args.depth,
                      'per_doc': args.per_doc, 'seed': args.seed}
@@ -84,8 +85,9 @@ def fine_tune(model, tokenizer, examples, corpus, topics, qrels, output: Path, a
 
     from pyterrier.measures import nDCG
 
-    from .. import IDFQueryEncoder, StaticQueryWeights
-    from . import experiment_evaluator, train
+    from ..query import IDFQueryEncoder, StaticQueryWeights
+    from .evaluate import experiment_evaluator
+    from .loop import train
     config, weights, query_side = train_config(args), None, None
     if args.query_side != 'model':
         idf = IDFQueryEncoder.from_corpus(tokenizer, [d['text'] for d in corpus])

@@ -2,7 +2,8 @@
 
 Combine them with PyTerrier's operators, e.g. ``DenseScorer(...) + 0.02 * RetrieverScorer(bm25)``.
 """
-from typing import List, Sequence
+
+from typing import Sequence
 
 import numpy as np
 import pandas as pd
@@ -10,7 +11,8 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 import torch
 
-from ..encoding import autocast, resolve_device
+from ..encoding import autocast, length_sorted_batches, resolve_device
+from ..offline import resolve_model
 
 
 class DenseScorer(pt.Transformer):
@@ -18,27 +20,23 @@ class DenseScorer(pt.Transformer):
 
     def __init__(self, name_or_path: str, batch_size: int = 64, max_length: int = 256, device=None, precision='fp32'):
         from transformers import AutoModel, AutoTokenizer
+
         self.device = resolve_device(device)
-        self.tokenizer = AutoTokenizer.from_pretrained(name_or_path)
-        self.model = AutoModel.from_pretrained(name_or_path).to(self.device).eval()
+        folder = resolve_model(str(name_or_path))  # offline short names ('all-MiniLM-L6-v2') work too
+        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        self.model = AutoModel.from_pretrained(folder).to(self.device).eval()
         self.batch_size, self.max_length, self.precision = batch_size, max_length, precision
 
     @torch.inference_mode()
     def embed(self, texts: Sequence[str]) -> np.ndarray:
-        out: List[np.ndarray] = []
-        order = sorted(range(len(texts)), key=lambda i: len(texts[i]))
+        """Unit-norm mean-pooled embeddings, one row per text (zeros for blank texts)."""
+        result = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float32)
         with autocast(self.device, self.precision):
-            for start in range(0, len(order), self.batch_size):
-                batch = [texts[i] for i in order[start:start + self.batch_size]]
-                inputs = self.tokenizer(batch, truncation=True, max_length=self.max_length, padding=True,
-                                        return_tensors='pt').to(self.device)
-                hidden = self.model(**inputs).last_hidden_state.float()
-                mask = inputs['attention_mask'][..., None].float()
-                pooled = (hidden * mask).sum(1) / mask.sum(1).clamp(min=1)
-                out.append(torch.nn.functional.normalize(pooled, dim=-1).cpu().numpy())
-        emb = np.concatenate(out) if out else np.zeros((0, 1), dtype=np.float32)
-        result = np.empty_like(emb)
-        result[order] = emb
+            for batch in length_sorted_batches(self.tokenizer, texts, self.batch_size, self.max_length, self.device):
+                hidden = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
+                mask = batch.attention_mask[..., None].float()
+                pooled = (hidden.float() * mask).sum(1) / mask.sum(1).clamp(min=1)
+                result[batch.positions] = torch.nn.functional.normalize(pooled, dim=-1).cpu().numpy()
         return result
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
@@ -49,7 +47,9 @@ class DenseScorer(pt.Transformer):
         texts = inp['text'].fillna('').astype(str).unique().tolist()
         q = dict(zip(queries, self.embed(queries)))
         d = dict(zip(texts, self.embed(texts)))
-        scores = [float(q[a] @ d[b]) for a, b in zip(inp['query'].fillna('').astype(str), inp['text'].fillna('').astype(str))]
+        scores = [
+            float(q[a] @ d[b]) for a, b in zip(inp['query'].fillna('').astype(str), inp['text'].fillna('').astype(str))
+        ]
         return pt.model.add_ranks(inp.assign(score=scores))
 
 
@@ -68,8 +68,10 @@ class RetrieverScorer(pt.Transformer):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         queries = inp[['qid', 'query']].drop_duplicates('qid')
         res = (self.retriever % self.depth)(queries)
-        found = {(qid, self.docs_text.get(docno)): score for qid, docno, score in zip(res['qid'], res['docno'], res['score'])}
-        scores = [found.get((qid, text), 0.) for qid, text in zip(inp['qid'], inp['text'])]
+        found = {
+            (qid, self.docs_text.get(docno)): score for qid, docno, score in zip(res['qid'], res['docno'], res['score'])
+        }
+        scores = [found.get((qid, text), 0.0) for qid, text in zip(inp['qid'], inp['text'])]
         return pt.model.add_ranks(inp.assign(score=scores))
 
 
@@ -82,7 +84,7 @@ class ZScoreFusion(pt.Transformer):
 
     def __init__(self, scorers: Sequence[pt.Transformer], weights: Sequence[float] = None):
         self.scorers = list(scorers)
-        self.weights = list(weights) if weights is not None else [1.] * len(self.scorers)
+        self.weights = list(weights) if weights is not None else [1.0] * len(self.scorers)
         if len(self.weights) != len(self.scorers):
             raise ValueError('one weight per scorer')
 
@@ -91,8 +93,10 @@ class ZScoreFusion(pt.Transformer):
         total = np.zeros(len(inp))
         for scorer, weight in zip(self.scorers, self.weights):
             res = scorer(inp.drop(columns=['score', 'rank'], errors='ignore'))
-            scores = inp[['qid', 'docno']].merge(res[['qid', 'docno', 'score']], on=['qid', 'docno'], how='left')['score']
+            scores = inp[['qid', 'docno']].merge(res[['qid', 'docno', 'score']], on=['qid', 'docno'], how='left')[
+                'score'
+            ]
             grouped = scores.groupby(inp['qid'].values)
-            std = grouped.transform('std').fillna(0.).replace(0., 1.)
-            total += weight * ((scores - grouped.transform('mean')) / std).fillna(0.).to_numpy()
+            std = grouped.transform('std').fillna(0.0).replace(0.0, 1.0)
+            total += weight * ((scores - grouped.transform('mean')) / std).fillna(0.0).to_numpy()
         return pt.model.add_ranks(inp.assign(score=total))

@@ -1,0 +1,191 @@
+"""SSR against exact MaxSim and a k-means (PLAID-style) clustering baseline, same multi-vector encoder for all rows.
+
+    python benchmarks/ssr.py --irds-cache ../shared/ir_datasets
+
+1. Encoder: all-MiniLM-L6-v2 + a 128-d projection trained with MaxSim InfoNCE (``--steps``; the projection alone
+   unless ``--train-backbone``, a shared 2-core CPU's budget) on self-supervised pairs from every collection's corpus
+   (no topics or qrels); saved to / reused from ``--encoder``.
+2. Per collection: the corpus's token embeddings (one transformer pass, timed, shared by every row) go to a MaxSim
+   store; then
+   * exact MaxSim: brute force over the store;
+   * SSR: a TopK SAE on (a sample of) the token embeddings, latents max-pooled per document into a PISA index,
+     queries summed over their tokens (see ``pyterrier_lsr/ssr.py``); indexing = SAE training + codes + PISA;
+   * SSR + MaxSim: the SSR top ``--rerank-depth`` re-scored exactly from the store;
+   * clustering: ColBERTv2/PLAID-style k-means (faiss, ``2^floor(log2(16 sqrt(tokens)))`` centroids, 4 iterations)
+     + assignment; search probes ``--ncells`` cells per query token, keeps ``--ndocs`` by centroid interaction, then
+     exact MaxSim; indexing = k-means + assignment + inverted lists;
+   * BM25 (PISA) as a reference.
+   A store from an earlier run with the same encoder and corpus is reused (no second transformer pass).
+   nDCG@10, R@100 and mean response time (pt.Experiment's ``mrt``, after one warm-up pass; every row encodes its
+   queries with the transformer) and index sizes on disk.
+
+Prints a table and writes JSON (``--output``). One CPU thread (``--threads``).
+"""
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def folder_bytes(path: Path, pattern: str = '*') -> int:
+    return sum(p.stat().st_size for p in Path(path).rglob(pattern) if p.is_file())
+
+
+def reusable(store_path: Path, encoder_dir: Path, docs) -> bool:
+    """A store written earlier by this script for the same encoder and corpus (the embedding pass is deterministic;
+    the store keeps float16, so later rows then all read float16-rounded embeddings)."""
+    from pyterrier_lsr.multivector import STORE_FILE
+    if not (store_path / STORE_FILE).exists():
+        return False
+    meta = json.loads((store_path / STORE_FILE).read_text())
+    docnos = json.loads((store_path / 'docnos.json').read_text())
+    return meta['model'] == str(encoder_dir) and docnos == [d['docno'] for d in docs]
+
+
+def main():
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--irds-cache')
+    parser.add_argument('--collections', nargs='+', default=['irds:vaswani', '/work/shared/collections/cisi'])
+    parser.add_argument('--encoder', default='runs/ssr/encoder', help='trained encoder folder (trained if missing)')
+    parser.add_argument('--work-dir', default='runs/ssr')
+    parser.add_argument('--steps', type=int, default=150)
+    parser.add_argument('--batch-size', type=int, default=16)
+    parser.add_argument('--lr', type=float, default=1e-3)
+    parser.add_argument('--train-backbone', action='store_true', help='fine-tune the backbone too (CPU-heavy)')
+    parser.add_argument('--projection-lr-factor', type=float, default=1., help='lr factor of the projection')
+    parser.add_argument('--doc-max-length', type=int, default=256)
+    parser.add_argument('--train-doc-max-length', type=int, default=128)
+    parser.add_argument('--latents', type=int, default=4096)
+    parser.add_argument('--k', type=int, default=16)
+    parser.add_argument('--sae-epochs', type=int, default=1)
+    parser.add_argument('--doc-pooling', default='max')
+    parser.add_argument('--query-pooling', default='sum')
+    parser.add_argument('--max-train-vectors', type=int, default=200_000)
+    parser.add_argument('--rerank-depth', type=int, default=100)
+    parser.add_argument('--ncells', type=int, default=2)
+    parser.add_argument('--ndocs', type=int, default=1024)
+    parser.add_argument('--threads', type=int, default=1)
+    parser.add_argument('--output', default='benchmarks/results/ssr.json')
+    args = parser.parse_args()
+    if args.irds_cache:
+        from pyterrier_lsr.offline import use_irds_cache
+        use_irds_cache(args.irds_cache)
+    import faiss
+    import pandas as pd
+    import pyterrier as pt
+    import pyterrier_pisa
+    import torch
+    from pyterrier.measures import R, nDCG
+
+    from pyterrier_lsr import SpladeIndexer
+    from pyterrier_lsr.collections import load_collection
+    from pyterrier_lsr.multivector import MaxSimIndex, MultiVector
+    from pyterrier_lsr.ssr import SSR, train_ssr_sae
+    from pyterrier_lsr.train import TrainConfig, self_supervised
+    from pyterrier_lsr.train.multivector import train_multivector
+    torch.set_num_threads(args.threads)
+    faiss.omp_set_num_threads(args.threads)
+    work = Path(args.work_dir)
+    collections = [load_collection(spec) for spec in args.collections]
+
+    encoder_dir = Path(args.encoder)
+    train_seconds = None
+    if not (encoder_dir / 'multivector.json').exists():
+        encoder = MultiVector.from_backbone('all-MiniLM-L6-v2', doc_max_length=args.doc_max_length)
+        examples = [ex for c in collections for ex in self_supervised(c.corpus, num_negatives=1, verbose=False)]
+        config = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_steps=args.steps // 10,
+                             lr_multipliers={'projection': args.projection_lr_factor} if args.train_backbone else {},
+                             query_max_length=32,
+                             doc_max_length=args.train_doc_max_length, log_every=10)
+        start = time.perf_counter()
+        train_multivector(encoder.model, encoder.tokenizer, examples, work / 'train', config,
+                          train_backbone=args.train_backbone)
+        train_seconds = time.perf_counter() - start
+        encoder.save_pretrained(encoder_dir)
+    encoder = MultiVector.from_pretrained(encoder_dir, doc_max_length=args.doc_max_length)
+
+    rows, report = [], {'args': vars(args), 'encoder_train_seconds': train_seconds, 'collections': {}}
+    for collection in collections:
+        name = collection.name
+        docs = collection.corpus
+        store_path, embed_file = work / name / 'store', work / name / 'embed.json'
+        if reusable(store_path, encoder_dir, docs):
+            store = MaxSimIndex(store_path, encoder)
+            vectors, offsets = store.vectors.numpy(), store.offsets
+            embed_s = json.loads(embed_file.read_text())['embed_s'] if embed_file.exists() else None
+        else:
+            start = time.perf_counter()
+            vectors, offsets = encoder.embed([d['text'] for d in docs], verbose=True)
+            embed_s = time.perf_counter() - start
+            store = MaxSimIndex.write(store_path, [d['docno'] for d in docs], vectors, offsets, encoder, overwrite=True)
+            embed_file.write_text(json.dumps({'embed_s': embed_s}))
+        info = {'docs': len(docs), 'tokens': int(offsets[-1]), 'embed_s': embed_s}
+
+        start = time.perf_counter()
+        sae, sae_log = train_ssr_sae(vectors, {'n_latents': args.latents, 'k': args.k, 'epochs': args.sae_epochs},
+                                     args.max_train_vectors, verbose=False)
+        sae_s = time.perf_counter() - start
+        ssr = SSR(encoder, sae, args.doc_pooling, args.query_pooling)
+        start = time.perf_counter()
+        toks = ssr.encode_vectors(vectors, offsets)
+        codes_s = time.perf_counter() - start
+        start = time.perf_counter()
+        index = SpladeIndexer(work / name / 'ssr.lsr', ssr, overwrite=True, verbose=False).index(
+            {'docno': d['docno'], 'toks': t} for d, t in zip(docs, toks))
+        pisa_s = time.perf_counter() - start
+        ssr.save_pretrained(work / name / 'ssr-model')
+        info['ssr'] = {'sae_s': sae_s, 'codes_s': codes_s, 'pisa_s': pisa_s, 'sae_final': sae_log[-1],
+                       'postings_per_doc': sum(map(len, toks)) / len(toks)}
+
+        ivf = store.build_ivf()
+        start = time.perf_counter()
+        clustering = store.ivf_retriever(args.ncells, args.ndocs)
+        lists_s = time.perf_counter() - start
+        info['clustering'] = {**ivf, 'lists_s': lists_s}
+
+        bm25 = pyterrier_pisa.PisaIndex(str(work / name / 'bm25.pisa'), text_field='text', overwrite=True)
+        bm25.index(docs)
+        systems = {
+            'BM25 (reference)': bm25.bm25(num_results=1000, threads=args.threads),
+            'exact MaxSim': store.retriever(1000),
+            'SSR single stage': index.retriever(1000, threads=args.threads),
+            f'SSR + MaxSim top-{args.rerank_depth}': ssr.reranked(index, store, args.rerank_depth, args.threads),
+            'clustering (k-means, PLAID-style)': clustering,
+        }
+        topics = collection.topics
+        for system in systems.values():
+            system(topics.head(5))  # warm-up: index loading, first-call costs
+        res = pt.Experiment(list(systems.values()), topics, collection.qrels, [nDCG @ 10, R @ 100, 'mrt'],
+                            names=list(systems))
+        index_seconds = {'exact MaxSim': 0., 'SSR single stage': sae_s + codes_s + pisa_s,
+                         f'SSR + MaxSim top-{args.rerank_depth}': sae_s + codes_s + pisa_s,
+                         'clustering (k-means, PLAID-style)': ivf['kmeans_s'] + ivf['assign_s'] + lists_s}
+        store_mb = folder_bytes(store.path) / 2**20
+        ivf_mb = folder_bytes(store.path / 'ivf') / 2**20
+        ssr_mb = folder_bytes(index.path) / 2**20
+        sizes = {'BM25 (reference)': folder_bytes(bm25.path) / 2**20, 'exact MaxSim': store_mb - ivf_mb,
+                 'SSR single stage': ssr_mb, f'SSR + MaxSim top-{args.rerank_depth}': ssr_mb + store_mb - ivf_mb,
+                 'clustering (k-means, PLAID-style)': store_mb}
+        for r in res.to_dict('records'):
+            rows.append({'collection': name, 'system': r['name'], 'nDCG@10': r['nDCG@10'], 'R@100': r['R@100'],
+                         'ms/query': r['mrt'], 'index s (after embedding)': index_seconds.get(r['name']),
+                         'index MB': sizes[r['name']]})
+        info['rows'] = [row for row in rows if row['collection'] == name]
+        by = {row['system']: row for row in info['rows']}
+        info['ratios'] = {
+            'clustering_index_s / ssr_index_s': index_seconds['clustering (k-means, PLAID-style)'] /
+                                                  index_seconds['SSR single stage'],
+            'ssr_ndcg - exact_ndcg': by['SSR single stage']['nDCG@10'] - by['exact MaxSim']['nDCG@10'],
+            'exact_ms / ssr_ms': by['exact MaxSim']['ms/query'] / by['SSR single stage']['ms/query'],
+        }
+        report['collections'][name] = info
+        print(json.dumps({name: {k: v for k, v in info.items() if k != 'rows'}}, indent=1, default=str), flush=True)
+        print(pd.DataFrame(info['rows']).round(4).to_string(index=False), flush=True)
+
+    print(pd.DataFrame(rows).round(4).to_string(index=False))
+    Path(args.output).parent.mkdir(parents=True, exist_ok=True)
+    Path(args.output).write_text(json.dumps(report, indent=1, default=str))
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,341 @@
+"""Encoding a large corpus on a pool of model replicas (Ray actors) into a vector folder, and indexing it from there.
+
+``encode(corpus, model, folder)`` cuts the corpus into shards of ``shard_size`` documents in corpus order; shard ``i``
+is encoded by one of ``num_workers`` actors (each loads the model once from a folder with
+:func:`~pyterrier_lsr.load_model`: one replica per GPU, or per ``threads_per_worker`` CPUs) and written as
+``part-<i>.parquet`` (see :mod:`pyterrier_lsr.index.vectors`) plus ``part-<i>.json``: its manifest entry and a digest
+of its docnos and texts. A re-run skips every shard whose ``.json``, digest and file size check out, so an interrupted
+job resumes where it stopped. ``vectors.json``, written last, joins the shards in corpus order.
+
+Each shard's texts go through ``model.encode`` in groups of ``chunk_size`` documents, the groups
+:meth:`LsrIndex.index <pyterrier_lsr.LsrIndex.index>` encodes when its ``batch_size`` is ``chunk_size`` (1024 by
+default), and ``shard_size`` is a multiple of ``chunk_size``: with the same settings and device, the vectors are
+bit-identical to a single process's. ``num_workers=0`` runs the same shards in this process, without Ray.
+
+The folder must be visible to every worker (one machine, or a shared filesystem on a cluster); so must the model
+folder (a model object is saved into ``<folder>/model`` first). Actors are restarted and their shard retried up to
+``max_retries`` times when their process dies; after that, or on an error inside ``encode``, the job stops with an
+error naming the shard, and a re-run resumes from the shards already written.
+"""
+import hashlib
+import json
+import os
+import shutil
+import time
+import warnings
+from glob import glob
+from pathlib import Path
+from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
+
+from tqdm.auto import tqdm
+
+from .index.quantization import check_docno, check_vector
+from .index.vectors import VectorStore, shard_name, write_json_atomic, write_manifest, write_shard
+from .loading import load_model, local_folder
+
+JOB_FILE = 'encode.json'
+MODEL_FOLDER = 'model'
+
+__all__ = ['encode', 'index', 'read_corpus']
+
+
+def read_corpus(corpus, text_field: str = 'text') -> Tuple[Iterable[dict], Optional[int]]:
+    """Documents (dicts with ``docno`` and ``text_field``) in corpus order, and their number when known, from an
+    iterable of dicts, a DataFrame, an ``irds:`` id, or Parquet/JSONL files (a path, a glob, or a list of paths)."""
+    import pandas as pd
+    if isinstance(corpus, pd.DataFrame):
+        return corpus.to_dict('records'), len(corpus)
+    if isinstance(corpus, (str, Path)) and str(corpus).startswith('irds:'):
+        import pyterrier as pt
+        dataset = pt.get_dataset(str(corpus))
+        return dataset.get_corpus_iter(verbose=False), dataset.irds_ref().docs_count()
+    if isinstance(corpus, (str, Path)) or (isinstance(corpus, (list, tuple)) and corpus
+                                           and isinstance(corpus[0], (str, Path))):
+        paths = [corpus] if isinstance(corpus, (str, Path)) else list(corpus)
+        files = [f for p in paths for f in (sorted(glob(str(p))) if any(c in str(p) for c in '*?[') else [str(p)])]
+        missing = [f for f in files if not os.path.isfile(f)]
+        if missing or not files:
+            raise FileNotFoundError(f'no corpus files at {missing or paths}')
+        return _read_files(files, text_field), None
+    return corpus, (len(corpus) if hasattr(corpus, '__len__') else None)
+
+
+def _read_files(files: Sequence[str], text_field: str) -> Iterator[dict]:
+    import gzip
+
+    import pyarrow.parquet as pq
+    for file in files:
+        if file.endswith('.parquet'):
+            for batch in pq.ParquetFile(file).iter_batches(columns=['docno', text_field]):
+                yield from batch.to_pylist()
+        elif file.endswith(('.jsonl', '.jsonl.gz')):
+            with (gzip.open if file.endswith('.gz') else open)(file, 'rt', encoding='utf8') as f:
+                yield from (json.loads(line) for line in f if line.strip())
+        else:
+            raise ValueError(f'{file}: corpus files must be .parquet, .jsonl or .jsonl.gz')
+
+
+def _shards(docs: Iterable[dict], text_field: str, shard_size: int) -> Iterator[Tuple[int, List[str], list]]:
+    number, docnos, texts = 0, [], []
+    for doc in docs:
+        missing = [c for c in ('docno', text_field) if c not in doc]
+        if missing:
+            raise KeyError(f'documents must have columns {missing}; got {sorted(doc)}')
+        docnos.append(check_docno(doc['docno']))
+        texts.append(doc[text_field])
+        if len(docnos) == shard_size:
+            yield number, docnos, texts
+            number, docnos, texts = number + 1, [], []
+    if docnos:
+        yield number, docnos, texts
+
+
+def _digest(docnos: Sequence[str], texts: Sequence) -> str:
+    h = hashlib.sha256()
+    for docno, text in zip(docnos, texts):
+        h.update(docno.encode() + b'\0' + str(text).encode() + b'\0')
+    return h.hexdigest()
+
+
+def _shard_record(folder: Path, number: int) -> Path:
+    return folder / shard_name(number).replace('.parquet', '.json')
+
+
+def _written(folder: Path, number: int, digest: str) -> Optional[dict]:
+    """The manifest entry of shard ``number`` if it is complete and holds these documents."""
+    record = _shard_record(folder, number)
+    if not record.is_file():
+        return None
+    saved = json.loads(record.read_text())
+    path = folder / saved['entry']['file']
+    if saved.get('digest') != digest or not path.is_file() or path.stat().st_size != saved['entry']['bytes']:
+        return None
+    return saved['entry']
+
+
+class ShardEncoder:
+    """Encodes and writes shards: the body of each Ray actor, and of ``num_workers=0``."""
+
+    def __init__(self, model, folder, chunk_size: int, threads: Optional[int] = None, model_kwargs: dict = None):
+        if threads:
+            import torch
+            torch.set_num_threads(threads)
+        self.model = load_model(model, **(model_kwargs or {})) if isinstance(model, (str, Path)) else model
+        self.folder, self.chunk_size = Path(folder), chunk_size
+
+    def encode(self, number: int, docnos: List[str], texts: list, digest: str) -> dict:
+        start, cpu = time.perf_counter(), time.process_time()
+        vectors = []
+        for i in range(0, len(texts), self.chunk_size):
+            vectors.extend(self.model.encode(texts[i:i + self.chunk_size]))
+        vectors = [check_vector(v, f'document {d!r}') for d, v in zip(docnos, vectors)]
+        entry = write_shard(self.folder, shard_name(number), docnos, vectors)
+        write_json_atomic(_shard_record(self.folder, number), {
+            'entry': entry, 'digest': digest, 'seconds': time.perf_counter() - start,
+            'cpu_seconds': time.process_time() - cpu, 'pid': os.getpid()})
+        return entry
+
+
+def _fingerprint(folder: Path) -> str:
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob('*') if p.is_file()):
+        h.update(str(path.relative_to(folder)).encode() + b'\0')
+        with open(path, 'rb') as f:
+            for block in iter(lambda: f.read(1 << 20), b''):
+                h.update(block)
+    return h.hexdigest()
+
+
+def _model_folder(model, folder: Path) -> Path:
+    """A folder the workers load the model from: the model's own for a name/path, else a copy saved in ``folder``."""
+    if isinstance(model, (str, Path)):
+        return local_folder(model).absolute()
+    target = folder / MODEL_FOLDER
+    tmp = folder / f'.{MODEL_FOLDER}.tmp-{os.getpid()}'
+    shutil.rmtree(tmp, ignore_errors=True)
+    model.save_pretrained(str(tmp))
+    if target.exists() and _fingerprint(target) == _fingerprint(tmp):
+        shutil.rmtree(tmp)
+    else:
+        shutil.rmtree(target, ignore_errors=True)
+        os.replace(tmp, target)
+    return target.absolute()
+
+
+def _check_job(folder: Path, job: dict) -> None:
+    """A folder holds the shards of one job: resuming with another model or other shard settings is an error."""
+    path = folder / JOB_FILE
+    if path.is_file():
+        before = json.loads(path.read_text())
+        if before != job:
+            changed = sorted(k for k in set(before) | set(job) if before.get(k) != job.get(k))
+            raise ValueError(f'{folder} holds shards encoded with other settings ({", ".join(changed)} differ); '
+                             'remove it or choose another folder')
+    else:
+        write_json_atomic(path, job)
+
+
+def _model_kwargs(model, model_kwargs: Optional[dict], device: str) -> dict:
+    """The settings a worker loads the model with: a given model's batch and length limits (so workers encode as it
+    does), the worker's device, and ``model_kwargs`` over both."""
+    kwargs = {k: getattr(model, k) for k in ('batch_size', 'max_length') if hasattr(model, k)}
+    return {**kwargs, 'device': device, **(model_kwargs or {})}
+
+
+class _Pool:
+    """``num_workers`` Ray actors fed shards, at most ``in_flight`` queued per actor, the least busy first."""
+
+    def __init__(self, ray, num_workers, threads, gpus, max_retries, in_flight, args):
+        remote = ray.remote(num_cpus=threads, num_gpus=gpus, max_restarts=max_retries,
+                            max_task_retries=max_retries)(ShardEncoder)
+        self.ray, self.in_flight = ray, in_flight
+        self.actors = [remote.remote(*args) for _ in range(num_workers)]
+        self.busy = {i: 0 for i in range(num_workers)}
+        self.pending = {}  # future -> (actor index, shard number, documents)
+
+    def submit(self, number, docnos, texts, digest):
+        actor = min(self.busy, key=self.busy.get)
+        future = self.actors[actor].encode.remote(number, docnos, texts, digest)
+        self.busy[actor] += 1
+        self.pending[future] = (actor, number, len(docnos))
+
+    def full(self) -> bool:
+        return len(self.pending) >= self.in_flight * len(self.actors)
+
+    def next_done(self) -> Tuple[int, int, dict]:
+        """Waits for a shard; returns ``(number, documents, manifest entry)``."""
+        [future], _ = self.ray.wait(list(self.pending), num_returns=1)
+        actor, number, count = self.pending.pop(future)
+        self.busy[actor] -= 1
+        try:
+            return number, count, self.ray.get(future)
+        except self.ray.exceptions.RayActorError as ex:
+            raise RuntimeError(f'the worker encoding shard {number} died and was restarted and retried as often as '
+                               f'allowed (max_retries); the shards written so far are kept: re-run to resume. '
+                               f'Cause: {ex}') from None
+        except self.ray.exceptions.RayTaskError as ex:
+            raise RuntimeError(f'encoding shard {number} failed in its worker; the shards written so far are kept: '
+                               f're-run to resume. Cause: {ex.cause!r}') from ex.cause
+
+    def close(self):
+        for actor in self.actors:
+            self.ray.kill(actor)
+
+
+def encode(corpus, model, folder, *, num_workers: Optional[int] = None, shard_size: int = 16_384,
+           chunk_size: int = 1024, text_field: str = 'text', ray_address: Optional[str] = None,
+           gpus_per_worker: Optional[float] = None, threads_per_worker: int = 1, model_kwargs: Optional[dict] = None,
+           max_retries: int = 2, in_flight: int = 2, verbose: bool = True) -> VectorStore:
+    """Encodes ``corpus`` into the vector folder ``folder`` on Ray workers; returns its :class:`VectorStore`.
+
+    Args:
+        corpus: an iterable of ``{docno, text}`` dicts, a DataFrame, an ``irds:`` id, or Parquet/JSONL files (a path,
+            a glob or a list of paths; columns ``docno`` and ``text_field``).
+        model: a model of the project (saved into ``folder/model`` for the workers) or its folder / name.
+        num_workers: model replicas; default one per GPU of the cluster, or one per ``threads_per_worker`` CPUs.
+            ``0``: encode in this process (same shards, no Ray).
+        shard_size: documents per shard (a multiple of ``chunk_size``): the unit of work, of retry and of resume.
+        chunk_size: documents per ``model.encode`` call (:class:`~pyterrier_lsr.LsrIndex`'s ``batch_size``).
+        ray_address: the cluster to join (``'auto'``, ``'ray://host:10001'``); default: the running Ray session, or a
+            new local one (shut down at the end).
+        gpus_per_worker: GPUs per replica; default 1 when the cluster has GPUs, else 0 (CPU workers).
+        threads_per_worker: CPUs (torch threads) per replica.
+        model_kwargs: settings for loading the model in each worker (``precision``, ``batch_size``...); by default the
+            given model's ``batch_size``/``max_length`` and the worker's device.
+        max_retries: restarts of a dead worker (and retries of its shard) before the job fails.
+        in_flight: shards queued per worker (2 keeps each busy while the next shard is shipped).
+    """
+    if chunk_size < 1 or shard_size < 1 or shard_size % chunk_size:
+        raise ValueError(f'shard_size ({shard_size}) must be a positive multiple of chunk_size ({chunk_size})')
+    folder = Path(folder).absolute()
+    folder.mkdir(parents=True, exist_ok=True)
+    docs, total = read_corpus(corpus, text_field)
+    model_path = _model_folder(model, folder)
+    _check_job(folder, {'model': _fingerprint(model_path), 'shard_size': shard_size, 'chunk_size': chunk_size,
+                        'text_field': text_field})
+
+    ray = pool = started = None
+    if num_workers == 0:
+        local = ShardEncoder(model_path if isinstance(model, (str, Path)) else model, folder, chunk_size,
+                             model_kwargs=model_kwargs)
+    else:
+        import ray
+        if not ray.is_initialized():
+            ray.init(address=ray_address, include_dashboard=False, log_to_driver=verbose)
+            started = True
+        resources = ray.cluster_resources()
+        if gpus_per_worker is None:
+            gpus_per_worker = 1 if resources.get('GPU', 0) > 0 else 0
+        if num_workers is None:
+            num_workers = max(1, int(resources.get('GPU', 0) // gpus_per_worker if gpus_per_worker
+                                     else resources.get('CPU', 1) // threads_per_worker))
+        if num_workers * threads_per_worker > resources.get('CPU', 0):
+            warnings.warn(f'{num_workers} workers x {threads_per_worker} CPUs exceed the cluster\'s '
+                          f'{resources.get("CPU", 0):g} CPUs: some workers wait for resources')
+        kwargs = _model_kwargs(model, model_kwargs, 'cuda' if gpus_per_worker else 'cpu')
+        pool = _Pool(ray, num_workers, threads_per_worker, gpus_per_worker, max_retries, in_flight,
+                     (str(model_path), str(folder), chunk_size, threads_per_worker, kwargs))
+
+    entries, done, skipped, start = {}, 0, 0, time.perf_counter()
+    try:
+        with tqdm(total=total, desc=f'encoding {folder.name}', unit='doc', disable=not verbose) as pbar:
+            def finished(number, count, entry, was_skipped=False):
+                nonlocal done, skipped
+                entries[number] = entry
+                done, skipped = done + (not was_skipped) * count, skipped + was_skipped * count
+                pbar.update(count)
+                pbar.set_postfix({'docs/s': f'{done / (time.perf_counter() - start):.1f}', 'skipped': skipped})
+
+            for number, docnos, texts in _shards(docs, text_field, shard_size):
+                digest = _digest(docnos, texts)
+                entry = _written(folder, number, digest)
+                if entry is not None:
+                    finished(number, len(docnos), entry, was_skipped=True)
+                elif pool is None:
+                    finished(number, len(docnos), local.encode(number, docnos, texts, digest))
+                else:
+                    while pool.full():
+                        finished(*pool.next_done())
+                    pool.submit(number, docnos, texts, digest)
+            while pool is not None and pool.pending:
+                finished(*pool.next_done())
+    finally:
+        if pool is not None:
+            pool.close()
+        if started:
+            ray.shutdown()
+    if not entries:
+        raise ValueError('cannot encode an empty corpus')
+    for stale in (p for p in folder.glob('part-*') if int(p.name[5:].split('.')[0]) >= len(entries)):
+        stale.unlink()  # shards of a longer corpus encoded here before
+    return write_manifest(folder, [entries[i] for i in range(len(entries))])
+
+
+def index(corpus, model, index_path, *, scale: float = 100., engines: Sequence[str] = ('pisa',),
+          overwrite: bool = False, keep_vectors: bool = False, **encode_kwargs):
+    """Encodes ``corpus`` with :func:`encode` into ``<index_path>.vectors`` (resumable), then builds the
+    :class:`~pyterrier_lsr.LsrIndex` at ``index_path`` from those vectors; the index records ``model``. The vector
+    folder is removed once the index is built unless ``keep_vectors``."""
+    from .index import LsrIndex
+    vectors = Path(f'{Path(index_path).absolute()}.vectors')
+    store = encode(corpus, model, vectors, **encode_kwargs)
+    if isinstance(model, (str, Path)):
+        model = load_model(model, device='cpu')
+    built = LsrIndex(index_path, model, scale=scale, engines=engines, overwrite=overwrite,
+                     verbose=encode_kwargs.get('verbose', True)).index(_Toks(store))
+    if not keep_vectors:
+        shutil.rmtree(vectors)
+    return built
+
+
+class _Toks:
+    """A vector folder as ``{docno, toks}`` documents, with a length (for the indexer's progress bar)."""
+
+    def __init__(self, store: VectorStore):
+        self.store = store
+
+    def __len__(self):
+        return len(self.store)
+
+    def __iter__(self):
+        return ({'docno': docno, 'toks': toks} for docno, toks in self.store)

@@ -1,0 +1,29 @@
+"""Retrieval engines an :class:`~pyterrier_lsr.LsrIndex` can be searched with, all built from its stored vectors.
+
+An engine is an object with
+
+* ``name`` (the key below), ``subfolder`` (where in the index folder its files live; ``''`` for the index root),
+  ``extra`` (the pip extra that installs it) and ``scorings`` (the index scorings it supports, e.g. ``{'dot'}``);
+* ``build(index, folder, **params) -> dict``: writes its files into ``folder`` (a temporary folder, moved into place
+  when complete) from ``index.vectors()`` and ``index.scale``; returns the settings to record in ``lsr.json``;
+* ``retriever(index, folder, num_results, **params) -> pt.Transformer``: maps ``qid, query_toks`` frames (floats in
+  model units, validated) to ``qid, docno, score, rank`` results.
+
+Engines are looked up by name, so optional ones import only when used.
+"""
+import importlib
+
+ENGINES = {
+    'pisa': 'pyterrier_lsr.index.engines.pisa:PisaEngine',
+    'bmp': 'pyterrier_lsr.index.engines.bmp:BmpEngine',
+    'seismic': 'pyterrier_lsr.index.engines.seismic:SeismicEngine',
+}
+
+__all__ = ['ENGINES', 'get_engine']
+
+
+def get_engine(name: str):
+    if name not in ENGINES:
+        raise ValueError(f'unknown engine {name!r}; choose one of {sorted(ENGINES)}')
+    module, cls = ENGINES[name].split(':')
+    return getattr(importlib.import_module(module), cls)()

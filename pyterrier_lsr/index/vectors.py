@@ -1,0 +1,159 @@
+"""The engine-neutral form of an encoded corpus: the float vectors themselves, in Parquet shards.
+
+A vector folder holds shards ``part-<n>.parquet`` with the columns ``docno`` (string), ``terms`` (list of string) and
+``weights`` (list of float64, the encoder's own units, unquantized: kept exact, so every engine quantizes the values the
+encoder emitted), and ``vectors.json`` listing the shards in corpus
+order with their row counts and byte sizes.  Shards are written under a temporary name and renamed when complete, and
+``vectors.json`` is written last, so a folder with a manifest is whole.  Every engine (PISA, BMP, Seismic) is built from
+this form, so a corpus is encoded once; distributed writers produce shards independently (:func:`write_shard`) and one
+manifest joins them (:func:`write_manifest`).  Any Parquet reader (pandas, pyarrow, Spark) reads the shards.
+"""
+import json
+import os
+from pathlib import Path
+from typing import Dict, Iterable, Iterator, List, Mapping, Sequence, Tuple
+
+import numpy as np
+
+MANIFEST = 'vectors.json'
+FORMAT = 'lsr-vectors/1'
+
+__all__ = ['VectorStore', 'VectorWriter', 'write_shard', 'write_manifest', 'shard_name']
+
+
+def _schema():
+    import pyarrow as pa
+    return pa.schema([('docno', pa.string()), ('terms', pa.list_(pa.string())), ('weights', pa.list_(pa.float64()))])
+
+
+def shard_name(number: int) -> str:
+    return f'part-{number:05d}.parquet'
+
+
+def write_json_atomic(path: Path, obj) -> None:
+    tmp = path.with_name(f'.{path.name}.tmp-{os.getpid()}')
+    tmp.write_text(json.dumps(obj, indent=1))
+    os.replace(tmp, path)
+
+
+def write_shard(folder, name: str, docnos: Sequence[str], vectors: Sequence[Mapping[str, float]]) -> dict:
+    """Writes one shard atomically; returns its manifest entry (``file``, ``num_docs``, ``num_postings``, ``bytes``)."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    folder = Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    table = pa.table({'docno': list(docnos), 'terms': [list(v.keys()) for v in vectors],
+                      'weights': [list(v.values()) for v in vectors]}, schema=_schema())
+    tmp = folder / f'.{name}.tmp-{os.getpid()}'
+    pq.write_table(table, tmp)
+    os.replace(tmp, folder / name)
+    return {'file': name, 'num_docs': len(docnos), 'num_postings': int(sum(len(v) for v in vectors)),
+            'bytes': (folder / name).stat().st_size}
+
+
+def write_manifest(folder, shards: List[dict]) -> 'VectorStore':
+    """Joins shards (in corpus order) into a vector folder; checks that each is present with its recorded size."""
+    folder = Path(folder)
+    _check_shards(folder, shards)
+    write_json_atomic(folder / MANIFEST, {'format': FORMAT, 'num_docs': sum(s['num_docs'] for s in shards),
+                                          'shards': shards})
+    return VectorStore(folder)
+
+
+class VectorWriter:
+    """Appends ``(docno, vector)`` pairs to a vector folder, ``shard_size`` documents per shard."""
+
+    def __init__(self, folder, shard_size: int = 100_000):
+        if shard_size < 1:
+            raise ValueError(f'shard_size must be >= 1, got {shard_size}')
+        self.folder = Path(folder)
+        self.shard_size = shard_size
+        self.shards: List[dict] = []
+        self._docnos: List[str] = []
+        self._vectors: List[Mapping[str, float]] = []
+
+    def add(self, docno: str, vector: Mapping[str, float]) -> None:
+        self._docnos.append(docno)
+        self._vectors.append(vector)
+        if len(self._docnos) >= self.shard_size:
+            self._flush()
+
+    def _flush(self):
+        if self._docnos:
+            self.shards.append(write_shard(self.folder, shard_name(len(self.shards)), self._docnos, self._vectors))
+            self._docnos, self._vectors = [], []
+
+    def close(self) -> 'VectorStore':
+        self._flush()
+        return write_manifest(self.folder, self.shards)
+
+
+class VectorStore:
+    """Reads a vector folder written by :class:`VectorWriter` or :func:`write_manifest`."""
+
+    def __init__(self, folder):
+        self.folder = Path(folder)
+        if not (self.folder / MANIFEST).exists():
+            raise FileNotFoundError(f'no vectors at {self.folder} (missing {MANIFEST})')
+        self.manifest = json.loads((self.folder / MANIFEST).read_text())
+        if self.manifest.get('format') != FORMAT:
+            raise ValueError(f'{self.folder / MANIFEST}: unknown format {self.manifest.get("format")!r}')
+
+    @property
+    def num_docs(self) -> int:
+        return self.manifest['num_docs']
+
+    def __len__(self):
+        return self.num_docs
+
+    def _tables(self):
+        import pyarrow.parquet as pq
+        for shard in self.manifest['shards']:
+            yield pq.read_table(self.folder / shard['file'])
+
+    def __iter__(self) -> Iterator[Tuple[str, Dict[str, float]]]:
+        """``(docno, {term: weight})`` in corpus order."""
+        for table in self._tables():
+            columns = table.to_pydict()
+            for docno, terms, weights in zip(columns['docno'], columns['terms'], columns['weights']):
+                yield docno, dict(zip(terms, weights))
+
+    def docnos(self) -> List[str]:
+        return [d for table in self._tables() for d in table.column('docno').to_pylist()]
+
+    def to_csr(self) -> Tuple[List[str], List[str], np.ndarray, np.ndarray, np.ndarray]:
+        """``(docnos, terms, indptr, indices, weights)``: the corpus as a CSR matrix over a term list (terms numbered
+        in order of first appearance), for engines that build from arrays."""
+        import pyarrow.compute as pc
+        docnos, term_ids, weights, lengths = [], [], [], []
+        vocabulary: Dict[str, int] = {}
+        for table in self._tables():
+            docnos.extend(table.column('docno').to_pylist())
+            terms = table.column('terms').combine_chunks()
+            lengths.append(pc.list_value_length(terms).fill_null(0).to_numpy())
+            encoded = pc.dictionary_encode(terms.flatten())
+            local = np.array([vocabulary.setdefault(t, len(vocabulary)) for t in encoded.dictionary.to_pylist()],
+                             dtype=np.int32)
+            term_ids.append(local[encoded.indices.to_numpy()] if len(encoded) else np.zeros(0, np.int32))
+            weights.append(table.column('weights').combine_chunks().flatten().to_numpy())
+        indptr = np.zeros(len(docnos) + 1, dtype=np.int64)
+        if lengths:
+            np.cumsum(np.concatenate(lengths), out=indptr[1:])
+        ids = np.concatenate(term_ids) if term_ids else np.zeros(0, np.int32)
+        values = np.concatenate(weights) if weights else np.zeros(0, np.float64)
+        return docnos, list(vocabulary), indptr, ids, values
+
+    def total_bytes(self) -> int:
+        return sum(s['bytes'] for s in self.manifest['shards'])
+
+    def verify(self) -> None:
+        """Raises if a shard is missing or its size differs from the manifest's."""
+        _check_shards(self.folder, self.manifest['shards'])
+
+
+def _check_shards(folder: Path, shards: Iterable[dict]) -> None:
+    for shard in shards:
+        path = folder / shard['file']
+        size = path.stat().st_size if path.exists() else None
+        if size != shard['bytes']:
+            raise ValueError(f'vector shard {path} is missing or has {size} bytes, expected {shard["bytes"]}')

@@ -1,0 +1,77 @@
+"""One loader for every model kind: the kind is read from the folder's saved settings, never guessed from its files.
+
+Each model folder declares itself in ``config.json`` under ``lsr`` (``{"kind": "splade", ...}``), written by the
+model's ``save_pretrained``; :func:`load_model` looks the kind up in :data:`MODEL_KINDS` and calls that class's
+``from_pretrained``, for local folders and hub names alike (offline short names such as ``'splade-tiny'`` resolve
+first).  Folders published by other projects carry no ``lsr`` settings and are read by their documented layout: an
+OpenSearch doc-only model (``idf.json``) or a sentence-transformers sparse model with a ``SparseStaticEmbedding``
+query module is ``inference-free``; any other masked-LM folder is ``splade``.
+"""
+import importlib
+import json
+import os
+from pathlib import Path
+from typing import List, Union
+
+from .offline import resolve_model
+
+CONFIG_FILE = 'config.json'
+CONFIG_KEY = 'lsr'
+MODEL_KINDS = {
+    'splade': 'pyterrier_lsr.encoders:Splade',
+    'inference-free': 'pyterrier_lsr.inference_free:InferenceFreeSplade',
+    'sae-splade': 'pyterrier_lsr.sae_splade:SaeSplade',
+    'latent-terms': 'pyterrier_lsr.latent_terms:LatentTerms',
+    'ssr': 'pyterrier_lsr.ssr:SSR',
+}
+
+__all__ = ['load_model', 'model_kind', 'model_settings', 'local_folder', 'MODEL_KINDS']
+
+
+def local_folder(name_or_path: Union[str, Path]) -> Path:
+    """A local folder for a model: the folder itself, an offline short name's folder, or a hub snapshot."""
+    name = resolve_model(str(name_or_path))
+    if os.path.isdir(name):
+        return Path(name)
+    if Path(name).exists() or name.startswith(('.', '/', '~')):
+        raise FileNotFoundError(f'no model folder at {name}')
+    from huggingface_hub import snapshot_download
+    return Path(snapshot_download(name))
+
+
+def model_settings(folder: Union[str, Path]) -> dict:
+    """The ``lsr`` settings saved in ``folder/config.json`` (``{}`` for a folder written by another project)."""
+    config = Path(folder) / CONFIG_FILE
+    if not config.is_file():
+        return {}
+    try:
+        settings = json.loads(config.read_text()).get(CONFIG_KEY) or {}
+    except ValueError as ex:
+        raise ValueError(f'{config} is not valid JSON: {ex}') from None
+    if not isinstance(settings, dict):
+        raise ValueError(f'{config}: "{CONFIG_KEY}" must be an object, got {settings!r}')
+    return settings
+
+
+def _files(folder: Path) -> List[str]:
+    return [str(p.relative_to(folder)) for p in folder.rglob('*') if p.is_file()]
+
+
+def model_kind(name_or_path: Union[str, Path]) -> str:
+    folder = local_folder(name_or_path)
+    kind = model_settings(folder).get('kind')
+    if kind is None:
+        files = _files(folder)
+        foreign_doc_only = 'idf.json' in files or any('SparseStaticEmbedding' in f for f in files)
+        kind = 'inference-free' if foreign_doc_only else 'splade'
+    if kind not in MODEL_KINDS:
+        raise ValueError(f'{name_or_path}: unknown model kind {kind!r}; known kinds: {sorted(MODEL_KINDS)}')
+    return kind
+
+
+def load_model(name_or_path: Union[str, Path], **kwargs):
+    """Any model of the project from its folder or hub name; ``kwargs`` (device, batch_size, precision...) go to
+    the model class."""
+    kind = model_kind(name_or_path)
+    module, cls = MODEL_KINDS[kind].split(':')
+    return getattr(importlib.import_module(module), cls).from_pretrained(str(name_or_path), **kwargs)

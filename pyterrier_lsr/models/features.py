@@ -1,0 +1,81 @@
+"""Token-state extraction shared by Latent Terms, SAE-SPLADE and the multi-vector models (pure torch).
+
+:class:`DenseFeatures` turns an HF encoder's hidden states into the L2-normalised vectors an SAE reads: one
+mean-pooled vector per text (``single``) or one per token (``multi``); :class:`LatentTermsModel` pools a TopK SAE's
+activations of those vectors into per-text term frequencies.
+"""
+from typing import Sequence
+
+import torch
+from torch import nn
+
+from ..offline import resolve_model
+from .sae import SparseAutoencoder
+
+MODES = ('single', 'multi')
+
+
+class DenseFeatures(nn.Module):
+    """The SAE's inputs from an HF encoder: one mean-pooled vector per text (``single``) or one per token
+    (``multi``), L2-normalised so the SAE sees directions, not norms.
+
+    Positions holding ``skip_ids`` (e.g. ``[CLS]``/``[SEP]``) give no vector and take no part in the mean.
+    ``frozen=False`` keeps the encoder trainable (SAE-SPLADE fine-tunes it; Latent Terms never does).
+    Returns ``(vectors, owner)``: ``n x dim`` vectors, grouped by text in batch order, and each one's text index.
+    """
+
+    def __init__(self, dense: nn.Module, mode: str = 'single', skip_ids: Sequence[int] = (), frozen: bool = True):
+        super().__init__()
+        if mode not in MODES:
+            raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
+        self.dense = dense.requires_grad_(False) if frozen else dense
+        self.mode = mode
+        self.register_buffer('skip_ids', torch.tensor(sorted(set(skip_ids)), dtype=torch.long), persistent=False)
+
+    @property
+    def dim(self) -> int:
+        return self.dense.config.hidden_size
+
+    def token_mask(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """The positions that give vectors: non-padding, not in ``skip_ids``."""
+        mask = attention_mask.bool()
+        return mask & ~torch.isin(input_ids, self.skip_ids) if len(self.skip_ids) else mask
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+        hidden = self.dense(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state.float()
+        mask = self.token_mask(input_ids, attention_mask)
+        if self.mode == 'multi':
+            owner = torch.arange(len(mask), device=mask.device)[:, None].expand_as(mask)[mask]
+            vectors = hidden[mask]
+        else:
+            weights = mask[..., None].float()
+            vectors = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
+            owner = torch.arange(len(mask), device=mask.device)
+        return nn.functional.normalize(vectors, dim=-1), owner
+
+
+class LatentTermsModel(nn.Module):
+    """``(input_ids, attention_mask)`` -> ``batch x n_latents`` term frequencies, for :func:`encode_texts`."""
+
+    def __init__(self, features: DenseFeatures, sae: SparseAutoencoder, sqrt_tf: bool = False):
+        super().__init__()
+        self.features = features
+        self.sae = sae
+        self.sqrt_tf = sqrt_tf
+
+    def pool(self, vectors: torch.Tensor, owner: torch.Tensor, n_texts: int) -> torch.Tensor:
+        """Sums each text's latent activations (its term frequencies)."""
+        z = self.sae.encode(vectors.float())
+        tf = z.new_zeros(n_texts, z.shape[-1]).index_add_(0, owner, z)
+        return tf.sqrt() if self.sqrt_tf else tf
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        vectors, owner = self.features(input_ids, attention_mask)
+        return self.pool(vectors, owner, len(input_ids))
+
+
+def load_dense(name_or_path: str):
+    """An HF encoder and its tokenizer; offline names (see :mod:`pyterrier_lsr.offline`) resolve to their folders."""
+    from transformers import AutoModel, AutoTokenizer
+    folder = resolve_model(str(name_or_path))
+    return AutoModel.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)

@@ -1,0 +1,130 @@
+"""SAE-SPLADE through the shared :class:`~pyterrier_lsr.Splade` wrapper, and its interpretability helpers.
+
+The model itself (backbone + SAE encoder + α) is :class:`pyterrier_lsr.models.sae_splade.SaeSpladeModel`; stage 1
+(the token-state SAE) is :func:`pyterrier_lsr.train.train_token_sae`.
+"""
+from typing import Dict, List, Optional, Sequence, Tuple
+
+import numpy as np
+import torch
+
+from .encoders import Splade
+from .encoding import is_blank, length_sorted_batches
+from .models.features import load_dense
+from .models.sae import SparseAutoencoder
+from .models.sae_splade import DEFAULT_ALPHA, KIND, SaeSpladeModel, structural_token_ids
+
+__all__ = ['SaeSplade', 'latent_top_words', 'explain']
+
+
+class SaeSplade(Splade):
+    """:class:`~pyterrier_lsr.Splade` over an :class:`SaeSpladeModel`: the same encoders, scorer, indexer and training
+    loop, with latent ids (``l<id>``) as terms, plus interpretability helpers."""
+    kind = KIND
+
+    @classmethod
+    def from_pretrained(cls, path: str, **kwargs) -> 'SaeSplade':
+        """Loads a folder written by :meth:`save_pretrained`; ``kwargs`` go to :class:`~pyterrier_lsr.Splade`."""
+        from transformers import AutoTokenizer
+        tokenizer = AutoTokenizer.from_pretrained(str(path))
+        model = SaeSpladeModel.from_pretrained(path, structural_token_ids(tokenizer))
+        return cls(model, tokenizer, name=str(path), **kwargs)
+
+    @classmethod
+    def from_backbone(cls, backbone: str, sae: SparseAutoencoder, alpha: float = DEFAULT_ALPHA,
+                      **kwargs) -> 'SaeSplade':
+        """A stage-2 model (before fine-tuning) from a backbone name/folder (offline names resolve, e.g.
+        ``'splade-tiny'``; an MLM checkpoint's head is dropped) and a stage-1 SAE trained on its token states."""
+        model, tokenizer = load_dense(backbone)
+        return cls(SaeSpladeModel(model, sae, structural_token_ids(tokenizer), alpha), tokenizer, **kwargs)
+
+    def save_pretrained(self, path: str):
+        """Writes one folder (backbone, tokenizer, SAE, settings); the model is then named by ``path``."""
+        super().save_pretrained(path)
+        self.name = str(path)
+
+    def top_words(self, texts: Sequence, latents: Optional[Sequence[int]] = None, n: int = 10,
+                  batch_size: Optional[int] = None) -> Dict[int, List[Tuple[str, float]]]:
+        """See :func:`latent_top_words`."""
+        return latent_top_words(self, texts, latents, n, batch_size)
+
+    def explain(self, text: str, top: int = 10,
+                words: Optional[Dict[int, List[Tuple[str, float]]]] = None) -> List[dict]:
+        """See :func:`explain`."""
+        return explain(self, text, top, words)
+
+
+def _word_spans(encoding, text: str, n_tokens: int) -> List[Optional[str]]:
+    """The (lowercased) word each token position belongs to, wordpieces merged (``None`` for special tokens)."""
+    word_ids = encoding.word_ids[:n_tokens]
+    spans: Dict[int, List[int]] = {}
+    for (start, end), word in zip(encoding.offsets[:n_tokens], word_ids):
+        if word is not None:
+            span = spans.setdefault(word, [start, end])
+            span[0], span[1] = min(span[0], start), max(span[1], end)
+    return [None if w is None else text[spans[w][0]:spans[w][1]].lower() for w in word_ids]
+
+
+def latent_top_words(splade: SaeSplade, texts: Sequence, latents: Optional[Sequence[int]] = None, n: int = 10,
+                     batch_size: Optional[int] = None) -> Dict[int, List[Tuple[str, float]]]:
+    """For each latent (all, or ``latents``), the ``n`` words of ``texts`` that activate it most: ``{latent: [(word,
+    activation), ...]}``, best first, a word's activation being its largest SAE activation ``z`` over its wordpieces
+    and occurrences.  Words are whole words (wordpieces merged through the fast tokenizer's offsets), lowercased.
+    Latents that never fire on ``texts`` are absent.
+    """
+    tokenizer, model = splade.tokenizer, splade.model
+    if not tokenizer.is_fast:
+        raise ValueError('latent_top_words needs a fast tokenizer (word offsets)')
+    if n < 1:
+        raise ValueError(f'n must be >= 1, got {n}')
+    texts = [str(t) for t in texts if not is_blank(t)]
+    wanted = None if latents is None else torch.tensor(sorted(set(latents)), dtype=torch.long)
+    vocabulary: Dict[str, int] = {}
+    keys, values = torch.empty(0, dtype=torch.long), torch.empty(0)  # (latent, word) pairs and their best activation
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode():
+        for batch in length_sorted_batches(tokenizer, texts, batch_size or splade.batch_size, splade.max_length,
+                                           splade.device):
+            ids, mask = batch.input_ids, batch.attention_mask
+            indices, acts, _ = model.token_latents(ids, mask)
+            # The pooled positions, in the row-major order of the token latents.
+            text_of, position = model.features.token_mask(ids, mask).nonzero(as_tuple=True)
+            spans = [_word_spans(enc, texts[i], len(enc.ids)) for i, enc in zip(batch.positions, batch.encodings)]
+            word = torch.tensor([vocabulary.setdefault(spans[t][p] or '', len(vocabulary))
+                                 for t, p in zip(text_of.tolist(), position.tolist())], dtype=torch.long)
+            indices, acts = indices.cpu(), acts.float().cpu()
+            batch_keys = (indices * (1 << 32) + word[:, None]).flatten()
+            keep = acts.flatten() > 0
+            if wanted is not None:
+                keep &= torch.isin(indices.flatten(), wanted)
+            keys = torch.cat([keys, batch_keys[keep]])
+            values = torch.cat([values, acts.flatten()[keep]])
+            keys, inverse = keys.unique(return_inverse=True)
+            values = torch.zeros(len(keys)).scatter_reduce(0, inverse, values, 'amax')
+    if was_training:
+        model.train()
+    words = np.array(list(vocabulary), dtype=object)
+    latent_of, word_of = (keys >> 32).numpy(), (keys & ((1 << 32) - 1)).numpy()
+    order = np.lexsort((-values.numpy(), latent_of))
+    out: Dict[int, List[Tuple[str, float]]] = {}
+    for i in order:
+        found = out.setdefault(int(latent_of[i]), [])
+        if len(found) < n:
+            found.append((str(words[word_of[i]]), float(values[i])))
+    return out
+
+
+def explain(splade: SaeSplade, text: str, top: int = 10,
+            words: Optional[Dict[int, List[Tuple[str, float]]]] = None) -> List[dict]:
+    """The ``top`` latents of ``text`` by weight, each as ``{'term', 'latent', 'weight', 'in_text', 'words'}``:
+    ``in_text`` = the words of this text that activate it (best first, with their activations), ``words`` = its top
+    words on a corpus when ``words`` (a :func:`latent_top_words` result) is given, else ``[]``."""
+    vector = splade.encode([text])[0]
+    best = sorted(vector.items(), key=lambda item: -item[1])[:top]
+    latents = [int(term[1:]) for term, _ in best]
+    local = latent_top_words(splade, [text], latents, n=5) if latents else {}
+    return [{'term': term, 'latent': latent, 'weight': weight, 'in_text': local.get(latent, []),
+             'words': (words or {}).get(latent, [])} for (term, weight), latent in zip(best, latents)]
+
+

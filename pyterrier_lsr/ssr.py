@@ -1,0 +1,198 @@
+"""SSR, single-stage sparse retrieval over multi-vector token embeddings (METHODS.md §7).
+
+A TopK sparse autoencoder maps each token embedding ``e_t`` of a :class:`~pyterrier_lsr.multivector.MultiVector`
+encoder to a sparse code ``z_t`` (at most ``k`` active latents out of ``n_latents``); latents become index terms
+``l<id>`` and documents are searched with the project's inverted index (PISA dot product) in one stage, with no
+clustering.
+
+How token codes become postings and how queries score (our choice; the abstract does not say):
+
+* **documents**: ``d_j = max_t z_tj`` over the document's tokens (``doc_pooling='max'``, SAE-SPLADE's pooling without
+  the log): a latent's posting weight is its strongest activation in the document;
+* **queries**: ``q_j = sum_i z_ij`` over the query's tokens (``query_pooling='sum'``);
+* **score**: ``<q, d> = sum_i sum_j z_ij max_t z_tj``.  Since ``<e_i, e_t> ~ <z_i, z_t>`` up to the decoder's
+  cross terms (its rows are unit-norm), each query token's term ``sum_j z_ij max_t z_tj`` is an upper bound of
+  ``max_t <z_i, z_t>``: MaxSim with the max taken per latent instead of per token, which is what an inverted index
+  can compute.  It is exact when one document token holds every latent maximum, and it favours documents whose many
+  tokens each match a part of a query token.
+
+Weights are the SAE's activations of unit-norm vectors (about 0-1), so the index's default scale 100 keeps two
+digits.  A second stage (:meth:`SSR.reranked`) re-scores the top ``depth`` documents by exact MaxSim from a
+:class:`~pyterrier_lsr.multivector.MaxSimIndex`.
+
+A model folder is the encoder's folder (see :class:`~pyterrier_lsr.multivector.MultiVector`) + ``sae/`` (a
+:class:`~pyterrier_lsr.models.sae.SparseAutoencoder` folder), with ``kind: ssr`` and the poolings in ``config.json``
+under ``lsr``, so :func:`~pyterrier_lsr.load_model` (and an index's stored copy) reloads it.
+"""
+import json
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+import pyterrier_alpha as pta
+import torch
+
+from .encoders import SparseTextEncoder
+from .encoding import to_dicts
+from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
+from .models.sae import SAEConfig, SparseAutoencoder, latent_term_names, train_sae
+from .multivector import MaxSimIndex, MultiVector, _write_atomic
+
+SAE_FOLDER = 'sae'
+POOLINGS = ('max', 'sum')
+
+
+def pool_codes(indices: torch.Tensor, values: torch.Tensor, owner: torch.Tensor, n_texts: int, n_latents: int,
+               pooling: str) -> torch.Tensor:
+    """Per-token sparse codes (``indices``/``values``: tokens x k, as :meth:`SparseAutoencoder.encode_topk` returns)
+    pooled per text (``owner``: each token's text) into ``n_texts x n_latents`` by ``max`` or ``sum``."""
+    if pooling not in POOLINGS:
+        raise ValueError(f'pooling must be one of {POOLINGS}, got {pooling!r}')
+    flat = (owner[:, None] * n_latents + indices).flatten()
+    out = values.new_zeros(n_texts * n_latents)
+    if pooling == 'max':  # activations are >= 0, so the zero start never wins over an active latent
+        out.scatter_reduce_(0, flat, values.flatten(), 'amax')
+    else:
+        out.index_add_(0, flat, values.flatten())
+    return out.view(n_texts, n_latents)
+
+
+class SSR:
+    """A multi-vector encoder + a TopK SAE over its token embeddings; hands out PyTerrier encoders (see the module
+    docs for the scoring rule).  Index with ``SpladeIndexer(path, ssr)``; ``LsrIndex(path).retriever()`` is the single
+    stage and :meth:`reranked` adds exact MaxSim.
+
+    Args:
+        encoder: the :class:`~pyterrier_lsr.multivector.MultiVector` whose token embeddings the SAE reads.
+        sae: a per-token TopK :class:`~pyterrier_lsr.models.sae.SparseAutoencoder` with ``d_in`` = the encoder's dim.
+        doc_pooling, query_pooling: ``'max'`` or ``'sum'`` of token codes per latent (defaults: max for documents,
+            sum for queries).
+    """
+
+    kind = 'ssr'
+    scoring = {'kind': 'dot'}
+
+    def __init__(self, encoder: MultiVector, sae: SparseAutoencoder, doc_pooling: str = 'max',
+                 query_pooling: str = 'sum', name: Optional[str] = None):
+        if sae.config.d_in != encoder.dim:
+            raise ValueError(f'the SAE reads {sae.config.d_in}-d vectors, the encoder gives {encoder.dim}-d')
+        if sae.config.batch_topk:
+            raise ValueError('SSR needs a per-token TopK SAE (batch_topk=False)')
+        for pooling in (doc_pooling, query_pooling):
+            if pooling not in POOLINGS:
+                raise ValueError(f'pooling must be one of {POOLINGS}, got {pooling!r}')
+        self.encoder = encoder
+        self.sae = sae.to(encoder.device).eval()
+        self.doc_pooling = doc_pooling
+        self.query_pooling = query_pooling
+        self.terms = latent_term_names(sae.n_latents)
+        self.name = name
+
+    @torch.inference_mode()
+    def encode_vectors(self, vectors: np.ndarray, offsets: np.ndarray, query: bool = False,
+                       texts_per_batch: int = 256) -> List[Dict[str, float]]:
+        """``{'l<id>': weight}`` per text from token embeddings grouped by text (as :meth:`MultiVector.embed` returns),
+        without a transformer pass."""
+        pooling = self.query_pooling if query else self.doc_pooling
+        out = []
+        for start in range(0, len(offsets) - 1, texts_per_batch):
+            stop = min(start + texts_per_batch, len(offsets) - 1)
+            rows = torch.as_tensor(np.asarray(vectors[offsets[start]:offsets[stop]]), dtype=torch.float32,
+                                   device=self.encoder.device)
+            owner = torch.repeat_interleave(torch.arange(stop - start, device=rows.device),
+                                            torch.as_tensor(np.diff(offsets[start:stop + 1]), device=rows.device))
+            indices, values = self.sae.encode_topk(rows)
+            out.extend(to_dicts(pool_codes(indices, values, owner, stop - start, self.sae.n_latents, pooling),
+                                self.terms))
+        return out
+
+    def encode(self, texts: Sequence, query: bool = False, verbose: bool = False) -> List[Dict[str, float]]:
+        """Texts (documents by default) to ``{'l<id>': weight}``; blank texts give ``{}``."""
+        vectors, offsets = self.encoder.embed(texts, query=query, verbose=verbose)
+        return self.encode_vectors(vectors, offsets, query=query)
+
+    def doc_encoder(self, text_field: str = 'text', verbose: bool = False) -> SparseTextEncoder:
+        """Transformer adding ``toks`` from ``text_field``."""
+        return _SSREncoder(self, text_field, 'toks', False, verbose)
+
+    def query_encoder(self, verbose: bool = False) -> SparseTextEncoder:
+        """Transformer adding ``query_toks`` from ``query``."""
+        return _SSREncoder(self, 'query', 'query_toks', True, verbose)
+
+    def reranked(self, index, store: MaxSimIndex, depth: int = 100, **params) -> pt.Transformer:
+        """Two stages: the top ``depth`` of the single stage (``index``: an :class:`~pyterrier_lsr.LsrIndex` of this
+        model; ``params`` go to its engine), re-scored by exact MaxSim from ``store``'s vectors.  Each query goes
+        through the transformer once; its token embeddings serve both stages."""
+        return _TwoStage(self, index.toks_retriever(num_results=depth, **params), store)
+
+    def save_pretrained(self, path):
+        """The encoder's folder + ``sae/``; our settings (kind, poolings) go into its ``config.json`` under ``lsr``."""
+        path = Path(path)
+        self.encoder.save_pretrained(path)
+        self.sae.save_pretrained(path / SAE_FOLDER)
+        config = json.loads((path / CONFIG_FILE).read_text())
+        config[CONFIG_KEY] = {'kind': self.kind, 'doc_pooling': self.doc_pooling, 'query_pooling': self.query_pooling}
+        _write_atomic(path / CONFIG_FILE, lambda tmp: tmp.write_text(json.dumps(config, indent=2)))
+        self.name = self.name or str(path)
+
+    @classmethod
+    def from_pretrained(cls, path, **kwargs) -> 'SSR':
+        """Loads a folder written by :meth:`save_pretrained`; ``kwargs`` go to :meth:`MultiVector.from_pretrained`."""
+        path = Path(path)
+        settings = model_settings(path)
+        if settings.get('kind') != 'ssr':
+            raise ValueError(f'{path} is not an SSR folder ({CONFIG_FILE} has no {CONFIG_KEY}.kind = "ssr")')
+        encoder = MultiVector.from_pretrained(path, **kwargs)
+        sae = SparseAutoencoder.from_pretrained(path / SAE_FOLDER, device=encoder.device)
+        return cls(encoder, sae, settings['doc_pooling'], settings['query_pooling'], name=str(path))
+
+    def __repr__(self):
+        return (f'SSR({self.name or "<model>"!r}, latents={self.sae.n_latents}, k={self.sae.config.k}, '
+                f'doc={self.doc_pooling}, query={self.query_pooling})')
+
+
+class _TwoStage(pt.Transformer):
+    def __init__(self, ssr: SSR, first_stage: pt.Transformer, store: MaxSimIndex):
+        self.ssr = ssr
+        self.first_stage = first_stage
+        self.store = store
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        pta.validate.query_frame(inp, extra_columns=['query'])
+        vectors, offsets = self.ssr.encoder.embed(inp['query'].tolist(), query=True)
+        toks = self.ssr.encode_vectors(vectors, offsets, query=True)
+        candidates = self.first_stage(inp.assign(query_toks=toks))
+        if not len(candidates):
+            return candidates
+        vectors = torch.from_numpy(vectors)
+        queries = {qid: vectors[offsets[i]:offsets[i + 1]] for i, qid in enumerate(inp['qid'])}
+        return self.store.rescore(candidates.drop(columns=['query_toks'], errors='ignore'), candidates['qid'], queries)
+
+
+class _SSREncoder(SparseTextEncoder):
+    def __init__(self, ssr: SSR, text_field: str, out_field: str, query: bool, verbose: bool):
+        self.ssr = ssr
+        self.text_field = text_field
+        self.out_field = out_field
+        self.query = query
+        self.verbose = verbose
+
+    def encode(self, texts: Sequence) -> List[Dict[str, float]]:
+        return self.ssr.encode(texts, query=self.query, verbose=self.verbose)
+
+    def __repr__(self):
+        return f'SSREncoder({self.ssr!r}, {self.text_field!r} -> {self.out_field!r})'
+
+
+def train_ssr_sae(vectors: np.ndarray, sae: Optional[dict] = None, max_train_vectors: Optional[int] = 200_000,
+                  device=None, verbose: bool = True):
+    """A TopK SAE over token embeddings (``vectors``: tokens x dim, e.g. a corpus's :meth:`MultiVector.embed`),
+    trained on a seeded sample of at most ``max_train_vectors`` rows; ``sae``: :class:`SAEConfig` settings
+    (``d_in`` comes from ``vectors``).  Returns ``(sae, log)`` as :func:`train_sae` does."""
+    config = SAEConfig(d_in=vectors.shape[1], **(sae or {}))
+    if max_train_vectors is not None and len(vectors) > max_train_vectors:
+        rows = np.random.default_rng(config.seed).choice(len(vectors), max_train_vectors, replace=False)
+        vectors = vectors[np.sort(rows)]
+    return train_sae(vectors, config, device=device, verbose=verbose)

@@ -1,0 +1,68 @@
+"""Stage-1 recipes shared by Latent Terms and SAE-SPLADE: a frozen model's vectors of a corpus (cached), a TopK SAE
+trained on them, and for Latent Terms the whole corpus-to-index build in one call."""
+from typing import Iterable, Optional, Sequence
+
+import numpy as np
+
+from ..index import SpladeIndexer
+from ..latent_terms import LatentTerms, cached_embeddings
+from ..models.sae import SAEConfig, train_sae
+
+__all__ = ['build_latent_terms', 'train_latent_sae', 'train_token_sae']
+
+
+def build_latent_terms(docs: Iterable[dict], index_path, dense: str = 'all-MiniLM-L6-v2', mode: str = 'single',
+                       sae: Optional[dict] = None, sqrt_tf: bool = False, cache_dir='latent_cache',
+                       max_train_vectors: Optional[int] = 200_000, scale: float = 100., overwrite: bool = False,
+                       text_field: str = 'text', verbose: bool = True, **latent_terms_kwargs):
+    """Corpus -> frozen-model embeddings (cached) -> SAE training -> PISA index, in one call.
+
+    Args:
+        docs: dicts with ``docno`` and ``text_field`` (read once, kept in memory).
+        sae: :class:`~pyterrier_lsr.models.sae.SAEConfig` settings (``d_in`` comes from the dense model).
+        max_train_vectors: the SAE trains on a seeded random sample of at most this many vectors.
+        cache_dir: embeddings are cached here per (model, mode, max_length, corpus); another SAE setting reuses them.
+        latent_terms_kwargs: device, batch_size, max_length, precision for :class:`LatentTerms`.
+
+    Documents are indexed from the cached vectors, without a second transformer pass.
+    Returns ``(latent_terms, index, log)``, ``log`` being the SAE training log.
+    """
+    docs = [(str(doc['docno']), doc[text_field]) for doc in docs]
+    latent_terms = LatentTerms(dense, mode=mode, sqrt_tf=sqrt_tf, **latent_terms_kwargs)
+    model, log, vectors, offsets = train_latent_sae(latent_terms, [text for _, text in docs], sae, cache_dir,
+                                                    max_train_vectors, verbose)
+    latent_terms.set_sae(model)
+    toks = latent_terms.encode_vectors(vectors, offsets)
+    index = SpladeIndexer(index_path, latent_terms, scale=scale, overwrite=overwrite, verbose=verbose).index(
+        {'docno': docno, 'toks': vec} for (docno, _), vec in zip(docs, toks))
+    return latent_terms, index, log
+
+
+def train_latent_sae(latent_terms: LatentTerms, texts: Sequence, sae: Optional[dict] = None, cache_dir='latent_cache',
+                     max_train_vectors: Optional[int] = 200_000, verbose: bool = True):
+    """Stage 1 shared by Latent Terms and SAE-SPLADE: ``latent_terms``'s (frozen) vectors of ``texts`` (cached in
+    ``cache_dir``), then a TopK SAE (``sae``: :class:`~pyterrier_lsr.models.sae.SAEConfig` settings, ``d_in`` from the
+    model) trained on a seeded random sample of at most ``max_train_vectors`` of them.
+
+    Returns ``(sae, log, vectors, offsets)``: the trained SAE, its training log and the cached vectors (see
+    :meth:`LatentTerms.embed`).
+    """
+    vectors, offsets = cached_embeddings(latent_terms, texts, cache_dir, verbose)
+    config = SAEConfig(d_in=latent_terms.features.dim, **(sae or {}))
+    train = vectors
+    if max_train_vectors is not None and len(vectors) > max_train_vectors:
+        rows = np.random.default_rng(config.seed).choice(len(vectors), max_train_vectors, replace=False)
+        train = vectors[np.sort(rows)]
+    model, log = train_sae(train, config, device=latent_terms.device, verbose=verbose)
+    return model, log, vectors, offsets
+
+
+def train_token_sae(backbone: str, texts: Sequence, sae: Optional[dict] = None, cache_dir='sae_splade_cache',
+                    max_train_vectors: Optional[int] = 200_000, verbose: bool = True, **latent_terms_kwargs):
+    """Stage 1: a TopK SAE on ``backbone``'s frozen, L2-normalised token states of ``texts`` (cached in
+    ``cache_dir``; a seeded sample of at most ``max_train_vectors`` trains it).  ``sae``: :class:`SAEConfig` settings
+    (``n_latents``, ``k``, ``k_aux``, ``aux_coef``, ``epochs``...; ``d_in`` comes from the backbone);
+    ``latent_terms_kwargs``: device, batch_size, max_length, precision of the extraction.  Returns ``(sae, log)``."""
+    features = LatentTerms(backbone, mode='multi', **latent_terms_kwargs)
+    model, log, _, _ = train_latent_sae(features, texts, sae, cache_dir, max_train_vectors, verbose)
+    return model, log

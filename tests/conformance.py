@@ -1,0 +1,143 @@
+"""The behaviour every public PyTerrier transformer of pyterrier-lsr guarantees (in the spirit of pyterrier_dr's
+``_base_test``): ``check_transformer(transformer, inputs_kind)`` runs them all and fails naming the broken one.
+
+Guarantees checked:
+
+* a frame of ``inputs_kind`` keeps its rows and columns and gains the output columns; ``pt.inspect`` reports the
+  input and output columns the transformer really has;
+* an empty frame gives an empty frame with the same output columns;
+* a missing input column raises ``pyterrier.validate.InputValidationError``;
+* missing values (None, NaN, pd.NA in a ``string`` column) and blank texts give empty vectors (a re-ranker scores
+  them 0); non-``str`` texts (bytes, lists, numbers) raise ``TypeError``; for vector inputs, a non-dict vector raises
+  ``TypeError`` and a NaN weight ``ValueError``;
+* non-ASCII texts encode, and texts of control characters only encode like ``''``; every output weight or score is a
+  finite float;
+* 4 threads calling the same transformer give exactly the sequential results.
+
+A new transformer (index retrievers included) gets a line in ``test_conformance.py``; add a kind to ``KINDS`` if its
+input is new.
+"""
+import math
+from concurrent.futures import ThreadPoolExecutor
+
+import pandas as pd
+import pyterrier as pt
+import pytest
+
+TEXTS = ['nuclear reactor physics', 'electron density in the ionosphere', 'dielectric constant of liquids',
+         'radio wave noise in a transistor amplifier circuit', 'the cat sat on the mat']
+VECTORS = [{'nuclear': 1.5, 'reactor': 0.75, 'physics': 0.25}, {'electron': 2.0, 'density': 0.5},
+           {'dielectric': 1.0}, {'radio': 0.5, 'wave': 0.5, 'noise': 0.1, 'circuit': 1.25}, {}]
+MISSING = [None, float('nan'), '', ' \t\n']
+NOT_TEXT = [b'nuclear physics', ['nuclear', 'physics'], 5]
+NON_ASCII = 'Über die Quantenmechanik: naïve café, 東京 and Ελληνικά'
+CONTROL_ONLY = '\x00\x01\x07\x1b\x7f'
+
+
+# kind -> (input columns, the columns holding the values that are checked, text or vector values)
+KINDS = {
+    'query': (['qid', 'query'], ['query'], 'text'),
+    'doc': (['docno', 'text'], ['text'], 'text'),
+    'result': (['qid', 'query', 'docno', 'text'], ['query', 'text'], 'text'),
+    'toks': (['docno', 'toks'], ['toks'], 'vector'),
+    'query_toks': (['qid', 'query_toks'], ['query_toks'], 'vector'),
+}
+
+
+def _frame(kind: str, values) -> pd.DataFrame:
+    columns, fields, _ = KINDS[kind]
+    n = len(values)
+    frame = pd.DataFrame({'qid': [f'q{i}' for i in range(n)], 'docno': [f'd{i}' for i in range(n)]})
+    for field in fields:
+        frame[field] = pd.Series(list(values), dtype=object)
+    return frame[columns]
+
+
+def _samples(kind: str):
+    return TEXTS if KINDS[kind][2] == 'text' else VECTORS
+
+
+def _empty_output(out: pd.DataFrame, outputs, row: int, what):
+    for column in outputs:
+        value = out[column].iloc[row]
+        if column == 'score':
+            assert value == 0, f'{what}: score {value} for an empty input, expected 0'
+        elif isinstance(value, dict):
+            assert value == {}, f'{what}: {column} = {value} for an empty input, expected {{}}'
+
+
+def _finite_outputs(out: pd.DataFrame, outputs, what):
+    for column in outputs:
+        for value in out[column]:
+            if isinstance(value, dict):
+                assert all(isinstance(t, str) for t in value), f'{what}: non-str terms in {column}'
+                assert all(isinstance(w, float) and math.isfinite(w) for w in value.values()), \
+                    f'{what}: non-finite or non-float weights in {column}: {value}'
+            elif column == 'score':
+                assert math.isfinite(value), f'{what}: score {value}'
+
+
+def check_transformer(transformer: pt.Transformer, inputs_kind: str, threads: int = 4, calls: int = 10):
+    """Runs every guarantee of the module docs on ``transformer``, fed frames of ``inputs_kind`` (a key of
+    :data:`KINDS`); ``calls`` single-row calls per thread in the thread check."""
+    columns, fields, values = KINDS[inputs_kind]
+    name = repr(transformer)
+    frame = _frame(inputs_kind, _samples(inputs_kind))
+
+    # a normal frame: rows and input columns kept, output columns added (vector transformers may rewrite their input)
+    out = transformer(frame)
+    outputs = [c for c in out.columns if c not in frame.columns] or (fields if values == 'vector' else [])
+    assert outputs, f'{name} added no column'
+    assert len(out) == len(frame), f'{name} returned {len(out)} rows for {len(frame)}'
+    kept = [c for c in columns if c not in outputs]
+    pd.testing.assert_frame_equal(out[kept].reset_index(drop=True), frame[kept], obj=f'{name} input columns')
+    _finite_outputs(out, outputs, name)
+
+    # pt.inspect sees the real columns
+    inputs = pt.inspect.transformer_inputs(transformer)
+    assert any(set(spec) <= set(columns) for spec in inputs), f'{name}: pt.inspect inputs {inputs} vs {columns}'
+    assert pt.inspect.transformer_outputs(transformer, columns) == list(out.columns), f'{name}: pt.inspect outputs'
+
+    # an empty frame keeps the output columns
+    empty = transformer(frame.iloc[:0])
+    assert len(empty) == 0 and list(empty.columns) == list(out.columns), \
+        f'{name}: empty frame gave columns {list(empty.columns)}, expected {list(out.columns)}'
+
+    # a missing input column is a validation error naming it
+    for field in fields:
+        with pytest.raises(pt.validate.InputValidationError):
+            transformer(frame.drop(columns=[field]))
+
+    # missing values and wrong types, in each value column, at row 1 of 3
+    for field in fields:
+        def with_value(value, dtype=object):
+            changed = _frame(inputs_kind, _samples(inputs_kind)[:3])
+            changed[field] = pd.Series([changed[field][0], value, changed[field][2]], dtype=dtype)
+            return changed
+        for missing in MISSING[:2] + (MISSING[2:] if values == 'text' else []):
+            _empty_output(transformer(with_value(missing)), outputs, 1, f'{name} given {field}={missing!r}')
+        if values == 'text':
+            _empty_output(transformer(with_value(pd.NA, 'string')), outputs, 1, f'{name} given {field}=pd.NA')
+            for wrong in NOT_TEXT:
+                with pytest.raises(TypeError):
+                    transformer(with_value(wrong))
+            _finite_outputs(transformer(with_value(NON_ASCII)), outputs, f'{name} given non-ASCII text')
+            control, blank = transformer(with_value(CONTROL_ONLY)), transformer(with_value(''))
+            for column in outputs:
+                assert control[column].iloc[1] == blank[column].iloc[1], \
+                    f"{name}: a control-character text gives {column}={control[column].iloc[1]}, unlike ''"
+        else:
+            for wrong in ['nuclear physics', 5]:
+                with pytest.raises(TypeError):
+                    transformer(with_value(wrong))
+            with pytest.raises(ValueError, match='nuclear'):
+                transformer(with_value({'nuclear': float('nan')}))
+
+    # threads: the same single-row calls from 4 threads give the sequential results exactly
+    rows = [frame.iloc[[i % len(frame)]].reset_index(drop=True) for i in range(calls)]
+    expected = [transformer(row) for row in rows]
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(lambda _: [transformer(row) for row in rows], range(threads)))
+    for result in results:
+        for got, want in zip(result, expected):
+            pd.testing.assert_frame_equal(got, want, obj=f'{name} from {threads} threads')

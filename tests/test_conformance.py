@@ -1,0 +1,52 @@
+"""Every public transformer that can be built from the offline models passes :func:`conformance.check_transformer`."""
+import pytest
+from conformance import TEXTS, check_transformer
+
+from pyterrier_lsr import (IDFQueryEncoder, InferenceFreeSplade, Prune, SaeSplade, SaeSpladeModel, Splade,
+                           StaticQueryEncoder)
+from pyterrier_lsr.latent_terms import LatentTerms
+from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
+from pyterrier_lsr.models.sae_splade import structural_token_ids
+
+
+def idf(splade):
+    return IDFQueryEncoder.from_corpus(splade.tokenizer, TEXTS * 2 + ['nuclear physics'])
+
+
+def sae_splade(tiny):
+    mlm, tokenizer = tiny[0].mlm, tiny[1]
+    sae = SparseAutoencoder(SAEConfig(d_in=32, n_latents=64, k=4, seed=1))
+    return SaeSplade(SaeSpladeModel(mlm.bert, sae, structural_token_ids(tokenizer)), tokenizer, batch_size=2)
+
+
+def latent_terms():
+    return LatentTerms('all-MiniLM-L6-v2', SparseAutoencoder(SAEConfig(d_in=384, n_latents=64, k=4, seed=1)),
+                       mode='multi', batch_size=2)
+
+
+CASES = {  # name -> (fixtures, factory, inputs kind)
+    'splade.doc_encoder': ('splade', lambda s: s.doc_encoder(), 'doc'),
+    'splade.query_encoder': ('splade', lambda s: s.query_encoder(), 'query'),
+    'splade.scorer': ('splade', lambda s: s.scorer(), 'result'),
+    'random BERT Splade.doc_encoder': ('tiny', lambda t: Splade(*t, batch_size=2).doc_encoder(), 'doc'),
+    'IDFQueryEncoder': ('splade', idf, 'query'),
+    'StaticQueryEncoder.binary': ('splade', lambda s: StaticQueryEncoder.binary(s.tokenizer), 'query'),
+    'InferenceFreeSplade.query_encoder':
+        ('splade', lambda s: InferenceFreeSplade(s.model, s.tokenizer, idf(s)).query_encoder(), 'query'),
+    'InferenceFreeSplade.doc_encoder':
+        ('splade', lambda s: InferenceFreeSplade(s.model, s.tokenizer, idf(s)).doc_encoder(), 'doc'),
+    'Prune toks': (None, lambda: Prune(top_n=2), 'toks'),
+    'Prune query_toks': (None, lambda: Prune(ratio=0.5, threshold=0.2, fields=['query_toks']), 'query_toks'),
+    'query_encoder >> Prune': ('splade', lambda s: s.query_encoder() >> Prune(top_n=3), 'query'),
+    'SaeSplade.doc_encoder': ('tiny', lambda t: sae_splade(t).doc_encoder(), 'doc'),
+    'SaeSplade.query_encoder': ('tiny', lambda t: sae_splade(t).query_encoder(), 'query'),
+    'LatentTerms.doc_encoder': (None, lambda: latent_terms().doc_encoder(), 'doc'),
+    'LatentTerms.query_encoder': (None, lambda: latent_terms().query_encoder(), 'query'),
+}
+
+
+@pytest.mark.parametrize('case', list(CASES))
+def test_conformance(case, request):
+    fixture, factory, kind = CASES[case]
+    transformer = factory(request.getfixturevalue(fixture)) if fixture else factory()
+    check_transformer(transformer, kind)

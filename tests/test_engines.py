@@ -1,0 +1,175 @@
+"""BMP and Seismic next to PISA on one small real index (200 Vaswani documents encoded by the offline SPLADE-tiny)."""
+import sys
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pyterrier_lsr import LsrIndex, SpladeIndexer, quantize
+from pyterrier_lsr.index import VectorStore, VectorWriter, get_engine
+from pyterrier_lsr.index.engines.glue import require
+
+NUM_DOCS = 200
+
+
+@pytest.fixture(scope='module')
+def engine_docs(vaswani_docs):
+    return [dict(d) for d in vaswani_docs[:NUM_DOCS]] + [{'docno': 'blank', 'text': ''}]
+
+
+@pytest.fixture(scope='module')
+def engine_index(splade, engine_docs, tmp_path_factory):
+    return SpladeIndexer(tmp_path_factory.mktemp('engines') / 'e.lsr', splade, verbose=False,
+                         engines=('pisa', 'bmp', 'seismic')).index(engine_docs)
+
+
+@pytest.fixture(scope='module')
+def queries(splade, vaswani):
+    return splade.query_encoder()(vaswani.get_topics().head(60))  # enough for Seismic to reorder a batch
+
+
+def top(results, qid, n=10):
+    got = results[results.qid == qid].sort_values('rank')
+    return list(got.docno[:n]), list(got.score[:n])
+
+
+def test_seismic_exact_is_pisa(engine_index, queries):
+    pisa = engine_index.toks_retriever(num_results=10)(queries)
+    seismic = engine_index.toks_retriever(num_results=10, engine='seismic', exact=True)(queries)
+    assert list(seismic.columns) == list(pisa.columns)
+    for qid in queries.qid:
+        # Seismic is given PISA's integers, so its scores are PISA's scores (impacts here are far below 2048).
+        assert dict(zip(*top(seismic, qid))) == dict(zip(*top(pisa, qid)))
+
+
+def bmp_brute_force(index, query_toks):
+    """BMP's scores as its module documents them, by brute force: {docno: score in PISA units}."""
+    settings = index.meta['engines']['bmp']
+    factor = settings['impact_factor']
+    vocabulary = index.document_frequencies()
+    query = {t: int(w * index.scale) for t, w in query_toks.items() if int(w * index.scale) > 0 and t in vocabulary}
+    level = np.float32(32) / np.float32(max(query.values()))
+    levels = {t: np.ceil(np.float32(q) * level) for t, q in query.items()}
+    scores = {}
+    for docno, vector in index.vectors():
+        impacts = {t: max(1, np.rint(i * factor)) for t, i in quantize(vector, index.scale).items()}
+        score = sum(levels[t] * impacts[t] for t in query if t in impacts)
+        if score > 0:
+            scores[docno] = float(score / (level * factor))
+    return scores
+
+
+def test_bmp_exact_mode_is_exact_over_its_quantization_and_close_to_pisa(engine_index, queries):
+    pisa = engine_index.toks_retriever(num_results=10)(queries)
+    # Deeper than the number of matching documents: every one must come back (bmp 0.2.8 alone drops the last block).
+    deep = engine_index.toks_retriever(num_results=1000, engine='bmp')(queries)
+    overlaps = []
+    for qid, toks in zip(queries.qid, queries.query_toks):
+        brute = bmp_brute_force(engine_index, toks)
+        got = deep[deep.qid == qid]
+        assert set(got.docno) == set(brute)
+        assert dict(zip(got.docno, got.score)) == pytest.approx(brute, rel=1e-5)
+        assert list(got.sort_values('rank').score) == sorted(got.score, reverse=True)
+        docnos, scores = top(deep, qid)
+        pisa_docnos, pisa_scores = top(pisa, qid)
+        overlaps.append(len(set(docnos) & set(pisa_docnos)))
+        # Scores are in PISA's units, up to the 8-bit / 5-bit rounding.
+        assert scores[0] == pytest.approx(pisa_scores[0], rel=0.08)
+    assert np.mean(overlaps) >= 9.5 and min(overlaps) >= 8
+
+
+def test_bmp_top10_equals_its_deep_ranking(engine_index, queries):
+    """k=10 (where BMP prunes with its precomputed 10th impacts) returns the top of the exhaustive ranking."""
+    shallow = engine_index.toks_retriever(num_results=10, engine='bmp')(queries)
+    deep = engine_index.toks_retriever(num_results=1000, engine='bmp')(queries)
+    for qid in queries.qid:
+        assert top(shallow, qid)[1] == pytest.approx(top(deep, qid)[1])
+
+
+def test_approximate_settings_run_and_stay_close(engine_index, queries):
+    pisa = engine_index.toks_retriever(num_results=10)(queries)
+    for engine, params in [('bmp', dict(alpha=0.8, beta=0.8)), ('seismic', dict(query_cut=5, heap_factor=0.7))]:
+        res = engine_index.toks_retriever(num_results=10, engine=engine, **params)(queries)
+        assert res.groupby('qid').size().eq(10).all()
+        recall = np.mean([len(set(top(res, q)[0]) & set(top(pisa, q)[0])) / 10 for q in queries.qid])
+        assert 0.5 <= recall <= 1
+
+
+def test_empty_and_unknown_query_toks(engine_index):
+    inp = pd.DataFrame({'qid': ['empty', 'unknown', 'real'], 'query_toks': [{}, {'zzzz-never-seen': 1.0},
+                                                                            {'reactor': 1.5, 'nuclear': 0.5}]})
+    for engine, params in [('pisa', {}), ('bmp', {}), ('seismic', {}), ('seismic', {'exact': True})]:
+        retriever = engine_index.toks_retriever(num_results=5, engine=engine, **params)
+        res = retriever(inp)
+        assert set(res.qid) == {'real'} and len(res) == 5 and list(res['rank']) == list(range(5)), engine
+        empty = retriever(inp.iloc[:0])
+        assert len(empty) == 0 and {'qid', 'docno', 'score', 'rank'} <= set(empty.columns)
+
+
+def test_threads(engine_index, queries):
+    one = engine_index.toks_retriever(num_results=10, engine='seismic')(queries)
+    two = engine_index.toks_retriever(num_results=10, engine='seismic', threads=2)(queries)
+    pd.testing.assert_frame_equal(one, two)
+    with pytest.raises(ValueError, match='threads=1'):
+        engine_index.toks_retriever(engine='bmp', threads=2)
+    with pytest.raises(ValueError, match='threads'):
+        engine_index.toks_retriever(engine='seismic', threads=0)
+
+
+def test_vectors_round_trip_through_csr(splade, engine_docs, tmp_path):
+    vectors = splade.encode([d['text'] for d in engine_docs[:30]]) + [{}]
+    docnos = [d['docno'] for d in engine_docs[:30]] + ['empty']
+    writer = VectorWriter(tmp_path / 'v', shard_size=7)  # several shards, one ending with the empty vector
+    for docno, vector in zip(docnos, vectors):
+        writer.add(docno, vector)
+    store = writer.close()
+    assert len(store.manifest['shards']) == 5
+    got_docnos, terms, indptr, ids, weights = VectorStore(tmp_path / 'v').to_csr()
+    assert got_docnos == docnos and len(set(terms)) == len(terms)
+    rebuilt = [{terms[t]: w for t, w in zip(ids[a:b], weights[a:b])} for a, b in zip(indptr[:-1], indptr[1:])]
+    expected = [{t: np.float32(w) for t, w in v.items()} for v in vectors]
+    assert rebuilt == expected
+    assert [dict(v) for _, v in store] == expected
+
+
+def test_build_engine_on_existing_index(splade, engine_docs, queries, tmp_path):
+    index = SpladeIndexer(tmp_path / 'p.lsr', splade, verbose=False).index(engine_docs[:60])
+    with pytest.raises(ValueError, match="build_engine\\('bmp'\\)"):
+        index.toks_retriever(engine='bmp')
+    index.build_engine('bmp', block_size=16)
+    reopened = LsrIndex(tmp_path / 'p.lsr')
+    assert reopened.meta['engines']['bmp']['block_size'] == 16 and 'bmp/index.bmp' in reopened.meta['files']
+    res = reopened.toks_retriever(num_results=5, engine='bmp')(queries)
+    assert len(res) > 0 and set(res.docno) <= {d['docno'] for d in engine_docs[:60]}
+    with pytest.raises(FileExistsError, match='overwrite'):
+        index.build_engine('bmp')
+    index.build_engine('bmp', overwrite=True, block_size=8).build_engine('seismic', n_postings=50)
+    reopened = LsrIndex(tmp_path / 'p.lsr')
+    assert reopened.meta['engines']['bmp']['block_size'] == 8 and set(reopened.meta['engines']) == {
+        'pisa', 'bmp', 'seismic'}
+    with pytest.raises(ValueError, match='block_size'):
+        index.build_engine('bmp', overwrite=True, block_size=300)
+    assert LsrIndex(tmp_path / 'p.lsr').meta['engines']['bmp']['block_size'] == 8  # a failed rebuild changes nothing
+
+
+def test_unknown_and_missing_engines(engine_index, monkeypatch):
+    with pytest.raises(ValueError, match='unknown engine'):
+        get_engine('faiss')
+    with pytest.raises(ImportError, match=r'pyterrier-lsr\[engines\]'):
+        require('a_module_that_is_not_installed', 'some-package')
+    monkeypatch.setitem(sys.modules, 'bmp', None)  # as if bmp were not installed
+    with pytest.raises(ImportError, match=r'pyterrier-lsr\[engines\].*bmp'):
+        engine_index.toks_retriever(engine='bmp')
+
+
+def test_report_engine_columns(engine_index, queries):
+    from pyterrier_lsr.report import engine_costs, engine_footprint
+    sizes = {name: engine_footprint(engine_index.path, name)['engine_mb'] for name in ('pisa', 'bmp', 'seismic')}
+    files = engine_index.meta['files']
+    assert sizes['bmp'] * 2 ** 20 == sum(size for name, size in files.items() if name.startswith('bmp/'))
+    vectors = sum(size for name, size in files.items() if name.startswith('vectors/'))
+    assert all(mb > 0 for mb in sizes.values()) and sizes['pisa'] * 2 ** 20 < sum(files.values()) - vectors
+    costs, results = engine_costs(engine_index, 'seismic', queries.head(5), num_results=10, query_cut=5)
+    assert costs['engine'] == 'seismic' and costs['engine_build_s'] > 0
+    assert 0 < costs['ms_median'] <= costs['ms_p99'] and costs['ms_batch'] > 0
+    assert results.groupby('qid').size().eq(10).all() and set(results.qid) == set(queries.qid[:5])

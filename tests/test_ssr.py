@@ -1,0 +1,218 @@
+"""Multi-vector encoder, exact MaxSim, the k-means baseline and SSR (models/multivector.py, multivector.py, ssr.py)."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+import torch
+
+from pyterrier_lsr import LsrIndex, SpladeIndexer, load_model
+from pyterrier_lsr.models.multivector import MultiVectorModel, maxsim, maxsim_infonce
+from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
+from pyterrier_lsr.multivector import MaxSimIndex, MultiVector, maxsim_rows
+from pyterrier_lsr.ssr import SSR, pool_codes, train_ssr_sae
+
+SHORT_DOCS = [
+    'the nuclear reactor physics', 'electron density in the ionosphere', 'transistor amplifier circuit noise',
+    'dielectric constant of liquids', 'radio wave measurement', 'the cat sat on the dog', 'noise in radio circuit',
+    'ionosphere electron measurement', 'reactor noise and physics', 'liquids with a dielectric constant',
+]
+
+
+@pytest.fixture
+def tiny_mv(tiny):
+    """A MultiVector over a tiny random BERT (the conftest vocabulary), 2-d embeddings."""
+    from transformers import BertConfig, BertModel
+    _, tokenizer = tiny
+    torch.manual_seed(0)
+    backbone = BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
+                                    num_attention_heads=4, intermediate_size=64, max_position_embeddings=128))
+    model = MultiVectorModel(backbone, dim=2, skip_ids=[tokenizer.cls_token_id, tokenizer.sep_token_id])
+    return MultiVector(model, tokenizer, device='cpu', batch_size=4)
+
+
+@pytest.fixture(scope='module')
+def minilm():
+    return MultiVector.from_backbone('all-MiniLM-L6-v2', device='cpu', batch_size=16)
+
+
+def test_maxsim_hand_computed():
+    q = torch.tensor([[[1., 0.], [0., 1.], [1., 0.]]])          # third query token masked
+    q_mask = torch.tensor([[True, True, False]])
+    d = torch.tensor([[[1., 0.], [.6, .8], [0., 0.]],
+                      [[0., 1.], [1., 0.], [0., 0.]],            # second token masked: its 1.0 for q1 must not count
+                      [[1., 0.], [0., 1.], [0., 0.]]])           # no scored token at all
+    d_mask = torch.tensor([[True, True, False], [True, False, False], [False, False, False]])
+    scores = maxsim(q, q_mask, d, d_mask)
+    # doc 0: q1 -> max(1, .6) = 1, q2 -> max(0, .8) = .8; doc 1: q1 -> 0, q2 -> 1; doc 2: 0.
+    assert torch.allclose(scores, torch.tensor([[1.8, 1.0, 0.0]]))
+    rows = torch.tensor([[1., 0.], [.6, .8], [0., 1.]])
+    assert torch.allclose(maxsim_rows(q[0, :2], rows, torch.tensor([2, 1, 0])), torch.tensor([1.8, 1.0, 0.0]))
+
+
+def test_maxsim_infonce_targets_positive_first():
+    q = torch.tensor([[[1., 0.]], [[0., 1.]]])
+    d = torch.tensor([[[1., 0.]], [[0., 1.]], [[0., 1.]], [[1., 0.]]])  # query b's positive is doc 2b
+    mask_q, mask_d = torch.ones(2, 1, dtype=torch.bool), torch.ones(4, 1, dtype=torch.bool)
+    good = maxsim_infonce(q, mask_q, d, mask_d, candidates=2, temperature=.1)
+    bad = maxsim_infonce(q, mask_q, d[[1, 0, 3, 2]], mask_d, candidates=2, temperature=.1)
+    # positives score 1, each query has one other doc at 1 and two at 0: -log(e^10 / (2 e^10 + 2))
+    assert good.item() == pytest.approx(-np.log(np.exp(10) / (2 * np.exp(10) + 2)), rel=1e-4)
+    # each positive now scores 0 against two documents at 1: -log(1 / (2 e^10 + 2))
+    assert bad.item() == pytest.approx(np.log(2 * np.exp(10) + 2), rel=1e-4)
+
+
+def test_pool_codes_max_and_sum():
+    indices = torch.tensor([[0, 2], [2, 1], [3, 0]])
+    values = torch.tensor([[.5, .25], [.75, .0], [1., .125]])
+    owner = torch.tensor([0, 0, 1])
+    expected_max = torch.tensor([[.5, 0., .75, 0.], [.125, 0., 0., 1.]])
+    expected_sum = torch.tensor([[.5, 0., 1., 0.], [.125, 0., 0., 1.]])
+    assert torch.equal(pool_codes(indices, values, owner, 2, 4, 'max'), expected_max)
+    assert torch.equal(pool_codes(indices, values, owner, 2, 4, 'sum'), expected_sum)
+    with pytest.raises(ValueError):
+        pool_codes(indices, values, owner, 2, 4, 'mean')
+
+
+def _hand_sae():
+    """2-d inputs, 4 latents reading +x, +y, -x, -y, k = 1: a token's code is its largest signed coordinate."""
+    sae = SparseAutoencoder(SAEConfig(d_in=2, n_latents=4, k=1))
+    with torch.no_grad():
+        sae.W_enc.copy_(torch.tensor([[1., 0., -1., 0.], [0., 1., 0., -1.]]))
+        sae.b_enc.zero_()
+        sae.b_dec.zero_()
+    return sae
+
+
+def test_ssr_postings_rule(tiny_mv):
+    ssr = SSR(tiny_mv, _hand_sae())
+    vectors = np.array([[1., 0.], [.6, .8], [.8, .6], [0., -1.]], dtype=np.float32)
+    offsets = np.array([0, 3, 3, 4])  # doc 0: three tokens, doc 1: none, doc 2: one
+    docs = ssr.encode_vectors(vectors, offsets)
+    queries = ssr.encode_vectors(vectors, offsets, query=True)
+    # codes: token 0 -> l0 1.0, token 1 -> l1 .8, token 2 -> l0 .8, token 3 -> l3 1.0
+    assert docs == [pytest.approx({'l0': 1.0, 'l1': .8}), {}, pytest.approx({'l3': 1.0})]
+    assert queries == [pytest.approx({'l0': 1.8, 'l1': .8}), {}, pytest.approx({'l3': 1.0})]
+    with pytest.raises(ValueError):
+        SSR(tiny_mv, _hand_sae(), doc_pooling='mean')
+    with pytest.raises(ValueError):
+        SSR(tiny_mv, SparseAutoencoder(SAEConfig(d_in=3, n_latents=4, k=1)))
+
+
+def test_embed_masks_and_blank_texts(tiny_mv):
+    texts = ['the cat sat', None, '  ', 'radio wave noise circuit']
+    vectors, offsets = tiny_mv.embed(texts)
+    counts = np.diff(offsets).tolist()
+    # [CLS]/[SEP] are not scored; blank texts have no rows
+    assert counts == [3, 0, 0, 4]
+    assert np.allclose(np.linalg.norm(vectors, axis=1), 1, atol=1e-5)
+    alone, _ = tiny_mv.embed(['radio wave noise circuit'])
+    assert np.allclose(alone, vectors[3:], atol=1e-5)  # independent of the batch's other texts
+    empty, offsets = tiny_mv.embed([])
+    assert empty.shape == (0, 2) and offsets.tolist() == [0]
+
+
+def test_multivector_save_load_round_trip(tiny_mv, tmp_path):
+    tiny_mv.save_pretrained(tmp_path / 'mv')
+    settings = json.loads((tmp_path / 'mv' / 'multivector.json').read_text())
+    assert settings['kind'] == 'multivector' and settings['dim'] == 2
+    assert (tmp_path / 'mv' / 'projection.safetensors').exists() and (tmp_path / 'mv' / 'config.json').exists()
+    assert not list((tmp_path / 'mv').glob('*.bin')) and not list((tmp_path / 'mv').glob('*.pt'))
+    loaded = MultiVector.from_pretrained(tmp_path / 'mv', device='cpu')
+    texts = ['the cat sat on the dog', 'electron density']
+    assert np.allclose(loaded.embed(texts)[0], tiny_mv.embed(texts)[0], atol=1e-6)
+
+
+def test_train_projection_only(tiny_mv, tmp_path):
+    from pyterrier_lsr.train import Example, TrainConfig
+    from pyterrier_lsr.train.multivector import train_multivector
+    examples = [Example(d.split()[-1], d, [SHORT_DOCS[(i + 5) % len(SHORT_DOCS)]]) for i, d in enumerate(SHORT_DOCS)]
+    model = tiny_mv.model
+    before_proj = model.projection.weight.detach().clone()
+    before_backbone = [p.detach().clone() for p in model.backbone.parameters()]
+    log = train_multivector(model, tiny_mv.tokenizer, examples, tmp_path / 'run',
+                            TrainConfig(steps=3, batch_size=4, lr=1e-2, warmup_steps=1, log_every=1),
+                            train_backbone=False, verbose=False)
+    assert [row['step'] for row in log] == [1, 2, 3] and all(np.isfinite(row['loss']) for row in log)
+    assert not torch.equal(model.projection.weight, before_proj)
+    assert all(torch.equal(p, b) for p, b in zip(model.backbone.parameters(), before_backbone))
+    assert all(p.requires_grad for p in model.backbone.parameters())  # restored after training
+    assert (tmp_path / 'run' / 'checkpoint-3' / 'projection.safetensors').exists()
+
+
+def test_maxsim_store_retriever_scorer_and_ivf(minilm, tmp_path):
+    docs = [{'docno': f'd{i}', 'text': t} for i, t in enumerate(SHORT_DOCS)]
+    store = minilm.indexer(tmp_path / 'store', verbose=False).index(docs)
+    assert store.num_docs() == len(docs) and store.meta['num_tokens'] == store.vectors.shape[0]
+    topics = pd.DataFrame({'qid': ['1', '2'], 'query': [SHORT_DOCS[1], SHORT_DOCS[4]]})
+    res = store.retriever(num_results=5)(topics)
+    assert len(res) == 10 and {'qid', 'query', 'docno', 'score', 'rank'} <= set(res.columns)
+    # a short document queried by its own text matches every token exactly: MaxSim = number of its tokens
+    top = res[res['rank'] == 0].set_index('qid')
+    assert top.loc['1', 'docno'] == 'd1' and top.loc['2', 'docno'] == 'd4'
+    q_vectors, q_offsets = minilm.embed([SHORT_DOCS[1]], query=True)
+    assert top.loc['1', 'score'] == pytest.approx(q_offsets[-1], abs=1e-3)
+
+    # the stored-vector scorer and the text scorer agree with the retriever's scores
+    rescored = store.scorer()(res[['qid', 'query', 'docno']])
+    texts = dict(zip([d['docno'] for d in docs], SHORT_DOCS))
+    by_text = minilm.scorer()(res[['qid', 'query', 'docno']].assign(text=res['docno'].map(texts)))
+    for frame in (rescored, by_text):
+        merged = res.merge(frame, on=['qid', 'docno'], suffixes=('', '_2'))
+        assert np.allclose(merged['score'], merged['score_2'], atol=2e-3)  # fp16 storage
+
+    # probing every cell and keeping every candidate reproduces exact search
+    assert store.build_ivf(n_centroids=4)['n_centroids'] == 4
+    ivf = store.ivf_retriever(ncells=4, ndocs=100, num_results=5)(topics)
+    assert ivf[['qid', 'docno']].values.tolist() == res[['qid', 'docno']].values.tolist()
+    narrow = store.ivf_retriever(ncells=1, ndocs=2, num_results=5)(topics)
+    assert narrow.groupby('qid').size().max() <= 2
+
+    empty = store.retriever()(topics.iloc[:0])
+    assert len(empty) == 0 and {'docno', 'score', 'rank'} <= set(empty.columns)
+    with pytest.raises(FileExistsError):
+        minilm.indexer(tmp_path / 'store', verbose=False).index(docs)
+    reopened = MaxSimIndex(tmp_path / 'store', minilm)
+    assert reopened.docnos == store.docnos
+
+
+def test_ssr_end_to_end_and_round_trip(minilm, vaswani_docs, tmp_path):
+    docs = vaswani_docs[:30]
+    vectors, offsets = minilm.embed([d['text'] for d in docs])
+    sae, log = train_ssr_sae(vectors, {'n_latents': 256, 'k': 8, 'epochs': 5, 'batch_size': 256}, verbose=False)
+    assert log[-1]['l0'] == 8
+    ssr = SSR(minilm, sae)
+    index = SpladeIndexer(tmp_path / 'ssr.lsr', ssr, verbose=False).index(docs)
+    assert index.num_docs() == 30
+    doc_toks = ssr.encode([d['text'] for d in docs])
+    assert doc_toks == [pytest.approx(t, abs=1e-5) for t in ssr.encode_vectors(vectors, offsets)]
+    # documents hold at most k latents per token, pooled by max
+    assert all(0 < len(t) <= 8 * (offsets[i + 1] - offsets[i]) for i, t in enumerate(doc_toks))
+
+    topics = pd.DataFrame({'qid': ['1', '2'], 'query': [docs[3]['text'][:80], 'electron density of the ionosphere']})
+    res = index.retriever(num_results=10)(topics)
+    assert len(res) == 20
+    # PISA's scores are the dot products of the quantized query and document vectors
+    queries = dict(zip(topics['qid'], ssr.encode(topics['query'].tolist(), query=True)))
+    by_docno = {d['docno']: t for d, t in zip(docs, doc_toks)}
+    for row in res.itertuples():
+        expected = sum(int(w * 100) * int(by_docno[row.docno].get(t, 0) * 100) for t, w in queries[row.qid].items())
+        assert row.score == pytest.approx(expected, abs=1)
+
+    store = MaxSimIndex.write(tmp_path / 'store', [d['docno'] for d in docs], vectors, offsets, minilm)
+    reranked = ssr.reranked(index, store, depth=5)(topics)
+    assert reranked.groupby('qid').size().tolist() == [5, 5]
+    first = reranked[reranked['qid'] == '1']
+    assert set(first['docno']) == set(res[(res['qid'] == '1') & (res['rank'] < 5)]['docno'])
+    q = torch.from_numpy(minilm.embed([topics['query'][0]], query=True)[0])
+    exact = store.score_docs(q, np.array([store.docids[d] for d in first['docno']])).numpy()
+    assert np.allclose(first['score'], exact, atol=1e-4)
+
+    ssr.save_pretrained(tmp_path / 'model')
+    assert json.loads((tmp_path / 'model' / 'config.json').read_text())['lsr']['doc_pooling'] == 'max'
+    loaded = load_model(tmp_path / 'model', device='cpu')
+    assert isinstance(loaded, SSR)
+    assert loaded.encode(topics['query'].tolist(), query=True) == [pytest.approx(t, abs=1e-5) for t in queries.values()]
+    # The index reopened alone reloads its stored copy of the model and retrieves the same.
+    assert LsrIndex(index.path).retriever(num_results=10)(topics)[['qid', 'docno']].values.tolist() == \
+        res[['qid', 'docno']].values.tolist()
