@@ -121,7 +121,10 @@ def main(argv=None):
     rep.add_argument('--model', required=True)
     rep.add_argument('texts', nargs='+')
     _domain_adapt_parser(sub)
-    report = sub.add_parser('report', help='effectiveness vs cost report from a YAML config (see examples/)')
+    from .report import config_help
+
+    report = sub.add_parser('report', help='effectiveness vs cost report from a YAML config (see examples/)',
+                            epilog=config_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     report.add_argument('config')
     args = parser.parse_args(argv)
 

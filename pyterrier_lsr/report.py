@@ -237,6 +237,22 @@ DEFAULT_MEASURES = ['nDCG@10', 'AP', 'R@100']
 TYPE_NAMES = {str: 'a string', list: 'a list', dict: 'a mapping', int: 'an integer', float: 'a number'}
 
 
+def config_help() -> str:
+    """Every config key, for ``pyterrier-lsr report --help`` (built from the same tables the validation uses)."""
+
+    def keys(spec: Dict[str, tuple]) -> str:
+        return ', '.join(f'{k}{"" if required else "?"} ({TYPE_NAMES[kind]})' for k, (required, kind) in spec.items())
+
+    return '\n'.join([
+        'config keys (? = optional):',
+        f'  top level: {keys(TOP_KEYS)}',
+        f'  systems[i]: {keys(SYSTEM_KEYS)}; type is one of {", ".join(sorted(TYPES))}',
+        f'  systems[i].levels[j]: {keys(LEVEL_KEYS)}',
+        f'  doc_pruning / query_pruning: {keys(PRUNING_KEYS)}',
+        'paths are relative to the config file; output and workdir must stay inside its folder.',
+    ])
+
+
 class ConfigError(ValueError):
     """An invalid report config; the message is one line naming the key."""
 

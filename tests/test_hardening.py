@@ -282,6 +282,16 @@ def test_report_paths_are_relative_to_the_config_file(tmp_path, monkeypatch):
     assert config['workdir'] == str(tmp_path / 'sub' / 'idx')
 
 
+def test_report_help_lists_every_key(capsys):
+    from pyterrier_lsr.cli import main
+    from pyterrier_lsr.report import LEVEL_KEYS, PRUNING_KEYS, SYSTEM_KEYS, TOP_KEYS
+    with pytest.raises(SystemExit):
+        main(['report', '--help'])
+    out = capsys.readouterr().out
+    for key in [*TOP_KEYS, *SYSTEM_KEYS, *LEVEL_KEYS, *PRUNING_KEYS]:
+        assert f'{key}' in out, key
+
+
 def test_report_cli_prints_one_line_error(tmp_path, capsys):
     from pyterrier_lsr.cli import main
     (tmp_path / 'c.yaml').write_text(BASE % ', levels: 5')
