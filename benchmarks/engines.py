@@ -195,6 +195,8 @@ def run_synthetic(args, model, collections, workdir, base, queries):
 def run_bm25(args, collections, workdir, queries):
     """PISA BM25 on a synthetic text corpus of the largest size (the moonshot reference)."""
     import pyterrier_pisa
+
+    from pyterrier_lsr.report import query_times
     texts = [d['text'].split() for c in collections.values() for d in c.corpus]
     size = max(args.sizes)
     path = workdir / f'synthetic-text-{size}.pisa'
@@ -213,12 +215,7 @@ def run_bm25(args, collections, workdir, queries):
     rows = []
     for algorithm in ('maxscore', 'block_max_wand'):
         retriever = index.bm25(num_results=100, threads=1, query_algorithm=algorithm)
-        retriever(queries.iloc[:1])
-        times = []
-        for i in range(len(queries)):
-            start = time.perf_counter()
-            retriever(queries.iloc[[i]])
-            times.append((time.perf_counter() - start) * 1e3)
+        times = query_times(retriever, queries)
         start = time.perf_counter()
         retriever(queries[['qid', 'query']])
         batch = (time.perf_counter() - start) * 1e3 / len(queries)

@@ -74,15 +74,20 @@ class System:
 COST_COLUMNS = ('ms_mean', 'ms_median', 'ms_p95', 'query_nnz', 'doc_nnz', 'postings_per_query', 'index_mb')
 
 
-def costs(system: System, topics: pd.DataFrame) -> Dict[str, float]:
-    """Cost columns of one system on ``topics`` (see the module docs)."""
-    pipeline = system.pipeline()
-    pipeline(topics.iloc[:1])  # warm-up: loads the index
+def query_times(pipeline: pt.Transformer, topics: pd.DataFrame) -> List[float]:
+    """Milliseconds of one-query calls of ``pipeline`` over ``topics``, after a warm-up call (which loads indexes)."""
+    pipeline(topics.iloc[:1])
     times = []
     for i in range(len(topics)):
         start = time.perf_counter()
         pipeline(topics.iloc[[i]])
         times.append((time.perf_counter() - start) * 1e3)
+    return times
+
+
+def costs(system: System, topics: pd.DataFrame) -> Dict[str, float]:
+    """Cost columns of one system on ``topics`` (see the module docs)."""
+    times = query_times(system.pipeline(), topics)
     df = posting_lengths(system.index_path)
     queries = system.query_terms(topics)
     num_docs = int(np.fromfile(Path(system.index_path) / 'inv.docs', dtype=np.uint32, count=2)[1])
@@ -125,12 +130,7 @@ def engine_costs(index, engine: str, query_toks: pd.DataFrame, num_results: int 
     ``(costs, results)``, the costs being the engine columns plus ms per query (median and p99 of one-query calls,
     and the mean of one call on every query), the results those of the call on every query."""
     retriever = index.toks_retriever(num_results, engine=engine, **params)
-    retriever(query_toks.iloc[:1])  # warm-up: loads the index
-    times = []
-    for i in range(len(query_toks)):
-        start = time.perf_counter()
-        retriever(query_toks.iloc[[i]])
-        times.append((time.perf_counter() - start) * 1e3)
+    times = query_times(retriever, query_toks)
     start = time.perf_counter()
     results = retriever(query_toks)
     batch = (time.perf_counter() - start) * 1e3 / max(1, len(query_toks))
