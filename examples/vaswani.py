@@ -13,8 +13,9 @@ from pathlib import Path
 import pyterrier as pt
 from pyterrier.measures import AP, RR, R, nDCG
 
-from pyterrier_lsr import IDFQueryEncoder, LsrIndex, Splade, SpladeIndexer
+from pyterrier_lsr import IDFQueryEncoder, LsrIndex, Splade
 from pyterrier_lsr.offline import resolve_model, use_irds_cache
+from pyterrier_lsr.quiet import quiet_native
 
 MEASURES = [nDCG @ 10, AP, R @ 100, RR @ 10, 'mrt']
 
@@ -28,13 +29,13 @@ def experiment(model: str = 'splade-tiny', workdir: str = 'indices', precision: 
 
     bm25_index = pyterrier_pisa.PisaIndex(str(workdir / 'vaswani.pisa'), text_field='text')
     if not bm25_index.built():
-        bm25_index.index(dataset.get_corpus_iter())
+        with quiet_native():  # PISA's log lines and progress fragments
+            bm25_index.index(dataset.get_corpus_iter(verbose=False))
 
     lsr_path = workdir / f'vaswani.{Path(model).name}.lsr'
-    if (lsr_path / 'lsr.json').exists():
-        index = LsrIndex(lsr_path, splade)
-    else:
-        index = SpladeIndexer(lsr_path, splade, overwrite=True).index(dataset.get_corpus_iter())
+    index = LsrIndex(lsr_path, splade)
+    if not index.built():
+        index.index(dataset.get_corpus_iter(verbose=False))  # the index's own bar counts documents/s
 
     idf_index = IDFQueryEncoder.from_index(index)
     idf_corpus = IDFQueryEncoder.from_corpus(

@@ -149,6 +149,16 @@ def test_folder_without_mlm_head_is_refused():
     assert Splade.from_pretrained(resolve_model('all-MiniLM-L6-v2'), new_head=True).model.vocab_size == 30522
 
 
+def test_a_deliberate_new_head_loads_quietly(capfd):
+    from transformers.utils import logging
+    from pyterrier_lsr.models.heads import splade_from_encoder
+    Splade.from_pretrained('all-MiniLM-L6-v2', new_head=True)
+    splade_from_encoder(resolve_model('all-MiniLM-L6-v2'))
+    out, err = capfd.readouterr()
+    assert 'LOAD REPORT' not in out + err and 'Loading weights' not in out + err, out + err
+    assert logging.get_verbosity() == logging.WARNING and logging.is_progress_bar_enabled()  # settings restored
+
+
 def test_folder_without_tokenizer_is_refused(tmp_path):
     for name in ('config.json', 'model.safetensors'):
         shutil.copy(pathlib.Path(resolve_model('splade-tiny')) / name, tmp_path)

@@ -126,3 +126,19 @@ def test_cased_terms_survive_pisa_lowercasing(tmp_path):
     assert dict(zip(res.qid, res.docno)) == {'1': 'lower', '2': 'upper', '3': 'caret', '4': 'caret'}
     assert len({pisa_term(t) for t in ['cd', 'Cd', '^cd', 'cD']}) == 4
     assert index.document_frequencies() == {'cd': 1, 'Cd': 1, '^cd': 1, 'ÉTÉ': 1}
+
+
+def test_progress_bar_counts_whole_encoded_chunks(tmp_path, monkeypatch):
+    # Per-document updates after a chunk was encoded made the first one report a chunk's time per document.
+    import pyterrier_lsr.index.artifact as artifact
+    updates = []
+
+    class Recorder(artifact.tqdm):
+        def update(self, n=1):
+            updates.append(n)
+            return super().update(n)
+
+    monkeypatch.setattr(artifact, 'tqdm', Recorder)
+    docs = [{'docno': f'd{i}', 'toks': {'a': 1.0 + i}} for i in range(12)]
+    index = LsrIndex(tmp_path / 'x.lsr', batch_size=5, verbose=True).index(docs)
+    assert updates == [5, 5, 2] and index.num_docs() == 12

@@ -245,8 +245,8 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         return SpladeIndexer(self.path, model if model is not None else self._model, **kwargs)
 
     def _encoded(self, docs: Iterable[dict]):
-        """``(docno, vector)`` pairs, validated. Documents carrying ``toks`` (encoded upstream) are taken as they
-        are; others are encoded from ``text_field`` in chunks by the index's model."""
+        """Lists of ``(docno, vector)`` pairs, one per chunk, validated. Documents carrying ``toks`` (encoded
+        upstream) are taken as they are; others are encoded from ``text_field`` in chunks by the index's model."""
         for chunk in more_itertools.chunked(docs, self.batch_size):
             encode = 'toks' not in chunk[0] and self._model is not None
             field = self.text_field if encode else 'toks'
@@ -256,21 +256,23 @@ class LsrIndex(pta.Artifact, pt.Indexer):
                     raise KeyError(f'documents must have columns {missing}; got {sorted(doc)}')
             docnos = [check_docno(doc['docno']) for doc in chunk]
             vectors = self._model.encode([doc[field] for doc in chunk]) if encode else [doc['toks'] for doc in chunk]
-            for docno, vector in zip(docnos, vectors):
-                yield docno, check_vector(vector, f'document {docno!r}')
+            yield [(docno, check_vector(vector, f'document {docno!r}')) for docno, vector in zip(docnos, vectors)]
 
     def index(self, it: Iterable[dict]) -> 'LsrIndex':
         """Encodes (with a model) or takes ``toks`` and builds the index atomically; returns ``self``."""
         total = len(it) if hasattr(it, '__len__') else None
         with atomic_folder(self.path, self.overwrite) as tmp:
             writer, df, count = VectorWriter(tmp / VECTORS_FOLDER), Counter(), 0
+            # Advanced once per encoded chunk: per-document updates made the first one report the time of a whole
+            # chunk per document (hours of ETA).
             with tqdm(total=total, desc=f'indexing {self.path.name}', unit='doc', disable=not self.verbose,
                       smoothing=0.1) as pbar:
-                for docno, vector in self._encoded(it):
-                    writer.add(docno, vector)
-                    df.update(quantize(vector, self._scale).keys())
-                    count += 1
-                    pbar.update(1)
+                for chunk in self._encoded(it):
+                    for docno, vector in chunk:
+                        writer.add(docno, vector)
+                        df.update(quantize(vector, self._scale).keys())
+                    count += len(chunk)
+                    pbar.update(len(chunk))
             if count == 0:
                 raise ValueError('cannot index an empty collection')
             if not df:

@@ -11,7 +11,7 @@ import torch
 from torch import nn
 
 from .pooling import max_pooled_logits
-from .splade import SpladeModel
+from .splade import SpladeModel, quiet_loading
 
 # Our "auto" reference: the standard deviation of per-token MLM logits of a BERT-style head. The offline
 # SPLADE-tiny (a BERT MLM head after SPLADE training) measures 2.95 on Vaswani documents.
@@ -92,7 +92,8 @@ def splade_from_encoder(name_or_path: str, special_token_ids=(), **kwargs) -> Sp
     similarity of the contextual state with the term's own input embedding; the output bias starts at 0.
     """
     from transformers import AutoModelForMaskedLM
-    mlm = AutoModelForMaskedLM.from_pretrained(name_or_path, **kwargs)
+    with quiet_loading():  # the head is missing on purpose and initialised below
+        mlm = AutoModelForMaskedLM.from_pretrained(name_or_path, **kwargs)
     mlm.tie_weights()
     with torch.no_grad():
         decoder = mlm.get_output_embeddings()
