@@ -37,6 +37,7 @@ def main():
     p.add_argument('--doc-max-length', type=int, default=96)
     p.add_argument('--in-batch', action=argparse.BooleanOptionalAction, default=True)
     p.add_argument('--seed', type=int, default=0)
+    p.add_argument('--bf16', action='store_true', help='bf16 autocast (fast only on CPUs with AMX/avx512_bf16 or GPUs)')
     p.add_argument('--irds-cache')
     p.add_argument('--output', default='benchmarks/results/capacity_probe.json')
     args = p.parse_args()
@@ -60,7 +61,7 @@ def main():
     config = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_steps=args.steps // 10,
                          lambda_q=1e-3, lambda_d=1e-3, in_batch_negatives=args.in_batch,
                          flops_warmup_steps=args.steps // 3,
-                         doc_max_length=args.doc_max_length, bf16=True, seed=args.seed, log_every=10)
+                         doc_max_length=args.doc_max_length, bf16=args.bf16, seed=args.seed, log_every=10)
     runs = {'cv': [(halves[0], halves[1]), (halves[1], halves[0])], 'fit': [(topics, topics)]}
     results = []
     with tempfile.TemporaryDirectory() as tmp:
@@ -71,7 +72,7 @@ def main():
             for fold, (train_topics, test_topics) in enumerate(runs[mode]):
                 splade = Splade.from_pretrained(resolve_model(args.model))
                 evaluate = experiment_evaluator(splade.tokenizer, corpus, test_topics, qrels, [nDCG @ 10],
-                                                precision='bf16')
+                                                precision='bf16' if args.bf16 else 'fp32')
                 before = evaluate(splade.model)['nDCG@10']
                 examples = from_qrels(train_topics, qrels, texts, retriever, args.negatives, args.depth, args.seed)
                 start = time.time()
