@@ -142,3 +142,12 @@ def test_progress_bar_counts_whole_encoded_chunks(tmp_path, monkeypatch):
     docs = [{'docno': f'd{i}', 'toks': {'a': 1.0 + i}} for i in range(12)]
     index = LsrIndex(tmp_path / 'x.lsr', batch_size=5, verbose=True).index(docs)
     assert updates == [5, 5, 2] and index.num_docs() == 12
+
+
+def test_building_and_querying_print_nothing(tmp_path, capfd):
+    # PISA's C++ log lines and progress fragments go to the file descriptors, past Python's sys.stdout.
+    docs = [{'docno': f'd{i}', 'toks': {'a': 1.0 + i, f't{i}': 2.0}} for i in range(20)]
+    index = LsrIndex(tmp_path / 'x.lsr', verbose=False).index(docs)
+    index.toks_retriever()(pd.DataFrame({'qid': ['q'], 'query_toks': [{'a': 1.0}]}))
+    out, err = capfd.readouterr()
+    assert out == '' and err == '', (out, err)
