@@ -1,10 +1,13 @@
 """Effectiveness-cost reports: pt.Experiment plus retrieval-cost columns, a table and a plot.
 
-Cost columns per system: mean/median/p95 ms per query (each query retrieved on its own), average non-zero terms per
-query and per document, index size on disk, and postings per query: the summed document frequencies of the query's
-terms, i.e. the postings an exhaustive traversal reads (PISA's dynamic pruning reads fewer but cannot count them).
+Cost columns per system: ms per query of query encoding and, separately, of retrieval from encoded queries (median
+and p95 over queries of each query's median over repeated passes; each query on its own), average non-zero terms per
+query and per document, index size on disk (less the model copy), and postings per query: the summed document
+frequencies of the query's terms, i.e. the postings an exhaustive traversal reads (dynamic pruning reads fewer but
+cannot count them); with an engine, its name, size and build time.
 
-``pyterrier-lsr report config.yaml`` runs :func:`run_config`; see ``examples/report_vaswani.yaml``.
+``pyterrier-lsr report config.yaml`` runs :func:`run_config`: document and topic subsets, any model kind or existing
+index, any engine, indexes reused across runs (keyed on the model's content); see ``examples/report_*.yaml``.
 """
 
 import hashlib
@@ -270,7 +273,9 @@ def figure(table: pd.DataFrame, y: str, x: str, title: str = ''):
     ax.set_autoscale_on(False)  # the layout is final: marker distances in pixels are those of the saved figure
     diameter = MARKER_PT * fig.dpi / 72
     for members in _clusters(ax.transData.transform(np.column_stack([xs, ys])), diameter):
-        point, colour = (xs[members[0]], ys[members[0]]), colour_of[groups.iloc[members[0]]]
+        point = (xs[members[0]], ys[members[0]])
+        shared = {colour_of[groups.iloc[m]] for m in members}
+        colour = shared.pop() if len(shared) == 1 else 'grey'  # points of several groups: no group's colour
         ax.plot(*point, marker='o', markersize=MARKER_PT, color=colour, linestyle='none')
         numbers = ','.join(str(m + 1) for m in members)
         if len(members) == 1:
@@ -750,10 +755,11 @@ class _SystemBuilder:
             import pyterrier_pisa
 
             index = pyterrier_pisa.PisaIndex(str(self.workdir / f'bm25.{self.docs_tag}.pisa'), text_field='text')
-            if not index.built():
-                with quiet_native():
+            with quiet_native():  # PISA logs while it indexes and compresses (on first open)
+                if not index.built():
                     index.index(self.corpus())
-            return [System(spec['name'], index.bm25(num_results=self.num_results), str(index.path), stemmer='porter2')]
+                retriever = index.bm25(num_results=self.num_results)
+            return [System(spec['name'], retriever, str(index.path), stemmer='porter2')]
         model = self.models[spec.get('index') or spec['model']]
         if kind == 'idf_queries' and getattr(model, 'kind', None) not in IDF_KINDS:
             raise ConfigError(f'config key {where}.type: idf_queries needs a model whose terms are its tokenizer\'s '

@@ -101,8 +101,9 @@ def test_bad_config_names_the_key(tmp_path, text, key):
         load_config(tmp_path / 'c.yaml')
 
 
-def test_example_config_is_valid():
+@pytest.mark.parametrize('name', ['report_vaswani.yaml', 'report_assignment.yaml'])
+def test_example_configs_are_valid(name):
     from pathlib import Path
 
-    config = load_config(Path(__file__).parents[1] / 'examples' / 'report_vaswani.yaml')
+    config = load_config(Path(__file__).parents[1] / 'examples' / name)
     assert len(config['systems']) >= 4

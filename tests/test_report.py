@@ -179,6 +179,8 @@ def test_plot_numbers_never_overlap(tmp_path):
     assert set(labels) == {'1', '2,3,6', '4', '5'}
     boxes = list(labels.values())
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+    marker_colours = [line.get_color() for line in ax.lines if line.get_marker() == 'o']
+    assert marker_colours.count('grey') == 1  # 2, 3 and 6 belong to three groups
 
 
 @pytest.mark.parametrize('text,key', [
