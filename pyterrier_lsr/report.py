@@ -358,6 +358,7 @@ def config_help() -> str:
     def keys(spec: Dict[str, tuple]) -> str:
         return ', '.join(f'{k}{"" if required else "?"} ({TYPE_NAMES[kind]})' for k, (required, kind) in spec.items())
 
+    params = '; '.join(f'{engine}: {", ".join(engine_parameters(engine))}' for engine in ENGINES)
     return '\n'.join([
         'config keys (? = optional):',
         f'  top level: {keys(TOP_KEYS)}',
@@ -368,7 +369,7 @@ def config_help() -> str:
         f'{", ".join(f"{a}={t}" for a, t in TYPE_ALIASES.items())});',
         '    model: any model folder or offline name (splade, inference-free, sae-splade, latent-terms, ssr);',
         '    index: an existing pyterrier-lsr index folder instead of model (its own model encodes queries);',
-        f'    engine: one of {", ".join(ENGINES)} (default pisa); engine_params: its query parameters',
+        f'    engine: one of {", ".join(ENGINES)} (default pisa); engine_params: its query parameters ({params})',
         f'  systems[i].levels[j]: {keys(LEVEL_KEYS)}',
         f'  doc_pruning / query_pruning: {keys(PRUNING_KEYS)}',
         'paths are relative to the config file; output and workdir must stay inside its folder.',
@@ -598,8 +599,8 @@ def run_config(path) -> pd.DataFrame:
         raise ConfigError(f'config key topics: none of the {len(topics)} topics has a relevant document among '
                           f'{builder.describe_docs()}; choose some that do (e.g. topics: [{", ".join(useful)}]) '
                           'or index more docs')
-    for spec in config['systems']:
-        builder.prepare(spec)
+    for i, spec in enumerate(config['systems']):
+        builder.prepare(spec, f'systems[{i}]')
     systems = [s for i, spec in enumerate(config['systems']) for s in builder.build(spec, f'systems[{i}]')]
     passes = config.get('passes', DEFAULT_PASSES)
     notes = [
@@ -682,14 +683,24 @@ class _SystemBuilder:
             self.keys[name] = f'{_slug(name)}-{model_fingerprint(local_folder(name))[:12]}'
         return self.keys[name]
 
-    def prepare(self, spec: dict):
+    def prepare(self, spec: dict, where: str = 'systems[?]'):
         """Loads a system's model (or opens its index and loads the index's model): everything that can fail on a
         config's content, before anything is built."""
         if 'index' in spec:
             from .index import LsrIndex
 
             index = LsrIndex(spec['index'])
-            self.models.setdefault(spec['index'], index.model())
+            try:
+                self.models.setdefault(spec['index'], index.model())
+            except ValueError as e:  # damaged, another format version, or built from toks without a model
+                raise ConfigError(f'config key {where}.index: {" ".join(str(e).split())}') from None
+            engine = spec.get('engine', 'pisa')
+            unpruned = any(not {**spec.get('doc_pruning', {}), **level.get('doc_pruning', {})}
+                           for level in spec.get('levels') or [{}])
+            if unpruned and engine not in index.meta['engines']:  # the report never writes into a given index
+                raise ConfigError(f'config key {where}.engine: {index.path} has no {engine} engine (built: '
+                                  f'{sorted(index.meta["engines"])}); add it with '
+                                  f'LsrIndex(path).build_engine({engine!r})')
             if self.docs is not None and index.num_docs() != len(self.corpus()):
                 warnings.warn(f'{index.path} holds {index.num_docs()} documents, not the first {self.docs}: the '
                               'config\'s docs applies to the indexes the report builds', stacklevel=2)
@@ -736,15 +747,11 @@ class _SystemBuilder:
             index.index({'docno': docno, 'toks': prune(vec, **doc_pruning)} for docno, vec in base.vectors())
         return index
 
-    def _engine(self, index, spec: dict, engine: str, where: str):
-        """Builds ``engine`` into a report-built index that lacks it; a given index is never written to."""
-        if engine in index.meta['engines']:
-            return
-        if 'index' in spec and Path(spec['index']) == index.path:
-            raise ConfigError(f'config key {where}.engine: {index.path} has no {engine} engine (built: '
-                              f'{sorted(index.meta["engines"])}); add it with LsrIndex(path).build_engine({engine!r})')
-        with quiet_native():
-            index.build_engine(engine)
+    def _engine(self, index, engine: str):
+        """Builds ``engine`` into an index the report built, if it lacks it (:meth:`prepare` checked given indexes)."""
+        if engine not in index.meta['engines']:
+            with quiet_native():
+                index.build_engine(engine)
 
     def build(self, spec: dict, where: str = 'systems[?]') -> List[System]:
         from .pruning import Prune
@@ -772,7 +779,7 @@ class _SystemBuilder:
                 for key in ('doc_pruning', 'query_pruning', 'engine_params')
             }
             index = self._index(spec, settings['doc_pruning'])
-            self._engine(index, spec, engine, where)
+            self._engine(index, engine)
             try:
                 retriever = index.toks_retriever(self.num_results, engine=engine, **settings['engine_params'])
             except (TypeError, ValueError) as e:

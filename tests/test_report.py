@@ -113,6 +113,10 @@ def test_every_model_kind_and_engine(tiny, tmp_path, vaswani_docs):
     (tmp_path / 'c.yaml').write_text(SUBSET + 'systems: [{name: x, index: given.lsr, engine: bmp}]\n')
     with pytest.raises(ConfigError, match=r'systems\[0\].engine: .*has no bmp engine'):
         run_config(tmp_path / 'c.yaml')
+    SpladeIndexer(tmp_path / 'bare.lsr', verbose=False).index([{'docno': 'a', 'toks': {'x': 1.0}}])
+    (tmp_path / 'c.yaml').write_text(SUBSET + 'systems: [{name: x, index: bare.lsr}]\n')
+    with pytest.raises(ConfigError, match=r'systems\[0\].index: .*records no model'):
+        run_config(tmp_path / 'c.yaml')
     (tmp_path / 'c.yaml').write_text(SUBSET + 'systems: [{name: x, type: idf_queries, model: models/lt}]\n')
     with pytest.raises(ConfigError, match=r'systems\[0\].type: idf_queries needs'):
         run_config(tmp_path / 'c.yaml')
