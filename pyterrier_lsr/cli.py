@@ -136,7 +136,7 @@ def main(argv=None):
 
         try:
             table = run_config(args.config)
-        except ConfigError as e:
+        except (ConfigError, FileExistsError) as e:  # a bad key, or a workdir folder the report will not replace
             parser.exit(2, f'pyterrier-lsr report: error: {e}\n')
         print(table.to_string(index=False))
         return

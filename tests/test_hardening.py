@@ -10,7 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
-from pyterrier_lsr import Prune, Splade, SpladeModel, StaticQueryEncoder, encode_texts
+from pyterrier_lsr import Prune, Splade, SpladeModel, StaticQueryEncoder, encode_texts, prune
 from pyterrier_lsr.encoding import MAX_WEIGHT
 from pyterrier_lsr.models.splade import ModelLoadError
 from pyterrier_lsr.offline import resolve_model
@@ -62,16 +62,18 @@ class _Corpus:
         return iter(self.docs)
 
 
-def test_report_cache_is_plain_json_and_never_unpickled(splade, tmp_path):
+def test_report_reads_only_indexes_and_never_unpickles(splade, tmp_path):
+    # The report keeps no encoding cache of its own: a pruned index is made from the unpruned index's stored vectors.
     docs = [{'docno': 'a', 'text': 'nuclear physics'}, {'docno': 'b', 'text': 'electron density'}]
     builder = _SystemBuilder(_Corpus(docs), tmp_path, 10)
     builder.models['splade-tiny'] = splade
     marker = tmp_path / 'ran'
-    (tmp_path / 'splade-tiny.toks.pkl').write_bytes(__import__('pickle').dumps(_Planted(marker)))
-    first = builder._doc_vectors('splade-tiny')
-    rows = [json.loads(line) for line in (tmp_path / 'splade-tiny.toks.jsonl').read_text().splitlines()]
-    assert [(r['docno'], r['toks']) for r in rows] == first == list(zip('ab', splade.encode([d['text'] for d in docs])))
-    assert builder._doc_vectors('splade-tiny') == first and not marker.exists()
+    for name in ('splade-tiny.toks.pkl', 'splade-tiny.toks.jsonl'):  # what older versions and other tools leave
+        (tmp_path / name).write_bytes(__import__('pickle').dumps(_Planted(marker)))
+    pruned = builder._index({'name': 's', 'model': 'splade-tiny'}, {'top_n': 1})
+    assert dict(pruned.vectors()) == {d['docno']: prune(v, top_n=1)
+                                      for d, v in zip(docs, splade.encode([d['text'] for d in docs]))}
+    assert not marker.exists()
 
 
 # --- 6. query weights (idf.json) ----------------------------------------------------------------------------------
@@ -314,11 +316,11 @@ def test_report_cli_prints_one_line_error(tmp_path, capsys):
 def test_report_never_deletes_a_folder_it_did_not_create(splade, tmp_path):
     builder = _SystemBuilder(_Corpus([{'docno': 'a', 'text': 'nuclear physics'}]), tmp_path, 10)
     builder.models['splade-tiny'] = splade
-    mine = tmp_path / 'splade-tiny.full.lsr'
+    mine = tmp_path / f'{builder.model_key("splade-tiny")}.all.lsr'
     mine.mkdir()
     (mine / 'thesis.tex').write_text('years of work')
     with pytest.raises(FileExistsError, match='not a pyterrier-lsr index'):
-        builder._index('splade-tiny', {})
+        builder._index({'name': 's', 'model': 'splade-tiny'}, {})
     assert (mine / 'thesis.tex').read_text() == 'years of work'
 
 
