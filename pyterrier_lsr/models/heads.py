@@ -90,9 +90,12 @@ def splade_from_encoder(name_or_path: str, special_token_ids=(), **kwargs) -> Sp
     Initialization (our choice): the decoder is tied to the input embeddings (transformers' default for BERT-like
     masked LMs); the head's transform starts as the identity (dense weight I, bias 0; LayerNorm 1/0), so a logit is the
     similarity of the contextual state with the term's own input embedding; the output bias starts at 0.
+    :meth:`pyterrier_lsr.Splade.from_encoder` gives the same model with its tokenizer.
     """
     from transformers import AutoModelForMaskedLM
-    mlm = AutoModelForMaskedLM.from_pretrained(name_or_path, **kwargs)
+
+    from ..offline import resolve_model
+    mlm = AutoModelForMaskedLM.from_pretrained(resolve_model(str(name_or_path)), **kwargs)  # 'all-MiniLM-L6-v2' too
     mlm.tie_weights()
     with torch.no_grad():
         decoder = mlm.get_output_embeddings()
