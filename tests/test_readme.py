@@ -5,7 +5,8 @@ What is changed, all of it listed here:
 * ``HUB_NAMES``: hub checkpoints the README names but this machine cannot download are replaced by the offline ones
   (SPLADE checkpoints by ``splade-tiny``; the masked LMs that ``transformers`` itself loads by splade-tiny's folder,
   since ``AutoTokenizer`` knows no offline short names).
-* ``SMALL``: training budgets and SAE widths are cut so that the whole file runs in about two minutes.
+* ``SMALL`` and ``CAPS``: SAE widths, sample sizes and every ``TrainConfig``/``DomainConfig``'s steps, batch size and
+  lengths are cut so that the whole file runs in about two minutes.
 * ``pt.get_dataset('irds:vaswani')`` (and so ``load_collection('irds:vaswani')``) gives the first topics, their
   relevant documents and the first others (``Collection.subset``), ``SUBSET`` documents in all.
 * ``EXCLUDED``: blocks that cannot run here, with the reason.
@@ -25,13 +26,14 @@ HUB_NAMES = {
     'bert-base-uncased': resolve_model('splade-tiny'),
 }
 SMALL = [
-    (r'\bsteps=\d+', 'steps=2'),
     (r'"n_latents": \d+', '"n_latents": 256'),
-    (r'batch_size=16', 'batch_size=4'),
     (r'n=1000\b', 'n=50'),
-    (r'DomainConfig\(steps=2\)', 'DomainConfig(steps=2, heldout=20)'),  # the subset is too small for 60 held out
+    (r'(texts|corpus)\[:\d+\]', r'\1[:32]'),
 ]
-SUBSET = {'docs': 300, 'topics': 5}
+# upper bounds on the fields of every TrainConfig / DomainConfig the blocks make (held-out: the subset is small)
+CAPS = {'TrainConfig': {'steps': 2, 'batch_size': 4, 'doc_max_length': 64, 'warmup_steps': 1},
+        'DomainConfig': {'steps': 2, 'batch_size': 4, 'doc_max_length': 64, 'heldout': 20}}
+SUBSET = {'docs': 200, 'topics': 3}
 # first line of the block -> why it is not run
 EXCLUDED = {
     'store = distributed.encode("corpus/*.parquet"': 'needs a Ray cluster and its shared storage',
@@ -80,9 +82,24 @@ class SmallDataset:
         return self.collection.qrels.copy()
 
 
+def capped(cls, caps: dict):
+    post_init = cls.__post_init__
+
+    def __post_init__(self):
+        for name, cap in caps.items():
+            setattr(self, name, min(getattr(self, name), cap))
+        post_init(self)
+    return __post_init__
+
+
 @pytest.mark.parametrize('block', BLOCKS, ids=[f'block{i}' for i in range(len(BLOCKS))])
 def test_readme_block_runs(block, small_vaswani, tmp_path, monkeypatch):
     import pyterrier as pt
+
+    from pyterrier_lsr import train
+    for name, caps in CAPS.items():
+        cls = getattr(train, name)
+        monkeypatch.setattr(cls, '__post_init__', capped(cls, caps))
     real = pt.get_dataset
     monkeypatch.setattr(pt, 'get_dataset',
                         lambda name, *a, **k: SmallDataset(small_vaswani) if name == 'irds:vaswani' else real(name))
