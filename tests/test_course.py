@@ -21,7 +21,7 @@ def files(folder: Path) -> dict:
     return {str(p.relative_to(folder)): p.stat().st_mtime_ns for p in folder.rglob('*') if p.is_file()}
 
 
-def notebook_table(params: dict):
+def run_notebook(params: dict) -> dict:
     """Executes the notebook's code cells in one namespace, the parameter cell's assignments overridden."""
     cells = json.loads((ROOT / 'examples' / 'course.ipynb').read_text())['cells']
     namespace = {}
@@ -31,12 +31,12 @@ def notebook_table(params: dict):
         exec(compile(''.join(cell['source']), 'course.ipynb', 'exec'), namespace)
         if 'parameters' in cell['metadata'].get('tags', []):
             namespace.update(params)
-    return namespace['table']
+    return namespace
 
 
 def test_course_script_and_notebook_build_once_then_reuse(tmp_path, capfd):
     main = runpy.run_path(str(ROOT / 'examples' / 'course.py'))['main']
-    argv = ['--workdir', str(tmp_path)] + [f'--{k.lower()}={v}' for k, v in SMALL.items()]
+    argv = ['--workdir', str(tmp_path / 'course')] + [f'--{k.lower()}={v}' for k, v in SMALL.items()]
     table = main(argv)
     out = capfd.readouterr().out
     # quiet: the printed table and nothing else (no PISA log lines, temporary paths or progress bars)
@@ -49,17 +49,17 @@ def test_course_script_and_notebook_build_once_then_reuse(tmp_path, capfd):
     # the subset keeps each topic's relevant documents, so the untrained systems find most of them
     assert table['nDCG@10'].iloc[0] > 0.4 and table['nDCG@10'].iloc[1] > 0.4, table
     assert table['nDCG@10'].min() > 0.1 and (table['mrt'] > 0).all(), table
-    built = files(tmp_path)
-    trained = tmp_path / 'vaswani-200' / '2-steps'
+    built = files(tmp_path / 'course')
+    trained = tmp_path / 'course' / 'vaswani-200' / '2-steps'
     for system in ('vt-splade', 'sae-splade-512', 'splade-adapted'):
         assert (trained / system / 'domain_adapt.json').is_file() and (trained / f'{system}.lsr' / 'lsr.json').is_file()
 
     again = main(argv)  # a re-run trains, encodes and writes nothing
-    assert files(tmp_path) == built
+    assert files(tmp_path / 'course') == built
     assert again[METRICS].equals(table[METRICS]) and again['name'].tolist() == names
-    notebook = notebook_table({**SMALL, 'WORKDIR': str(tmp_path)})
-    assert files(tmp_path) == built
-    assert notebook[METRICS].equals(table[METRICS]) and notebook['name'].tolist() == names
+    notebook = run_notebook({**SMALL, 'WORKDIR': str(tmp_path / 'course')})  # the same folders as the script's
+    assert files(tmp_path / 'course') == built
+    assert notebook['table'][METRICS].equals(table[METRICS]) and notebook['table']['name'].tolist() == names
 
 
 def test_adapted_refuses_a_folder_trained_with_other_settings(tmp_path):
