@@ -1,5 +1,5 @@
 """Wall time of the course kit (examples/course.py): a first run in an empty work folder, then a re-run that reuses
-every model and index; both tables are kept.
+every model and index; both tables are kept, and what the trained systems' held-out selection decided.
 
     OMP_NUM_THREADS=1 python benchmarks/course.py --irds-cache /work/shared/ir_datasets -- --docs 2000 --steps 60
 
@@ -32,7 +32,11 @@ def main():
             out = subprocess.run(command, check=True, capture_output=True, text=True).stdout
             runs.append({'run': run, 'seconds': round(time.time() - start, 1), 'table': out})
             print(f'{run}: {runs[-1]["seconds"]} s\n{out}')
-    Path(args.output).write_text(json.dumps({'args': args.course_args, 'runs': runs}, indent=1))
+        decisions = {log.parent.name: json.loads(log.read_text())['decision']
+                     for log in sorted(Path(work).rglob('domain_adapt.json'))}
+    print(json.dumps(decisions, indent=1))
+    Path(args.output).write_text(json.dumps({'args': args.course_args, 'runs': runs, 'decisions': decisions},
+                                            indent=1))
 
 
 if __name__ == '__main__':
