@@ -4,6 +4,7 @@
 import argparse
 import json
 from dataclasses import fields
+from pathlib import Path
 
 from .train.loop import TrainConfig
 
@@ -104,7 +105,9 @@ def main(argv=None):
         help='a .json/.jsonl DataFrame (query, positive, negative[s], teacher), '
         'irds:<docpairs id>, or self-supervised:<ir_datasets id> (pseudo-queries from its corpus)',
     )
-    tr.add_argument('--output-dir', required=True)
+    tr.add_argument('--output-dir', required=True, help='gets model/ (the final model), checkpoints and metrics')
+    tr.add_argument('--irds-cache', help='a prepared ir_datasets cache for irds: and self-supervised: data '
+                                         '(copied to a temporary folder)')
     tr.add_argument('--limit', type=int, default=None, help='use at most this many examples')
     tr.add_argument('--negatives', type=int, default=1, help='hard negatives per example (self-supervised data)')
     tr.add_argument('--rescale-head', default=None, help='divide MLM logits by this factor, or "auto"')
@@ -149,9 +152,15 @@ def main(argv=None):
             rescale = args.rescale_head if args.rescale_head in (None, 'auto') else float(args.rescale_head)
         except ValueError as e:
             parser.error(str(e).replace('could not convert string to float', '--rescale-head: not a number or auto'))
+        if args.irds_cache:
+            from .offline import use_irds_cache
+            try:
+                use_irds_cache(args.irds_cache)
+            except (FileNotFoundError, RuntimeError) as e:
+                parser.error(f'--irds-cache: {e}')
     from .encoders import Splade
     from .offline import resolve_model
-    from .train.distributed import setup
+    from .train.distributed import is_main, setup
 
     setup()  # under torchrun: join the process group and pick this rank's GPU before the model is loaded
     splade = Splade.from_pretrained(resolve_model(args.model))
@@ -168,6 +177,10 @@ def main(argv=None):
         sample = [ex.positive for ex, _ in zip(examples, range(64))] if isinstance(examples, list) else ()
         rescale_head(splade.model, rescale, splade.tokenizer, sample)
     train(splade.model, splade.tokenizer, examples, args.output_dir, config, resume=args.resume)
+    if is_main():
+        final = Path(args.output_dir) / 'model'
+        splade.save_pretrained(str(final))
+        print(f'final model: {final} (load it with pyterrier_lsr.load_model)')
 
 
 if __name__ == '__main__':

@@ -3,10 +3,11 @@
 A folder holds ``docs.jsonl`` (``{"docno", "text"}`` per line), ``topics.tsv`` (``qid<TAB>query``) and
 ``qrels.txt`` (TREC qrels); ``irds:<id>`` is read through PyTerrier's ir_datasets bridge.
 """
+import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List
+from typing import List, Optional
 
 import pandas as pd
 
@@ -17,6 +18,26 @@ class Collection:
     corpus: List[dict]
     topics: pd.DataFrame
     qrels: pd.DataFrame
+
+    def subset(self, docs: Optional[int] = None, topics: Optional[int] = None) -> 'Collection':
+        """A smaller collection for quick runs: the first ``topics`` topics, and a corpus of ``docs`` documents
+        made of the documents judged relevant to those topics first (so every query has something to find, up to
+        ``docs`` of them), then the collection's first other documents; the corpus keeps collection order and the
+        qrels keep only the chosen topics and documents.  ``None`` keeps all of either."""
+        if docs is not None and docs < 1 or topics is not None and topics < 1:
+            raise ValueError(f'docs and topics must be >= 1 (or None), got {docs} and {topics}')
+        chosen = self.topics if topics is None else self.topics.head(topics)
+        qrels = self.qrels[self.qrels['qid'].isin(set(chosen['qid']))]
+        corpus = self.corpus
+        if docs is not None and docs < len(corpus):
+            relevant = list(dict.fromkeys(qrels.loc[qrels['label'] > 0, 'docno']))[:docs]
+            keep = set(relevant)
+            others = (d['docno'] for d in corpus if d['docno'] not in keep)
+            keep.update(itertools.islice(others, docs - len(keep)))
+            corpus = [d for d in corpus if d['docno'] in keep]
+            qrels = qrels[qrels['docno'].isin(keep)]
+        name = f'{self.name}[{len(corpus)} docs, {len(chosen)} topics]'
+        return Collection(name, corpus, chosen.reset_index(drop=True), qrels.reset_index(drop=True))
 
 
 def load_collection(spec: str) -> Collection:

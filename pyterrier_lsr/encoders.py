@@ -149,6 +149,21 @@ class Splade:
         check_tokenizer(tokenizer, model.vocab_size, name_or_path)
         return cls(model, tokenizer, name=str(name_or_path), **kwargs)
 
+    @classmethod
+    def from_encoder(cls, name_or_path: str, **kwargs) -> 'Splade':
+        """SPLADE on an encoder without MLM head (e.g. ``'all-MiniLM-L6-v2'``) with a deliberately initialised new
+        head (:func:`~pyterrier_lsr.models.heads.splade_from_encoder`: decoder tied to the input embeddings, identity
+        transform, zero bias), and its tokenizer; ``kwargs`` go to :class:`Splade`.  Calibrate it with
+        :func:`~pyterrier_lsr.models.heads.calibrate_activation` before training (such a head starts dense)."""
+        from transformers import AutoTokenizer
+
+        from .models.heads import splade_from_encoder
+        folder = resolve_model(str(name_or_path))
+        tokenizer = AutoTokenizer.from_pretrained(folder)
+        model = splade_from_encoder(folder, tokenizer.all_special_ids)
+        check_tokenizer(tokenizer, model.vocab_size, name_or_path)
+        return cls(model, tokenizer, name=str(name_or_path), **kwargs)
+
     def save_pretrained(self, path: str):
         """Writes an ordinary HF folder (weights, tokenizer, config with our settings under ``lsr``, ``kind``
         included)."""

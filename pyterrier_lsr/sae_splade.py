@@ -39,9 +39,10 @@ class SaeSplade(Splade):
         return cls(SaeSpladeModel(model, sae, structural_token_ids(tokenizer), alpha), tokenizer, **kwargs)
 
     def save_pretrained(self, path: str):
-        """Writes one folder (backbone, tokenizer, SAE, settings); the model is then named by ``path``."""
+        """Writes one folder (backbone, tokenizer, SAE, settings); an unnamed model is then named by ``path``
+        (a named one keeps its name, so that saving a copy, e.g. into an index, does not rename it)."""
         super().save_pretrained(path)
-        self.name = str(path)
+        self.name = self.name or str(path)
 
     def top_words(self, texts: Sequence, latents: Optional[Sequence[int]] = None, n: int = 10,
                   batch_size: Optional[int] = None) -> Dict[int, List[Tuple[str, float]]]:

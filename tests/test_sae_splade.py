@@ -78,6 +78,8 @@ def test_round_trip_encodes_identically(sae_splade, tmp_path):
         sae_splade.model.alpha.fill_(2.5)
     sae_splade.save_pretrained(str(tmp_path / 'm'))
     assert sae_splade.name == str(tmp_path / 'm')
+    sae_splade.save_pretrained(str(tmp_path / 'copy'))  # e.g. the copy an index keeps: the model keeps its name
+    assert sae_splade.name == str(tmp_path / 'm')
     # Same batch size, so the same batch shapes: the weights must then be bit-identical.
     loaded = SaeSplade.from_pretrained(str(tmp_path / 'm'), batch_size=sae_splade.batch_size)
     assert loaded.model.alpha.item() == 2.5 and loaded.terms == sae_splade.terms

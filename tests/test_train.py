@@ -5,7 +5,7 @@ import pandas as pd
 import pytest
 import torch
 
-from pyterrier_lsr import Splade
+from pyterrier_lsr import Splade, load_model
 from pyterrier_lsr.models.heads import head_report, rescale_head
 from pyterrier_lsr.train import (
     Example,
@@ -238,7 +238,7 @@ def test_bad_inputs(tiny, tmp_path):
     assert frame[0].negatives == ['a', 'b'] and frame[0].teacher == [1, 0, 0]
 
 
-def test_cli_trains_from_a_dataframe_file(tiny, tmp_path):
+def test_cli_trains_from_a_dataframe_file(tiny, tmp_path, capsys):
     import json
 
     from pyterrier_lsr.cli import main
@@ -269,6 +269,23 @@ def test_cli_trains_from_a_dataframe_file(tiny, tmp_path):
     log = json.loads((tmp_path / 'out' / 'metrics.json').read_text())
     assert log[-1]['step'] == 2
     assert Splade.from_pretrained(str(tmp_path / 'out' / 'checkpoint-2')).model.settings['head_scale'] == 4
+    # the final model is in <output-dir>/model, and the command says so
+    assert f"final model: {tmp_path / 'out' / 'model'}" in capsys.readouterr().out
+    final = load_model(str(tmp_path / 'out' / 'model'))
+    assert final.model.settings['head_scale'] == 4
+    checkpoint = Splade.from_pretrained(str(tmp_path / 'out' / 'checkpoint-2'))
+    assert final.encode(['nuclear reactor physics']) == checkpoint.encode(['nuclear reactor physics'])
+
+
+def test_cli_train_takes_irds_cache_before_ir_datasets_is_imported(tmp_path):
+    import subprocess
+    import sys
+
+    command = [sys.executable, '-m', 'pyterrier_lsr.cli', 'train', '--model', 'splade-tiny', '--data',
+               'self-supervised:vaswani', '--output-dir', str(tmp_path / 'o'), '--irds-cache', str(tmp_path / 'none')]
+    done = subprocess.run(command, capture_output=True, text=True)
+    # use_irds_cache itself answered (not "must be called before ir_datasets is imported")
+    assert done.returncode == 2 and f'--irds-cache: no ir_datasets cache at {tmp_path / "none"}' in done.stderr
 
 
 def test_splade_from_encoder_without_mlm_head_and_calibration(texts):
@@ -290,3 +307,9 @@ def test_splade_from_encoder_without_mlm_head_and_calibration(texts):
     assert again['nonzeros_per_text'] == pytest.approx(
         0.01 * (model.vocab_size - len(tokenizer.all_special_ids)), rel=0.05
     )
+    # the offline short name and the wrapper with its tokenizer give the same new head
+    splade = Splade.from_encoder('all-MiniLM-L6-v2')
+    assert splade.tokenizer.get_vocab() == tokenizer.get_vocab() and repr(splade) == "Splade('all-MiniLM-L6-v2')"
+    fresh = splade_from_encoder('all-MiniLM-L6-v2', tokenizer.all_special_ids)
+    for (name, a), b in zip(splade.model.named_parameters(), fresh.parameters()):
+        assert torch.equal(a, b), name

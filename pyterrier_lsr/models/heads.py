@@ -90,10 +90,13 @@ def splade_from_encoder(name_or_path: str, special_token_ids=(), **kwargs) -> Sp
     Initialization (our choice): the decoder is tied to the input embeddings (transformers' default for BERT-like
     masked LMs); the head's transform starts as the identity (dense weight I, bias 0; LayerNorm 1/0), so a logit is the
     similarity of the contextual state with the term's own input embedding; the output bias starts at 0.
+    :meth:`pyterrier_lsr.Splade.from_encoder` gives the same model with its tokenizer.
     """
     from transformers import AutoModelForMaskedLM
+
+    from ..offline import resolve_model
     with quiet_loading():  # the head is missing on purpose and initialised below
-        mlm = AutoModelForMaskedLM.from_pretrained(name_or_path, **kwargs)
+        mlm = AutoModelForMaskedLM.from_pretrained(resolve_model(str(name_or_path)), **kwargs)  # offline names too
     mlm.tie_weights()
     with torch.no_grad():
         decoder = mlm.get_output_embeddings()

@@ -1,0 +1,79 @@
+"""The course kit: every method of the project on Vaswani in one re-runnable script, one experiment table.
+
+BM25 (PISA), SPLADE (offline splade-tiny), SPLADE documents + IDF queries (inference-free), Latent Terms (a TopK SAE
+over all-MiniLM-L6-v2's token embeddings), VT-SPLADE (splade-tiny + Vaswani words), SAE-SPLADE (splade-tiny's token
+states through a TopK SAE) and domain-adapted SPLADE; the three trained systems train with
+``pyterrier_lsr.train.domain_adapt`` (pseudo-queries from the corpus only, never the test topics) for ``--steps``.
+
+    python examples/course.py --irds-cache ../shared/ir_datasets                     # all of Vaswani
+    python examples/course.py --irds-cache ../shared/ir_datasets --docs 2000 --topics 30 --steps 60
+
+Everything is cached under ``--workdir`` (one folder per corpus size, trained models per step count): a second run
+reuses the indexes and models and only evaluates.  ``--docs`` keeps the topics' relevant documents plus the first
+others (``Collection.subset``).
+"""
+import argparse
+from pathlib import Path
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument('--docs', type=int, help='corpus subset size (default: all 11,429 documents)')
+    parser.add_argument('--topics', type=int, help='first N topics (default: all 93)')
+    parser.add_argument('--steps', type=int, default=120, help='training steps of each trained system')
+    parser.add_argument('--latents', type=int, default=4096, help='SAE width of Latent Terms and SAE-SPLADE')
+    parser.add_argument('--workdir', default='course', help='models, indexes and caches; reused by later runs')
+    parser.add_argument('--irds-cache', help='a prepared ir_datasets cache (copied to a temporary folder)')
+    parser.add_argument('--threads', type=int, default=1, help='torch threads (1 on a shared machine)')
+    parser.add_argument('--verbose', action='store_true', help='progress bars and training logs')
+    args = parser.parse_args(argv)
+    from pyterrier_lsr.offline import use_irds_cache
+    if args.irds_cache:
+        use_irds_cache(args.irds_cache)  # before anything imports ir_datasets
+
+    import pandas as pd
+    import pyterrier as pt
+    import torch
+    from pyterrier.measures import AP, RR, R, nDCG
+
+    from pyterrier_lsr import IDFQueryEncoder, Splade
+    from pyterrier_lsr.collections import load_collection
+    from pyterrier_lsr.quiet import quiet_native
+    from pyterrier_lsr.train import DomainConfig
+    from pyterrier_lsr.train.systems import adapted, bm25, latent_terms_index, sae_splade, sparse_index, vt_splade
+    torch.set_num_threads(args.threads)
+
+    data = load_collection('irds:vaswani').subset(args.docs, args.topics)
+    corpus, v = data.corpus, args.verbose
+    work = Path(args.workdir) / f'vaswani-{args.docs or "all"}'
+    trained = work / f'{args.steps}-steps'
+    # selection holds out up to 60 pseudo-queries' documents, at most a tenth of a small corpus
+    config = DomainConfig(steps=args.steps, heldout=min(60, len(corpus) // 10))
+    cache = work / 'cache'  # BM25 index, dense embeddings and examples shared by the trained systems
+
+    with quiet_native(v):  # PISA's and transformers' chatter (shown if something fails)
+        splade = Splade.from_pretrained('splade-tiny')
+        splade_index = sparse_index(work / 'splade.lsr', splade, corpus, verbose=v)
+        vt = vt_splade(corpus, trained / 'vt-splade', config, cache_dir=cache, verbose=v)
+        sae = sae_splade(corpus, trained / f'sae-splade-{args.latents}', config,
+                         sae={'n_latents': args.latents, 'k': 8}, cache_dir=cache, verbose=v)
+        da = adapted(lambda: Splade.from_pretrained('splade-tiny'), corpus, trained / 'splade-adapted', config,
+                     cache_dir=cache, verbose=v)
+        systems = [
+            bm25(work / 'bm25.pisa', corpus, verbose=v),
+            splade_index.retriever(),
+            IDFQueryEncoder.from_index(splade_index) >> splade_index.toks_retriever(),
+            latent_terms_index(work / f'latent-terms-{args.latents}.lsr', corpus, cache_dir=cache, verbose=v,
+                               sae={'n_latents': args.latents, 'k': 16}).retriever(),
+            sparse_index(trained / 'vt-splade.lsr', vt, corpus, verbose=v).retriever(),
+            sparse_index(trained / f'sae-splade-{args.latents}.lsr', sae, corpus, verbose=v).retriever(),
+            sparse_index(trained / 'splade-adapted.lsr', da, corpus, verbose=v).retriever(),
+        ]
+        table = pt.Experiment(systems, data.topics, data.qrels, [nDCG @ 10, AP, R @ 100, RR @ 10, 'mrt'])
+    with pd.option_context('display.width', 200, 'display.max_columns', 10, 'display.max_colwidth', 60):
+        print(table.to_string(index=False))
+    return table
+
+
+if __name__ == '__main__':
+    main()

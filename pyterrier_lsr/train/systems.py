@@ -1,0 +1,130 @@
+"""Every method of the project built in re-runnable calls (the course kit, ``examples/course.py``).
+
+Each builder leaves its result in a folder and a later call returns it from there without training or encoding
+again: indexes are reopened when :meth:`~pyterrier_lsr.LsrIndex.built`, a trained model is reloaded from
+``<folder>/model``.  Models that train go through :func:`~pyterrier_lsr.train.domain_adapt` (pseudo-queries from
+the corpus, BM25 + dense teacher, held-out selection with the never-worse guard), whose log ``domain_adapt.json`` is
+written last and so marks a folder as complete; with one ``cache_dir`` the trained systems share the BM25 index,
+dense embeddings, examples and teacher scores.  Nothing here looks at test queries.
+"""
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import asdict
+from pathlib import Path
+from typing import Optional
+
+import pandas as pd
+import pyterrier as pt
+
+from ..encoders import Splade
+from ..index import LsrIndex
+from ..loading import load_model
+from ..models.vocab_transfer import extend_vocabulary, transfer_vocabulary
+from ..quiet import quiet_native
+from ..sae_splade import SaeSplade
+from .domain import DomainConfig, domain_adapt
+from .sae import build_latent_terms, train_token_sae
+
+__all__ = ['BM25', 'bm25', 'sparse_index', 'latent_terms_index', 'adapted', 'vt_splade', 'sae_splade']
+
+DONE_FILE = 'domain_adapt.json'
+# Latent Terms as in the README (multi-vector MiniLM, BM25 over square-rooted latent frequencies).
+LATENT_TERMS = dict(mode='multi', sae={'n_latents': 16384, 'k': 16}, sqrt_tf=True, k1=0.9, b=0.4)
+
+
+def _texts(corpus: Sequence[dict]) -> list:
+    return [d['text'] for d in corpus]
+
+
+class BM25(pt.Transformer):
+    """BM25 retrieval from a PISA text index (``pyterrier_pisa``'s, ``params`` go to its ``bm25()``), named by its
+    folder in experiment tables."""
+
+    def __init__(self, index, **params):
+        self.index = index
+        with quiet_native(params.get('verbose', False)):  # PISA prepares its BM25 files on first use, loudly
+            self.retriever = index.bm25(**params)
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        return self.retriever(inp)
+
+    def __repr__(self):
+        return f'BM25({Path(str(self.index.path)).name})'
+
+
+def bm25(path, corpus: Sequence[dict], verbose: bool = False, **params) -> BM25:
+    """:class:`BM25` over a PISA index of ``corpus``'s text at ``path``, built if absent."""
+    import pyterrier_pisa
+    index = pyterrier_pisa.PisaIndex(str(path), text_field='text')
+    if not index.built():
+        with quiet_native(verbose):
+            index.index(iter(corpus))
+    return BM25(index, verbose=verbose, **params)
+
+
+def sparse_index(path, model, corpus: Sequence[dict], verbose: bool = False, **kwargs) -> LsrIndex:
+    """An :class:`~pyterrier_lsr.LsrIndex` of ``corpus`` encoded by ``model``, built if absent (``kwargs``: scale,
+    engines... of a new index)."""
+    index = LsrIndex(path, model, verbose=verbose, **kwargs)
+    return index if index.built() else index.index(iter(corpus))
+
+
+def latent_terms_index(path, corpus: Sequence[dict], dense: str = 'all-MiniLM-L6-v2', cache_dir=None,
+                       verbose: bool = False, **settings) -> LsrIndex:
+    """A Latent Terms index (:func:`~pyterrier_lsr.build_latent_terms`; ``settings`` override :data:`LATENT_TERMS`,
+    embeddings cached in ``cache_dir``, default ``<path>.cache``), built if absent; it records its model."""
+    index = LsrIndex(path)
+    if index.built():
+        return index
+    cache_dir = cache_dir if cache_dir is not None else f'{path}.cache'
+    return build_latent_terms(corpus, path, dense, cache_dir=cache_dir, verbose=verbose,
+                              **{**LATENT_TERMS, **settings})[1]
+
+
+def adapted(start: Callable[[], Splade], corpus: Sequence[dict], folder, config: Optional[DomainConfig] = None,
+            cache_dir=None, verbose: bool = False) -> Splade:
+    """``domain_adapt(start(), corpus, folder, config, cache_dir)`` once: when ``folder`` holds a finished run, its
+    model is reloaded and ``start`` is not called.  A finished run with other settings is an error (never silently
+    reused); choose another folder."""
+    config = config or DomainConfig()
+    done = Path(folder) / DONE_FILE
+    if done.is_file():
+        saved = json.loads(done.read_text())['config']
+        wanted = json.loads(json.dumps(asdict(config)))
+        if saved != wanted:
+            changed = sorted(k for k in wanted if saved.get(k) != wanted[k])
+            raise ValueError(f'{folder} holds a model adapted with other settings ({", ".join(changed)}); '
+                             'use another folder or remove it')
+        splade = load_model(Path(folder) / 'model')
+    else:
+        splade = domain_adapt(start(), corpus, folder, config, cache_dir, verbose=verbose)[0]
+    splade.name = str(folder)  # named by its folder on the first run and after reloading alike
+    return splade
+
+
+def vt_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = None, base: str = 'splade-tiny',
+              extend: int = 1000, cache_dir=None, verbose: bool = False) -> Splade:
+    """VT-SPLADE by domain extension: ``base``'s WordPiece vocabulary gains the ``extend`` most frequent corpus
+    words it splits (:func:`~pyterrier_lsr.extend_vocabulary`), the model moves to it
+    (:func:`~pyterrier_lsr.transfer_vocabulary`: old tokens copied, new words composed), then SPLADE training
+    (:func:`adapted`)."""
+    def start():
+        splade = Splade.from_pretrained(base)
+        target, _ = extend_vocabulary(splade.tokenizer, _texts(corpus), extend)
+        model, tokenizer, _ = transfer_vocabulary(splade.model, splade.tokenizer, target)
+        return Splade(model, tokenizer, name=f'{base}+{extend}')
+    return adapted(start, corpus, folder, config, cache_dir, verbose)
+
+
+def sae_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = None, backbone: str = 'splade-tiny',
+               sae: Optional[dict] = None, max_train_vectors: Optional[int] = 200_000, cache_dir=None,
+               verbose: bool = False) -> SaeSplade:
+    """SAE-SPLADE: stage 1 a TopK SAE on ``backbone``'s token states of the corpus (:func:`train_token_sae`,
+    ``sae``: :class:`~pyterrier_lsr.SAEConfig` settings, default 4096 latents, k = 8; token states cached in
+    ``<folder>/token_cache``), stage 2 :meth:`SaeSplade.from_backbone` trained by :func:`adapted`."""
+    def start():
+        stage1, _ = train_token_sae(backbone, _texts(corpus), sae or {'n_latents': 4096, 'k': 8},
+                                    cache_dir=Path(folder) / 'token_cache', max_train_vectors=max_train_vectors,
+                                    verbose=verbose)
+        return SaeSplade.from_backbone(backbone, stage1)
+    return adapted(start, corpus, folder, config, cache_dir, verbose)
