@@ -62,7 +62,7 @@ def main(argv=None):
         systems = [
             bm25(work / 'bm25.pisa', corpus, verbose=v),
             splade_index.retriever(),
-            IDFQueryEncoder.from_index(splade_index) >> splade_index.toks_retriever(),
+            splade_index.retriever(query_encoder=IDFQueryEncoder.from_index(splade_index)),
             latent_terms_index(work / f'latent-terms-{args.latents}.lsr', corpus, cache_dir=cache, verbose=v,
                                sae={'n_latents': args.latents, 'k': 16}).retriever(),
             sparse_index(trained / 'vt-splade.lsr', vt, corpus, verbose=v).retriever(),

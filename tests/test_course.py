@@ -6,14 +6,15 @@ from dataclasses import asdict
 from pathlib import Path
 
 import pytest
+from pyterrier.io import ok_filename
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {'DOCS': 200, 'TOPICS': 5, 'STEPS': 2, 'LATENTS': 512}
-SYSTEMS = ['BM25(bm25.pisa)', "(Splade('splade-tiny').query >> PISA(splade.lsr))",
-           '>> PISA(splade.lsr))',  # IDF queries: "(IDFQueryEncoder(<n> terms) >> ...", n depends on the corpus
-           ".query >> PISA(latent-terms-512.lsr))", "(Splade('vt-splade').query >> PISA(vt-splade.lsr))",
-           "(SaeSplade('sae-splade-512').query >> PISA(sae-splade-512.lsr))",
-           "(Splade('splade-adapted').query >> PISA(splade-adapted.lsr))"]
+SYSTEMS = ['BM25(bm25.pisa)', "Splade('splade-tiny') on PISA(splade.lsr)",
+           ' on PISA(splade.lsr)',  # IDF queries: "IDFQueryEncoder(<n> terms) on ...", n depends on the corpus
+           " on PISA(latent-terms-512.lsr)", "Splade('vt-splade') on PISA(vt-splade.lsr)",
+           "SaeSplade('sae-splade-512') on PISA(sae-splade-512.lsr)",
+           "Splade('splade-adapted') on PISA(splade-adapted.lsr)"]
 METRICS = ['nDCG@10', 'AP', 'R@100', 'RR@10']
 
 
@@ -43,7 +44,8 @@ def test_course_script_and_notebook_build_once_then_reuse(tmp_path, capfd):
     assert len(out.strip().splitlines()) == 1 + len(SYSTEMS), out
     names = table['name'].tolist()
     assert len(names) == len(SYSTEMS) and all(expected in name for expected, name in zip(SYSTEMS, names)), names
-    assert names[2].startswith('(IDFQueryEncoder(') and all(len(n) < 100 and '0x' not in n for n in names)
+    assert names[2].startswith('IDFQueryEncoder(') and all(len(n) < 100 and '0x' not in n for n in names)
+    assert all(ok_filename(n) for n in names), names  # pt.Experiment(save_dir=...) accepts the default names
     for metric in METRICS:
         assert all(0 <= v <= 1 for v in table[metric]), table
     # the subset keeps each topic's relevant documents, so the untrained systems find most of them

@@ -1,4 +1,5 @@
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -78,6 +79,18 @@ def test_reopen_reloads_recorded_model(small_index, splade):
     reopened = LsrIndex(small_index.path)
     res = reopened.retriever(num_results=10)(QUERIES)
     pd.testing.assert_frame_equal(res, small_index.retriever(num_results=10)(QUERIES))
+
+
+def test_default_experiment_name_is_short_and_save_dir_accepts_it(small_index, splade, tmp_path):
+    import pyterrier as pt
+    from pyterrier.measures import nDCG
+    retriever = LsrIndex(small_index.path).retriever()
+    name = f"Splade({Path(splade.name).name!r}) on PISA({small_index.path.name})"
+    assert repr(retriever) == name  # the recorded model's name, not the folder of its copy
+    qrels = pd.DataFrame({'qid': QUERIES['qid'], 'docno': ['d0'] * len(QUERIES), 'label': 1})
+    table = pt.Experiment([retriever], QUERIES, qrels, [nDCG @ 10], save_dir=str(tmp_path))
+    assert table['name'].tolist() == [name] and (tmp_path / f'{name}.res.gz').exists()
+    assert pt.inspect.transformer_outputs(retriever, ['qid', 'query']) == ['qid', 'query', 'docno', 'score', 'rank']
 
 
 def test_empty_query_toks_retrieve_nothing(small_index):

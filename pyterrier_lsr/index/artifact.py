@@ -209,6 +209,8 @@ class LsrIndex(pta.Artifact, pt.Indexer):
             if not recorded:
                 raise ValueError(f'{self.path} records no model (built from toks); pass model= to LsrIndex')
             self._model = load_model(self.path / recorded['path'])
+            if recorded.get('name'):  # the name it was indexed under, not the copy's folder ('model'), in reprs
+                self._model.name = recorded['name']
         return self._model
 
     def pisa(self):
@@ -232,9 +234,16 @@ class LsrIndex(pta.Artifact, pt.Indexer):
             inner = impl.retriever(self, self.path / impl.subfolder, num_results, **params)
         return QueryToksRetriever(inner, self, engine)
 
-    def retriever(self, num_results: int = 1000, engine: str = 'pisa', **params) -> pt.Transformer:
-        """``model.query_encoder() >> toks_retriever()``: end-to-end retrieval from ``query`` text."""
-        return self.model().query_encoder() >> self.toks_retriever(num_results, engine, **params)
+    def retriever(self, num_results: int = 1000, engine: str = 'pisa', query_encoder: pt.Transformer = None,
+                  **params) -> pt.Transformer:
+        """``model.query_encoder() >> toks_retriever()``: end-to-end retrieval from ``query`` text. ``query_encoder``
+        replaces the model's own query side (e.g. ``IDFQueryEncoder.from_index(index)``)."""
+        if query_encoder is None:
+            model = self.model()
+            query_encoder, name = model.query_encoder(), model
+        else:
+            name = query_encoder
+        return Retriever(name, query_encoder, self.toks_retriever(num_results, engine, **params))
 
     # -- building ------------------------------------------------------------------------------------------------
     def index_inputs(self):
@@ -390,6 +399,18 @@ class QueryToksRetriever(pt.Transformer):
 
     def __repr__(self):
         return f'{self.engine.upper()}({self.index.path.name})'
+
+
+class Retriever(pt.Compose):
+    """A query encoder composed with an index's retriever, named ``Splade('x') on PISA(index)`` after the model (or
+    the query encoder): a default ``pt.Experiment`` name that ``save_dir`` accepts (no ``>>``, no path)."""
+
+    def __init__(self, name, *transformers: pt.Transformer):
+        super().__init__(*transformers)
+        self.name = name
+
+    def __repr__(self):
+        return f'{self.name!r} on {self._transformers[-1]!r}'
 
 
 class SpladeIndexer(pt.Indexer):
