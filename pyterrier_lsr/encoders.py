@@ -32,11 +32,16 @@ class SparseTextEncoder(pt.Transformer):
         return inp.assign(**{self.out_field: self.encode(texts) if texts else pd.Series(dtype=object)})
 
     def __rshift__(self, other):
-        # A doc encoder hands its model to a following indexer, so that the index records (and reloads) it.
-        model = getattr(self, 'splade', None)
-        if self.out_field == 'toks' and model is not None and callable(getattr(other, 'with_model', None)):
-            other = other.with_model(model)
+        if self.out_field == 'toks':
+            other = with_model(getattr(self, 'splade', None), other)
         return super().__rshift__(other)
+
+
+def with_model(model, other):
+    """A doc encoder hands its model to a following indexer, so that the index records (and reloads) it."""
+    if model is not None and callable(getattr(other, 'with_model', None)):
+        return other.with_model(model)
+    return other
 
 
 class SpladeEncoder(SparseTextEncoder):
@@ -95,8 +100,11 @@ def check_tokenizer(tokenizer, vocab_size: int, where='the model') -> None:
                              'the tokenizer files are missing or belong to another model')
 
 
-class Splade:
+class Splade(pt.Transformer):
     """A SPLADE model and its tokenizer; hands out PyTerrier encoders and a scorer.
+
+    As a transformer itself (like pyterrier_dr's bi-encoders) it re-ranks a frame with ``query`` and ``text``
+    (:meth:`scorer`), and otherwise adds ``query_toks`` from ``query`` or ``toks`` from ``text``.
 
     The shared wrapper of every model kind (SPLADE, inference-free, SAE-SPLADE, Latent Terms): a kind sets ``kind``
     (recorded in its saved ``config.json``, read by :func:`~pyterrier_lsr.load_model`) and ``scoring`` (how its
@@ -201,6 +209,16 @@ class Splade:
     def scorer(self, text_field: str = 'text', batch_size: Optional[int] = None) -> SparseScorer:
         """Transformer re-ranking ``qid, query, docno, text`` by the exact dot product."""
         return SparseScorer(self.query_encoder(batch_size), self.doc_encoder(text_field, batch_size))
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        with pta.validate.any(inp) as v:
+            v.result_frame(extra_columns=['query', 'text'], mode='scorer')
+            v.columns(includes=['query'], mode='query_encoder')
+            v.columns(includes=['text'], mode='doc_encoder')
+        return getattr(self, v.mode)()(inp)
+
+    def __rshift__(self, other):
+        return super().__rshift__(with_model(self, other))
 
     def __repr__(self):
         name = Path(str(self.name)).name if self.name else '<model>'

@@ -1,4 +1,6 @@
 """Every public transformer that can be built from the offline models passes :func:`conformance.check_transformer`."""
+import pandas as pd
+import pyterrier as pt
 import pytest
 from conformance import TEXTS, check_transformer
 
@@ -28,6 +30,8 @@ CASES = {  # name -> (fixtures, factory, inputs kind)
     'splade.doc_encoder': ('splade', lambda s: s.doc_encoder(), 'doc'),
     'splade.query_encoder': ('splade', lambda s: s.query_encoder(), 'query'),
     'splade.scorer': ('splade', lambda s: s.scorer(), 'result'),
+    'Splade as a query encoder': ('splade', lambda s: s, 'query'),
+    'Splade as a doc encoder': ('splade', lambda s: s, 'doc'),
     'random BERT Splade.doc_encoder': ('tiny', lambda t: Splade(*t, batch_size=2).doc_encoder(), 'doc'),
     'IDFQueryEncoder': ('splade', idf, 'query'),
     'StaticQueryEncoder.binary': ('splade', lambda s: StaticQueryEncoder.binary(s.tokenizer), 'query'),
@@ -50,3 +54,13 @@ def test_conformance(case, request):
     fixture, factory, kind = CASES[case]
     transformer = factory(request.getfixturevalue(fixture)) if fixture else factory()
     check_transformer(transformer, kind)
+
+
+def test_splade_is_a_transformer_that_encodes_or_scores_by_columns(splade):
+    # a result frame with query and text is re-ranked; dropping query leaves a doc frame (encoded), as in pyterrier_dr
+    frame = pd.DataFrame({'qid': ['1', '1'], 'query': ['radio waves'] * 2, 'docno': ['a', 'b'],
+                          'text': ['radio waves in the ionosphere', 'transistor amplifiers'], 'score': 0., 'rank': 0})
+    pd.testing.assert_frame_equal(splade(frame), splade.scorer()(frame))
+    assert 'toks' in splade(frame.drop(columns=['query'])).columns
+    with pytest.raises(pt.validate.InputValidationError):
+        splade(frame.drop(columns=['query', 'text']))
