@@ -36,7 +36,6 @@ from pyterrier_lsr.offline import resolve_model
 
 DOMAIN_ARMS = ('original', 'extended')
 BPE_ARMS = ('roberta-original', 'roberta-vt', 'modernbert-original', 'modernbert-vt')
-SPECIALS = ['<s>', '<pad>', '</s>', '<unk>', '<mask>']
 
 
 def evaluate(model, tokenizer, corpus, topics, qrels, subset=()) -> dict:
@@ -152,36 +151,6 @@ def run_arm(arm, model, tokenizer, texts, args, corpus, topics, qrels, examples,
     return result
 
 
-def bpe_tokenizer(texts, vocab_size: int):
-    """A cased byte-level BPE tokenizer (RoBERTa layout: <s>=0, <pad>=1, </s>=2, <unk>=3, <mask>=4) trained on
-    ``texts``."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import RobertaTokenizerFast
-
-    backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
-    backend.decoder = decoders.ByteLevel()
-    backend.train_from_iterator(
-        texts,
-        trainers.BpeTrainer(
-            vocab_size=vocab_size, special_tokens=SPECIALS, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
-        ),
-    )
-    backend.post_processor = processors.RobertaProcessing(('</s>', 2), ('<s>', 0))
-    return RobertaTokenizerFast(
-        tokenizer_object=backend,
-        bos_token='<s>',
-        eos_token='</s>',
-        sep_token='</s>',
-        cls_token='<s>',
-        unk_token='<unk>',
-        pad_token='<pad>',
-        mask_token='<mask>',
-        model_max_length=256,
-        model_input_names=['input_ids', 'attention_mask'],
-    )
-
-
 def cased_copies(texts, seed: int):
     """The corpus with case variety a cased tokenizer sees in real text: each text as is, Capitalized Words, or
     UPPERCASE (Vaswani's documents are lowercase, its topics uppercase)."""
@@ -216,14 +185,14 @@ def bpe_arm(arm: str, args, corpus, topics, qrels, examples):
     """Tiny cased-BPE backbone pre-trained as an MLM (cached under --output), then original vs transferred."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from pyterrier_lsr import SpladeModel, train_wordpiece, transfer_vocabulary
+    from pyterrier_lsr import SpladeModel, train_byte_level_bpe, train_wordpiece, transfer_vocabulary
 
     kind, variant = arm.split('-')
     texts = [d['text'] for d in corpus]
     cased = cased_copies(texts, args.seed)
     base = Path(args.output) / args.experiment / f'{kind}-base'
     if not (base / 'model' / 'config.json').exists():
-        tokenizer = bpe_tokenizer(cased, args.bpe_vocab)
+        tokenizer = train_byte_level_bpe(cased, args.bpe_vocab)
         mlm = tiny_mlm(kind, len(tokenizer), args.seed)
         adapt(mlm, tokenizer, cased, base / 'pretrain', args, args.pretrain_steps, args.pretrain_lr)
         mlm.save_pretrained(str(base / 'model'))

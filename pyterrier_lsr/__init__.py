@@ -12,7 +12,8 @@ from .models import SpladeModel
 from .models.sae import SAEConfig, SparseAutoencoder, train_sae
 from .models.sae_splade import SaeSpladeModel
 from .multivector import MaxSimIndex, MultiVector
-from .models.vocab_transfer import extend_vocabulary, sparsemax, train_wordpiece, transfer_vocabulary
+from .models.vocab_transfer import (extend_vocabulary, sparsemax, train_byte_level_bpe, train_wordpiece,
+                                    transfer_vocabulary)
 from .pruning import Prune, prune
 from .query import IDFQueryEncoder, StaticQueryEncoder, StaticQueryWeights, idf
 from .sae_splade import SaeSplade, explain, latent_top_words
@@ -48,6 +49,7 @@ __all__ = [
     'latent_top_words',
     'explain',
     'transfer_vocabulary',
+    'train_byte_level_bpe',
     'train_wordpiece',
     'extend_vocabulary',
     'sparsemax',

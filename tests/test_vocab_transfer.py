@@ -4,7 +4,8 @@ BERT / RoBERTa / ModernBERT masked LMs, APC and the MLM adaptation. Tiny random 
 import pytest
 import torch
 
-from pyterrier_lsr import Splade, extend_vocabulary, sparsemax, train_wordpiece, transfer_vocabulary
+from pyterrier_lsr import (Splade, extend_vocabulary, sparsemax, train_byte_level_bpe, train_wordpiece,
+                           transfer_vocabulary)
 from pyterrier_lsr.models.heads import calibrate_activation
 from pyterrier_lsr.models.vocab_transfer import find_overlap, normalize_token, tokenizer_style
 
@@ -109,32 +110,7 @@ def test_overlap_across_styles():
 
 
 def bpe_tokenizer(texts, vocab_size=400):
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import RobertaTokenizerFast
-
-    backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
-    backend.decoder = decoders.ByteLevel()
-    backend.train_from_iterator(
-        texts,
-        trainers.BpeTrainer(
-            vocab_size=vocab_size,
-            special_tokens=['<s>', '<pad>', '</s>', '<unk>', '<mask>'],
-            initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
-        ),
-    )
-    backend.post_processor = processors.RobertaProcessing(('</s>', 2), ('<s>', 0))
-    return RobertaTokenizerFast(
-        tokenizer_object=backend,
-        bos_token='<s>',
-        eos_token='</s>',
-        sep_token='</s>',
-        cls_token='<s>',
-        unk_token='<unk>',
-        pad_token='<pad>',
-        mask_token='<mask>',
-        model_max_length=120,
-    )
+    return train_byte_level_bpe(texts, vocab_size, model_max_length=120)
 
 
 def masked_lm(kind, vocab_size):

@@ -372,6 +372,24 @@ def train_wordpiece(texts: Iterable[str], vocab_size: int = 20_000, min_frequenc
     return BertTokenizerFast(vocab=backend.get_vocab(), do_lower_case=True)
 
 
+def train_byte_level_bpe(texts: Iterable[str], vocab_size: int, model_max_length: int = 256):
+    """A cased byte-level BPE tokenizer (RoBERTa layout: ``<s>``=0, ``<pad>``=1, ``</s>``=2, ``<unk>``=3,
+    ``<mask>``=4) trained on ``texts``: the surface-form vocabularies vocabulary transfer starts from."""
+    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
+    from transformers import RobertaTokenizerFast
+
+    backend = Tokenizer(models.BPE())
+    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
+    backend.decoder = decoders.ByteLevel()
+    backend.train_from_iterator(texts, trainers.BpeTrainer(
+        vocab_size=vocab_size, special_tokens=['<s>', '<pad>', '</s>', '<unk>', '<mask>'],
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    backend.post_processor = processors.RobertaProcessing(('</s>', 2), ('<s>', 0))
+    return RobertaTokenizerFast(tokenizer_object=backend, bos_token='<s>', eos_token='</s>', sep_token='</s>',
+                                cls_token='<s>', unk_token='<unk>', pad_token='<pad>', mask_token='<mask>',
+                                model_max_length=model_max_length, model_input_names=['input_ids', 'attention_mask'])
+
+
 def extend_vocabulary(tokenizer, texts: Iterable[str], n: int = 1000, min_frequency: int = 2):
     """Adds the ``n`` most frequent normalized, alphabetic corpus words that ``tokenizer`` (a WordPiece vocabulary)
     splits into several tokens, as ordinary vocabulary entries (ids after the existing ones), so they become whole
