@@ -15,22 +15,17 @@ from pyterrier.measures import AP, RR, R, nDCG
 
 from pyterrier_lsr import IDFQueryEncoder, LsrIndex, Splade
 from pyterrier_lsr.offline import resolve_model, use_irds_cache
-from pyterrier_lsr.quiet import quiet_native
+from pyterrier_lsr.train import systems
 
 MEASURES = [nDCG @ 10, AP, R @ 100, RR @ 10, 'mrt']
 
 
 def experiment(model: str = 'splade-tiny', workdir: str = 'indices', precision: str = None, batch_size: int = 32):
-    import pyterrier_pisa  # imports ir_datasets, so not before use_irds_cache()
-
     dataset = pt.get_dataset('irds:vaswani')
     workdir = Path(workdir)
     splade = Splade.from_pretrained(resolve_model(model), precision=precision, batch_size=batch_size)
 
-    bm25_index = pyterrier_pisa.PisaIndex(str(workdir / 'vaswani.pisa'), text_field='text')
-    if not bm25_index.built():
-        with quiet_native():  # PISA's log lines and progress fragments
-            bm25_index.index(dataset.get_corpus_iter(verbose=False))
+    bm25 = systems.bm25(workdir / 'vaswani.pisa', dataset.get_corpus_iter(verbose=False))  # built once, quietly
 
     lsr_path = workdir / f'vaswani.{Path(model).name}.lsr'
     index = LsrIndex(lsr_path, splade)
@@ -43,7 +38,7 @@ def experiment(model: str = 'splade-tiny', workdir: str = 'indices', precision: 
     )
     return pt.Experiment(
         [
-            bm25_index.bm25(),
+            bm25,
             index.retriever(),
             idf_index >> index.toks_retriever(),
             idf_corpus >> index.toks_retriever(),

@@ -759,14 +759,10 @@ class _SystemBuilder:
 
         kind = TYPE_ALIASES.get(spec.get('type'), spec.get('type', 'lsr'))
         if kind == 'bm25':
-            import pyterrier_pisa
+            from .train.systems import bm25
 
-            index = pyterrier_pisa.PisaIndex(str(self.workdir / f'bm25.{self.docs_tag}.pisa'), text_field='text')
-            with quiet_native():  # PISA logs while it indexes and compresses (on first open)
-                if not index.built():
-                    index.index(self.corpus())
-                retriever = index.bm25(num_results=self.num_results)
-            return [System(spec['name'], retriever, str(index.path), stemmer='porter2')]
+            retriever = bm25(self.workdir / f'bm25.{self.docs_tag}.pisa', self.corpus(), num_results=self.num_results)
+            return [System(spec['name'], retriever, str(retriever.index.path), stemmer='porter2')]
         model = self.models[spec.get('index') or spec['model']]
         if kind == 'idf_queries' and getattr(model, 'kind', None) not in IDF_KINDS:
             raise ConfigError(f'config key {where}.type: idf_queries needs a model whose terms are its tokenizer\'s '
