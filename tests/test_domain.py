@@ -65,7 +65,7 @@ def test_heldout_selection_picks_best_step(tiny, corpus, tmp_path, monkeypatch):
     scripted = iter([0.2, 0.1, 0.5, 0.3, 0.4])   # steps 0, 2, 4, 6, 8: step 4 is best
     seen = {}
 
-    def fake_scores(model, tokenizer, heldout, docs, config):
+    def fake_scores(model, tokenizer, heldout, docs, config, extra):
         step = len(seen) * 2
         seen[step] = _weights(model)
         score = next(scripted)
@@ -88,6 +88,12 @@ def test_heldout_scores_and_keyword_queries(tiny, corpus):
                {'query': 'radio noise', 'pos': 'd9', 'ranked': ['d4', 'd5']}]
     s = domain_module.heldout_scores(splade.model, splade.tokenizer, heldout, docs, _config())
     assert 0 < s['heldout_ndcg'] <= 1 and 0 < s['heldout_mrr'] <= 0.5  # d9 is not in its pool: RR 0
+    # first-stage: the same queries retrieve from every pool plus extra documents, which can only push pool
+    # documents down, and can find a source document that is outside its query's pool
+    first = domain_module.heldout_scores(splade.model, splade.tokenizer, heldout, docs, _config(), ['d6', 'd9'])
+    assert first['heldout_ndcg'] == s['heldout_ndcg'] and first['heldout_first_ndcg'] <= s['heldout_ndcg']
+    alone = domain_module.heldout_scores(splade.model, splade.tokenizer, heldout[1:], docs, _config(), ['d9'])
+    assert alone['heldout_mrr'] == 0 and alone['heldout_first_mrr'] > 0
     df = Counter({'the': 60, 'reactor': 1, 'physics': 1})
     words = {keyword_query('the reactor the physics the', df, 60, random.Random(i), 1, 2) for i in range(20)}
     assert words <= {'reactor', 'physics', 'reactor physics', 'the', 'the reactor', 'the physics'}

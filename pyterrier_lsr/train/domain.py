@@ -4,8 +4,10 @@ The recipe: pseudo-queries sampled from documents (sentence windows or high-idf 
 dense bi-encoder over the whole corpus, teacher scores = ``teacher_scale`` x the sum of per-candidate-list z-scores of
 BM25 and the dense cosine (the fusion that beat either alone on Vaswani), training with the bundled loop
 (:func:`~pyterrier_lsr.train.loop.run_loop`), and selection on held-out pseudo-queries: every ``eval_every`` steps the
-student re-ranks each held-out query's pool (the teacher's top ``heldout_pool`` documents) and is scored against the
-teacher's ranking. The best step's weights are kept; if no step beats the starting model by more than ``min_gain``
+student ranks a sub-corpus of ``heldout_corpus`` documents (every held-out query's pool, the teacher's top
+``heldout_pool``, plus random documents) and is scored against the teacher's ranking, over the pool alone (re-ranking)
+and over the whole sub-corpus (first-stage retrieval: documents from outside the pools that the student ranks high
+cost score). The best step's weights are kept; if no step beats the starting model by more than ``min_gain``
 (the never-worse guard), the starting weights are restored and the log says so. No test query is ever used.
 
 Everything that costs time is cached under ``cache_dir`` as JSON / npz (never pickle): a PISA BM25 index and the
@@ -35,7 +37,7 @@ from .loop import TrainConfig, micro_batches, batch_loss, bf16_autocast, run_loo
 
 QUERY_KINDS = ('sentence', 'keywords', 'mixed')
 CANDIDATES = ('bm25', 'teacher')
-HEAD_PREFIX = 'mlm.cls.'  # the MLM head (transform + output bias) of a SpladeModel; the decoder is tied to embeddings
+SELECT_ON = ('heldout_ndcg', 'heldout_mrr', 'heldout_first_ndcg', 'heldout_first_mrr')
 
 
 @dataclass
@@ -44,7 +46,7 @@ class DomainConfig:
     steps: int = 120
     batch_size: int = 8
     lr: float = 1e-4
-    head_lr: float = 1.0               # factor of lr for the MLM head (HEAD_PREFIX parameters)
+    lr_multipliers: dict[str, float] = field(default_factory=dict)  # parameter-name prefix -> factor of lr
     anchor: float = 0.0                # weight of the L2 pull to the starting weights (sum of squared drifts)
     losses: dict[str, float] = field(default_factory=lambda: {'infonce': 1.0, 'kl': 1.0})
     lambda_q: float = 1e-3
@@ -62,6 +64,7 @@ class DomainConfig:
     teacher_scale: float = 2.0
     heldout: int = 60                  # held-out pseudo-queries (from documents no training query comes from)
     heldout_pool: int = 10
+    heldout_corpus: int = 1000         # documents the held-out queries retrieve from: their pools + random ones
     eval_every: int = 40
     select_on: str = 'heldout_ndcg'    # or 'heldout_mrr' (the source document's reciprocal rank)
     min_gain: float = 0.0              # the adapted model must beat the start by more than this on `select_on`
@@ -74,13 +77,13 @@ class DomainConfig:
             raise ValueError(f'candidates must be one of {CANDIDATES}, got {self.candidates!r}')
         if not set(self.teachers) <= {'bm25', 'dense'} or not self.teachers:
             raise ValueError(f"teachers must be a non-empty subset of ('bm25', 'dense'), got {self.teachers}")
-        if self.select_on not in ('heldout_ndcg', 'heldout_mrr'):
-            raise ValueError(f'select_on must be heldout_ndcg or heldout_mrr, got {self.select_on!r}')
+        if self.select_on not in SELECT_ON:
+            raise ValueError(f'select_on must be one of {SELECT_ON}, got {self.select_on!r}')
         self.teachers = tuple(self.teachers)
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(steps=self.steps, batch_size=self.batch_size, lr=self.lr, warmup_steps=self.steps // 10,
-                           lr_multipliers={HEAD_PREFIX: self.head_lr} if self.head_lr != 1.0 else {},
+                           lr_multipliers=dict(self.lr_multipliers),
                            losses=dict(self.losses), lambda_q=self.lambda_q, lambda_d=self.lambda_d,
                            flops_warmup_steps=self.steps // 3, doc_max_length=self.doc_max_length, bf16=self.bf16,
                            seed=self.seed, log_every=10, eval_every=self.eval_every)
@@ -215,7 +218,7 @@ def build_data(docs: dict[str, str], cache: Path, config: DomainConfig, verbose:
     corpus_key = _key([len(docs), hashlib.sha1('\n'.join(f'{d}\t{t}' for d, t in docs.items()).encode()).hexdigest()])
     settings = {k: getattr(config, k) for k in ('steps', 'batch_size', 'queries', 'per_doc', 'candidates', 'negatives',
                                                  'depth', 'pool', 'teachers', 'dense_teacher', 'teacher_scale',
-                                                 'heldout', 'heldout_pool', 'seed')}
+                                                 'heldout', 'heldout_pool', 'heldout_corpus', 'seed')}
     settings['teachers'] = list(settings['teachers'])
     path = cache / f'domain-data-{_key([corpus_key, settings])}.json'
     if path.exists():
@@ -240,6 +243,9 @@ def build_data(docs: dict[str, str], cache: Path, config: DomainConfig, verbose:
     for q, pool in zip(heldout_q, pools):
         ranked = sorted(pool, key=dict(zip(pool, _zsum(list(pool.values()), config.teachers))).get, reverse=True)
         heldout.append({'query': q['query'], 'pos': q['pos'], 'ranked': ranked[:config.heldout_pool]})
+    pooled = {d for h in heldout for d in h['ranked']}
+    others = [d for d in docs if d not in pooled]
+    extra = random.Random(config.seed + 2).sample(others, min(len(others), max(0, config.heldout_corpus - len(pooled))))
     examples = []
     pools, bm25 = teacher.pools(train_q, max(config.pool, config.depth))
     for q, pool in zip(train_q, pools):
@@ -257,7 +263,7 @@ def build_data(docs: dict[str, str], cache: Path, config: DomainConfig, verbose:
         cands = [q['pos']] + negatives
         scores = config.teacher_scale * _zsum([pool[d] for d in cands], config.teachers)
         examples.append({'query': q['query'], 'pos': q['pos'], 'negatives': negatives, 'teacher': scores.tolist()})
-    data = {'settings': settings, 'examples': examples, 'heldout': heldout}
+    data = {'settings': settings, 'examples': examples, 'heldout': heldout, 'heldout_extra': extra}
     _write_json(path, data)
     return data, False
 
@@ -274,15 +280,17 @@ def _vectors(model, tokenizer, texts: list[str], max_length: int, bf16: bool, ba
     return torch.cat(out)
 
 
-def heldout_scores(model, tokenizer, heldout: list[dict], docs: dict[str, str], config: DomainConfig
-                   ) -> dict[str, float]:
-    """The student re-ranks each held-out query's pool. ``heldout_ndcg``: nDCG@10 against the teacher's ranking (the
-    teacher's rank r < 10 has gain 10 - r); ``heldout_mrr``: reciprocal rank of the query's source document (0 when
-    it is not in the pool)."""
+def heldout_scores(model, tokenizer, heldout: list[dict], docs: dict[str, str], config: DomainConfig,
+                   extra: Sequence[str] = ()) -> dict[str, float]:
+    """The student's ranking of held-out queries against the teacher's. Re-ranking each query's pool:
+    ``heldout_ndcg`` (nDCG@10 against the teacher's ranking; the teacher's rank r < 10 has gain 10 - r) and
+    ``heldout_mrr`` (reciprocal rank of the query's source document, 0 when it is not in the pool). First-stage, over
+    every pool plus the ``extra`` documents: ``heldout_first_ndcg`` and ``heldout_first_mrr``, the same measures when
+    the student retrieves from that whole sub-corpus, so that documents it wrongly ranks above the pool count."""
     was_training = model.training
     model.eval()
     try:
-        unique = sorted({d for h in heldout for d in h['ranked']})
+        unique = sorted({d for h in heldout for d in h['ranked']} | set(extra))
         col = {d: i for i, d in enumerate(unique)}
         dvec = _vectors(model, tokenizer, [docs[d] for d in unique], config.doc_max_length, config.bf16)
         qvec = _vectors(model, tokenizer, [h['query'] for h in heldout], TrainConfig.query_max_length, config.bf16)
@@ -291,15 +299,17 @@ def heldout_scores(model, tokenizer, heldout: list[dict], docs: dict[str, str], 
         if was_training:
             model.train()
     ideal = sum((10 - r) / math.log2(r + 2) for r in range(10))
-    ndcg, mrr = [], []
+    out = {name: [] for name in SELECT_ON}
     for i, h in enumerate(heldout):
-        s = scores[i, [col[d] for d in h['ranked']]].tolist()
-        order = sorted(range(len(s)), key=lambda j: (-s[j], j))
-        gains = [max(0, 10 - j) for j in order[:10]]
-        ndcg.append(sum(g / math.log2(r + 2) for r, g in enumerate(gains)) / ideal)
-        rank = [h['ranked'][j] for j in order].index(h['pos']) if h['pos'] in h['ranked'] else None
-        mrr.append(0. if rank is None else 1. / (rank + 1))
-    return {'heldout_ndcg': float(np.mean(ndcg)), 'heldout_mrr': float(np.mean(mrr))}
+        gain = {d: max(0, 10 - r) for r, d in enumerate(h['ranked'])}
+        for prefix, candidates in (('heldout', [col[d] for d in h['ranked']]), ('heldout_first', range(len(unique)))):
+            s = scores[i, list(candidates)]
+            order = [list(candidates)[j] for j in torch.argsort(-s, stable=True).tolist()]
+            ranked = [unique[j] for j in order]
+            out[f'{prefix}_ndcg'].append(sum(gain.get(d, 0) / math.log2(r + 2) for r, d in enumerate(ranked[:10]))
+                                         / ideal)
+            out[f'{prefix}_mrr'].append(1. / (ranked.index(h['pos']) + 1) if h['pos'] in ranked else 0.)
+    return {name: float(np.mean(values)) for name, values in out.items()}
 
 
 def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None, cache_dir=None,
@@ -329,7 +339,7 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
     step_counter = {'step': 0}
 
     def evaluate(m):
-        scores = heldout_scores(m, tokenizer, data['heldout'], docs, config)
+        scores = heldout_scores(m, tokenizer, data['heldout'], docs, config, data['heldout_extra'])
         if report is not None:
             scores.update(report(m))
         step = step_counter['step']
@@ -376,13 +386,13 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
 
 def config_from_overrides(overrides: dict[str, str], base: DomainConfig | None = None) -> DomainConfig:
     """A :class:`DomainConfig` from ``name=value`` strings (CLI and scripts): numbers, booleans, ``losses`` as
-    ``infonce:1+kl:1`` and ``teachers`` as ``bm25+dense``."""
+    ``infonce:1+kl:1``, ``lr_multipliers`` as ``mlm.cls.:0.1`` and ``teachers`` as ``bm25+dense``."""
     base = base or DomainConfig()
     values = {}
     for name, text in overrides.items():
         current = getattr(base, name)
-        if name == 'losses':
-            values[name] = {k: float(v) for k, v in (item.split(':') for item in text.split('+'))}
+        if name in ('losses', 'lr_multipliers'):
+            values[name] = {k: float(v) for k, v in (item.rsplit(':', 1) for item in text.split('+') if item)}
         elif name == 'teachers':
             values[name] = tuple(text.split('+'))
         elif isinstance(current, bool):
