@@ -10,11 +10,59 @@ whether the selection signal tracks the test metric. The test topics never choos
 
 Writes ``--output`` (JSON, rewritten after every run) and one PNG per collection next to it (held-out score and test
 nDCG@10 over steps, per arm); prints a table.
+
+``--summarize a.json b.json ...`` runs nothing: it pools the runs of several outputs, averages each arm over its seeds
+(arms named ``<arm>_s<seed>``) and, for runs with a ``--curve``, shows for every held-out signal the test score at the
+step that signal would have selected (with the never-worse guard) and its rank correlation with the test over steps.
 """
 import argparse
 import json
+import re
 import time
 from pathlib import Path
+
+import numpy as np
+
+SIGNALS = ('heldout_ndcg', 'heldout_mrr', 'heldout_first_ndcg', 'heldout_first_mrr')
+
+
+def selected_step(curve: list, signal: str) -> int:
+    """The step ``domain_adapt`` would return when selecting on ``signal``: the best one, or 0 when none beats the
+    start."""
+    best = max(curve, key=lambda row: (row[signal], -row['step']))
+    return best['step'] if best[signal] > curve[0][signal] else 0
+
+
+def summarize(paths: list):
+    runs = [r for path in paths for r in json.loads(Path(path).read_text())['runs']]
+    groups = {}
+    for r in runs:
+        groups.setdefault((r['collection'], re.sub(r'_s\d+$', '', r['arm'])), []).append(r)
+    print('| collection | arm | seeds | zero-shot | adapted (mean) | Δ per seed | Δ mean | runs ≥ +0.02 |')
+    print('|---|---|---:|---:|---:|---|---:|---:|')
+    for (collection, arm), rs in sorted(groups.items()):
+        deltas = [r['adapted'] - r['zero_shot'] for r in rs]
+        print(f"| {collection} | {arm} | {len(rs)} | {np.mean([r['zero_shot'] for r in rs]):.3f} | "
+              f"{np.mean([r['adapted'] for r in rs]):.3f} | {' '.join(f'{d:+.3f}' for d in deltas)} | "
+              f"{np.mean(deltas):+.3f} | {sum(d >= 0.02 for d in deltas)}/{len(rs)} |")
+    print('\nPer signal (runs with --curve and every signal): mean test Δ at the step it selects, and its mean '
+          'Spearman correlation with test nDCG@10 over the evaluated steps')
+    print('| collection | arm | runs | ' + ' | '.join(SIGNALS) + ' |')
+    print('|---|---|---:|' + '---|' * len(SIGNALS))
+    for (collection, arm), rs in sorted(groups.items()):
+        rs = [r for r in rs if all('nDCG@10' in row and all(s in row for s in SIGNALS) for row in r['curve'])]
+        if not rs:
+            continue
+        cells = []
+        for signal in SIGNALS:
+            deltas, rhos = [], []
+            for r in rs:
+                at = {row['step']: row['nDCG@10'] for row in r['curve']}
+                deltas.append(at[selected_step(r['curve'], signal)] - at[0])
+                ranks = [np.argsort(np.argsort([row[k] for row in r['curve']])) for k in (signal, 'nDCG@10')]
+                rhos.append(np.corrcoef(*ranks)[0, 1])
+            cells.append(f'{np.mean(deltas):+.3f} (ρ {np.nanmean(rhos):+.2f})')
+        print(f"| {collection} | {arm} | {len(rs)} | " + ' | '.join(cells) + ' |')
 
 
 def parse_arm(text: str):
@@ -46,6 +94,8 @@ def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--collections', nargs='+', default=['irds:vaswani', '/work/shared/collections/cisi'])
     p.add_argument('--model', default='splade-tiny')
+    p.add_argument('--query-side', choices=['model', 'idf'], default='model',
+                   help='idf: doc-only, queries through a static table started from the corpus idf and trained')
     p.add_argument('--arms', nargs='+', default=['base:'], help='name:key=value,... (DomainConfig overrides)')
     p.add_argument('--curve', action=argparse.BooleanOptionalAction, default=True,
                    help='evaluate the test topics at every held-out evaluation (costly on large corpora)')
@@ -54,7 +104,10 @@ def main():
     p.add_argument('--output', default='benchmarks/results/domain_adaptation_transfer.json')
     p.add_argument('--threads', type=int, default=1)
     p.add_argument('--irds-cache')
+    p.add_argument('--summarize', nargs='+', metavar='JSON', help='summarize these outputs instead of running')
     args = p.parse_args()
+    if args.summarize:
+        return summarize(args.summarize)
     from pyterrier_lsr.offline import resolve_model, use_irds_cache
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
@@ -62,7 +115,7 @@ def main():
     torch.set_num_threads(args.threads)
     from pyterrier.measures import nDCG
 
-    from pyterrier_lsr import Splade
+    from pyterrier_lsr import IDFQueryEncoder, InferenceFreeSplade, Splade
     from pyterrier_lsr.collections import load_collection
     from pyterrier_lsr.train import domain_adapt, experiment_evaluator
     from pyterrier_lsr.train.domain import config_from_overrides
@@ -75,8 +128,13 @@ def main():
         for arm, overrides in map(parse_arm, args.arms):
             config = config_from_overrides(overrides)
             splade = Splade.from_pretrained(resolve_model(args.model))
+            query_side = None
+            if args.query_side == 'idf':
+                idf = IDFQueryEncoder.from_corpus(splade.tokenizer, [d['text'] for d in collection.corpus])
+                splade = InferenceFreeSplade(splade.model, splade.tokenizer, idf, name=f'{args.model} + idf')
+                query_side = splade.query_encoder  # the table being trained, at every evaluation
             test = experiment_evaluator(splade.tokenizer, collection.corpus, collection.topics, collection.qrels,
-                                        [nDCG @ 10])
+                                        [nDCG @ 10], query_side=query_side)
             start = time.time()
             zero_shot = None if args.curve else test(splade.model)['nDCG@10']
             _, log = domain_adapt(splade, collection.corpus, Path(args.runs) / collection.name / arm, config,
@@ -86,7 +144,8 @@ def main():
                 zero_shot, adapted = at[0]['nDCG@10'], at[log['selected_step']]['nDCG@10']
             else:
                 adapted = zero_shot if log['guard'] else test(splade.model)['nDCG@10']
-            run = {'collection': collection.name, 'arm': arm, 'overrides': overrides, 'zero_shot': zero_shot,
+            run = {'collection': collection.name, 'arm': arm, 'query_side': args.query_side, 'overrides': overrides,
+                   'zero_shot': zero_shot,
                    'adapted': adapted, 'select_on': config.select_on, 'heldout_start': log['start_score'],
                    'heldout_best': log['best_score'], 'selected_step': log['selected_step'], 'guard': log['guard'],
                    'decision': log['decision'], 'curve': log['curve'], 'examples': log['examples'],

@@ -65,7 +65,7 @@ def test_heldout_selection_picks_best_step(tiny, corpus, tmp_path, monkeypatch):
     scripted = iter([0.2, 0.1, 0.5, 0.3, 0.4])   # steps 0, 2, 4, 6, 8: step 4 is best
     seen = {}
 
-    def fake_scores(model, tokenizer, heldout, docs, config, extra):
+    def fake_scores(model, tokenizer, heldout, docs, config, extra, query_encoder):
         step = len(seen) * 2
         seen[step] = _weights(model)
         score = next(scripted)
@@ -77,6 +77,33 @@ def test_heldout_selection_picks_best_step(tiny, corpus, tmp_path, monkeypatch):
     assert all(torch.equal(v, seen[4][k]) for k, v in final.items())
     assert not all(torch.equal(v, seen[8][k]) for k, v in final.items())
     assert (tmp_path / 'run' / 'model' / 'config.json').exists()
+
+
+@pytest.mark.parametrize('scripted, selected', [([0.2, 0.1, 0.5], 4), ([0.5, 0.1, 0.2], 0)])
+def test_doc_only_trains_its_query_table(tiny, corpus, tmp_path, monkeypatch, scripted, selected):
+    """An inference-free model adapts with its static query side: the selected table comes back (saved with the
+    model), and the starting one when the guard fires."""
+    from pyterrier_lsr import IDFQueryEncoder, InferenceFreeSplade, load_model
+    model, tokenizer = tiny
+    idf = IDFQueryEncoder.from_corpus(tokenizer, [d['text'] for d in corpus])
+    splade = InferenceFreeSplade(model, tokenizer, idf, device='cpu')
+    scripted, tables = iter(scripted), []
+
+    def fake_scores(model, tokenizer, heldout, docs, config, extra, query_encoder):
+        tables.append(query_encoder.weight.detach().clone())
+        return {'heldout_ndcg': next(scripted)}
+    monkeypatch.setattr(domain_module, 'heldout_scores', fake_scores)
+    out, log = domain_adapt(splade, corpus, tmp_path / 'run', _config(steps=4), verbose=False)
+    assert log['selected_step'] == selected and not torch.equal(tables[0], tables[-1])
+    vocab = tokenizer.get_vocab()
+    for reloaded in (out, load_model(tmp_path / 'run' / 'model')):
+        assert isinstance(reloaded, InferenceFreeSplade)
+        weights = reloaded.query_side.weights
+        if selected == 0:
+            assert weights == pytest.approx(idf.weights)
+        else:
+            assert all(abs(w - float(tables[selected // 2][vocab[t]])) < 1e-5 for t, w in weights.items())
+            assert weights != pytest.approx(idf.weights)
 
 
 def test_heldout_scores_and_keyword_queries(tiny, corpus):

@@ -31,6 +31,7 @@ import pandas as pd
 import torch
 
 from ..encoding import is_blank
+from ..query import StaticQueryWeights
 from . import losses as L
 from .data import Example, pseudo_query
 from .loop import TrainConfig, micro_batches, batch_loss, bf16_autocast, run_loop
@@ -281,19 +282,22 @@ def _vectors(model, tokenizer, texts: list[str], max_length: int, bf16: bool, ba
 
 
 def heldout_scores(model, tokenizer, heldout: list[dict], docs: dict[str, str], config: DomainConfig,
-                   extra: Sequence[str] = ()) -> dict[str, float]:
+                   extra: Sequence[str] = (), query_encoder=None) -> dict[str, float]:
     """The student's ranking of held-out queries against the teacher's. Re-ranking each query's pool:
     ``heldout_ndcg`` (nDCG@10 against the teacher's ranking; the teacher's rank r < 10 has gain 10 - r) and
     ``heldout_mrr`` (reciprocal rank of the query's source document, 0 when it is not in the pool). First-stage, over
     every pool plus the ``extra`` documents: ``heldout_first_ndcg`` and ``heldout_first_mrr``, the same measures when
-    the student retrieves from that whole sub-corpus, so that documents it wrongly ranks above the pool count."""
+    the student retrieves from that whole sub-corpus, so that documents it wrongly ranks above the pool count.
+    ``query_encoder`` (``(texts, tokenizer, max_length) -> vectors``) replaces ``model`` for queries (doc-only)."""
     was_training = model.training
     model.eval()
     try:
         unique = sorted({d for h in heldout for d in h['ranked']} | set(extra))
         col = {d: i for i, d in enumerate(unique)}
         dvec = _vectors(model, tokenizer, [docs[d] for d in unique], config.doc_max_length, config.bf16)
-        qvec = _vectors(model, tokenizer, [h['query'] for h in heldout], TrainConfig.query_max_length, config.bf16)
+        queries = [h['query'] for h in heldout]
+        qvec = (_vectors(model, tokenizer, queries, TrainConfig.query_max_length, config.bf16) if query_encoder is None
+                else query_encoder(queries, tokenizer, TrainConfig.query_max_length).float())
         scores = torch.sparse.mm(dvec, qvec.to_dense().t()).t()
     finally:
         if was_training:
@@ -319,8 +323,12 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
     with the settings, the held-out curve, the selected step, the guard's decision and timings (also written to
     ``output_dir/domain_adapt.json``; the selected model is saved to ``output_dir/model``).
 
-    ``report`` (optional, e.g. :func:`~pyterrier_lsr.train.experiment_evaluator` on test topics) is called at the same
-    steps as the held-out evaluation and logged next to it; it never influences the selection.
+    An :class:`~pyterrier_lsr.InferenceFreeSplade` (doc-only) trains its static query table (starting from its
+    weights, e.g. corpus idf) with the document encoder, and ``splade.query_side`` holds the selected table.
+
+    ``report`` (optional, e.g. :func:`~pyterrier_lsr.train.experiment_evaluator` on test topics; for a doc-only model
+    with ``query_side=splade.query_encoder``, which sees the table being trained) is called at the same steps as the
+    held-out evaluation and logged next to it; it never influences the selection.
     """
     config = config or DomainConfig()
     output_dir = Path(output_dir)
@@ -333,29 +341,42 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
                 for e in data['examples']]
     prep_seconds = time.time() - start_time
     model, tokenizer = splade.model, splade.tokenizer
-    initial = {k: v.detach().clone() for k, v in model.state_dict().items()}
     train_config = config.train_config()
+    # an inference-free model (its `query_side` a static table) trains that table with the document encoder; FLOPS
+    # regularizes documents only, as a static query side costs nothing to run
+    query_side = getattr(splade, 'query_side', None)
+    query_weights = None if query_side is None else StaticQueryWeights(tokenizer, init=query_side.weights)
+    trained = torch.nn.ModuleDict({'model': model, **({'query': query_weights} if query_weights else {})})
+    if query_weights is not None:
+        train_config = replace(train_config, lambda_q=0.)
+
+    def sync_query_side():
+        if query_weights is not None:
+            splade.query_side = query_weights.to_encoder(max_length=query_side.max_length)
+
+    initial = {k: v.detach().clone() for k, v in trained.state_dict().items()}
     curve, best = [], {'score': None, 'step': 0, 'state': None}
     step_counter = {'step': 0}
 
     def evaluate(m):
-        scores = heldout_scores(m, tokenizer, data['heldout'], docs, config, data['heldout_extra'])
+        scores = heldout_scores(m, tokenizer, data['heldout'], docs, config, data['heldout_extra'], query_weights)
         if report is not None:
+            sync_query_side()
             scores.update(report(m))
         step = step_counter['step']
         curve.append({'step': step, **scores})
         if best['score'] is None or scores[config.select_on] > best['score']:
             if step > 0:
-                best['state'] = {k: v.detach().clone() for k, v in m.state_dict().items()}
+                best['state'] = {k: v.detach().clone() for k, v in trained.state_dict().items()}
             best.update(score=scores[config.select_on], step=step)
         return scores
 
     start_score = evaluate(model)[config.select_on]
-    params = {name: p for name, p in model.named_parameters() if p.requires_grad}
+    params = {name: p for name, p in trained.named_parameters() if p.requires_grad}
 
     def loss_fn(batch, step):
         step_counter['step'] = step + 1  # run_loop evaluates after the optimizer step that makes `step + 1`
-        loss, logs = batch_loss(model, tokenizer, batch, train_config, step)
+        loss, logs = batch_loss(model, tokenizer, batch, train_config, step, query_weights)
         if config.anchor:
             drift = L.l2_drift(params, initial)
             loss = loss + config.anchor * drift
@@ -364,10 +385,14 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
 
     train_start = time.time()
     train_log = run_loop(model, loss_fn, micro_batches(examples, config.batch_size, config.seed), output_dir / 'train',
-                         train_config, tokenizer=tokenizer, evaluate=evaluate, verbose=verbose)
+                         train_config, tokenizer=tokenizer, evaluate=evaluate, verbose=verbose,
+                         extra_parameters=[query_weights.weight] if query_weights is not None else [])
     train_seconds = time.time() - train_start
     improved = best['step'] > 0 and best['score'] > start_score + config.min_gain
-    model.load_state_dict(best['state'] if improved else initial)
+    trained.load_state_dict(best['state'] if improved else initial)
+    sync_query_side()
+    if query_side is not None and not improved:
+        splade.query_side = query_side  # exactly the starting table, not its float32 round trip
     model.eval()
     decision = (f"step {best['step']}: {config.select_on} {best['score']:.4f} > start {start_score:.4f}" if improved
                 else f"never-worse guard: no step beat the starting model's {config.select_on} {start_score:.4f} "
