@@ -67,7 +67,7 @@ class DomainConfig:
     heldout_pool: int = 10
     heldout_corpus: int = 1000         # documents the held-out queries retrieve from: their pools + random ones
     eval_every: int = 40
-    select_on: str = 'heldout_ndcg'    # or 'heldout_mrr' (the source document's reciprocal rank)
+    select_on: str = 'heldout_ndcg'    # one of SELECT_ON (see heldout_scores)
     min_gain: float = 0.0              # the adapted model must beat the start by more than this on `select_on`
     seed: int = 0
 
@@ -307,9 +307,8 @@ def heldout_scores(model, tokenizer, heldout: list[dict], docs: dict[str, str], 
     for i, h in enumerate(heldout):
         gain = {d: max(0, 10 - r) for r, d in enumerate(h['ranked'])}
         for prefix, candidates in (('heldout', [col[d] for d in h['ranked']]), ('heldout_first', range(len(unique)))):
-            s = scores[i, list(candidates)]
-            order = [list(candidates)[j] for j in torch.argsort(-s, stable=True).tolist()]
-            ranked = [unique[j] for j in order]
+            candidates = list(candidates)
+            ranked = [unique[candidates[j]] for j in torch.argsort(-scores[i, candidates], stable=True).tolist()]
             out[f'{prefix}_ndcg'].append(sum(gain.get(d, 0) / math.log2(r + 2) for r, d in enumerate(ranked[:10]))
                                          / ideal)
             out[f'{prefix}_mrr'].append(1. / (ranked.index(h['pos']) + 1) if h['pos'] in ranked else 0.)
