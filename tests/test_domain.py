@@ -121,6 +121,11 @@ def test_heldout_scores_and_keyword_queries(tiny, corpus):
     assert first['heldout_ndcg'] == s['heldout_ndcg'] and first['heldout_first_ndcg'] <= s['heldout_ndcg']
     alone = domain_module.heldout_scores(splade.model, splade.tokenizer, heldout[1:], docs, _config(), ['d9'])
     assert alone['heldout_mrr'] == 0 and alone['heldout_first_mrr'] > 0
+    # a doc-only query side (a trainable static table) scores the same way
+    from pyterrier_lsr import StaticQueryWeights
+    table = domain_module.heldout_scores(splade.model, splade.tokenizer, heldout, docs, _config(), ['d6'],
+                                         StaticQueryWeights(splade.tokenizer))
+    assert set(table) == set(s) and 0 < table['heldout_ndcg'] <= 1
     df = Counter({'the': 60, 'reactor': 1, 'physics': 1})
     words = {keyword_query('the reactor the physics the', df, 60, random.Random(i), 1, 2) for i in range(20)}
     assert words <= {'reactor', 'physics', 'reactor physics', 'the', 'the reactor', 'the physics'}

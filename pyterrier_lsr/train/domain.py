@@ -291,14 +291,16 @@ def heldout_scores(model, tokenizer, heldout: list[dict], docs: dict[str, str], 
     ``query_encoder`` (``(texts, tokenizer, max_length) -> vectors``) replaces ``model`` for queries (doc-only)."""
     was_training = model.training
     model.eval()
+    unique = sorted({d for h in heldout for d in h['ranked']} | set(extra))
+    col = {d: i for i, d in enumerate(unique)}
+    queries = [h['query'] for h in heldout]
     try:
-        unique = sorted({d for h in heldout for d in h['ranked']} | set(extra))
-        col = {d: i for i, d in enumerate(unique)}
-        dvec = _vectors(model, tokenizer, [docs[d] for d in unique], config.doc_max_length, config.bf16)
-        queries = [h['query'] for h in heldout]
-        qvec = (_vectors(model, tokenizer, queries, TrainConfig.query_max_length, config.bf16) if query_encoder is None
-                else query_encoder(queries, tokenizer, TrainConfig.query_max_length).float())
-        scores = torch.sparse.mm(dvec, qvec.to_dense().t()).t()
+        with torch.inference_mode():
+            dvec = _vectors(model, tokenizer, [docs[d] for d in unique], config.doc_max_length, config.bf16)
+            max_length = TrainConfig.query_max_length
+            qvec = (_vectors(model, tokenizer, queries, max_length, config.bf16) if query_encoder is None
+                    else query_encoder(queries, tokenizer, max_length).float())
+            scores = torch.sparse.mm(dvec, qvec.to_dense().t()).t()
     finally:
         if was_training:
             model.train()
