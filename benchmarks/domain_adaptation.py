@@ -12,8 +12,9 @@ Writes ``--output`` (JSON, rewritten after every run) and one PNG per collection
 nDCG@10 over steps, per arm); prints a table.
 
 ``--summarize a.json b.json ...`` runs nothing: it pools the runs of several outputs, averages each arm over its seeds
-(arms named ``<arm>_s<seed>``) and, for runs with a ``--curve``, shows for every held-out signal the test score at the
-step that signal would have selected (with the never-worse guard) and its rank correlation with the test over steps.
+(arms named ``<arm>_s<seed>``; runs with a ``--curve`` re-selected on ``--select-on``) and, for those runs, shows
+for every held-out signal the test score at the step that signal would have selected (with the never-worse guard)
+and its rank correlation with the test over steps.
 """
 import argparse
 import json
@@ -33,17 +34,28 @@ def selected_step(curve: list, signal: str) -> int:
     return best['step'] if best[signal] > curve[0][signal] else 0
 
 
-def summarize(paths: list):
+def adapted_on(run: dict, signal: str) -> tuple[float, bool]:
+    """Test nDCG@10 of the model ``signal`` selects (from the run's curve), or the run's own result when its curve
+    lacks the test score or the signal; the flag says whether it was re-selected."""
+    if all('nDCG@10' in row and signal in row for row in run['curve']):
+        return {row['step']: row['nDCG@10'] for row in run['curve']}[selected_step(run['curve'], signal)], True
+    return run['adapted'], False
+
+
+def summarize(paths: list, signal: str):
     runs = [r for path in paths for r in json.loads(Path(path).read_text())['runs']]
     groups = {}
     for r in runs:
         groups.setdefault((r['collection'], re.sub(r'_s\d+$', '', r['arm'])), []).append(r)
+    print(f'Selected on {signal} (* = as run: its curve has no test scores, selected on its own select_on)')
     print('| collection | arm | seeds | zero-shot | adapted (mean) | Δ per seed | Δ mean | runs ≥ +0.02 |')
     print('|---|---|---:|---:|---:|---|---:|---:|')
     for (collection, arm), rs in sorted(groups.items()):
-        deltas = [r['adapted'] - r['zero_shot'] for r in rs]
+        adapted = [adapted_on(r, signal) for r in rs]
+        deltas = [a - r['zero_shot'] for (a, _), r in zip(adapted, rs)]
         print(f"| {collection} | {arm} | {len(rs)} | {np.mean([r['zero_shot'] for r in rs]):.3f} | "
-              f"{np.mean([r['adapted'] for r in rs]):.3f} | {' '.join(f'{d:+.3f}' for d in deltas)} | "
+              f"{np.mean([a for a, _ in adapted]):.3f} | "
+              f"{' '.join(f'{d:+.3f}' + ('' if again else '*') for d, (_, again) in zip(deltas, adapted))} | "
               f"{np.mean(deltas):+.3f} | {sum(d >= 0.02 for d in deltas)}/{len(rs)} |")
     print('\nPer signal (runs with --curve and every signal): mean test Δ at the step it selects, and its mean '
           'Spearman correlation with test nDCG@10 over the evaluated steps')
@@ -105,9 +117,12 @@ def main():
     p.add_argument('--threads', type=int, default=1)
     p.add_argument('--irds-cache')
     p.add_argument('--summarize', nargs='+', metavar='JSON', help='summarize these outputs instead of running')
+    p.add_argument('--select-on', choices=SIGNALS, help='--summarize: the signal that selects (default: the '
+                   "DomainConfig default)")
     args = p.parse_args()
     if args.summarize:
-        return summarize(args.summarize)
+        from pyterrier_lsr.train import DomainConfig
+        return summarize(args.summarize, args.select_on or DomainConfig.select_on)
     from pyterrier_lsr.offline import resolve_model, use_irds_cache
     if args.irds_cache:
         use_irds_cache(args.irds_cache)

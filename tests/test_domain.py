@@ -69,7 +69,7 @@ def test_heldout_selection_picks_best_step(tiny, corpus, tmp_path, monkeypatch):
         step = len(seen) * 2
         seen[step] = _weights(model)
         score = next(scripted)
-        return {'heldout_ndcg': score, 'heldout_mrr': score}
+        return dict.fromkeys(domain_module.SELECT_ON, score)
     monkeypatch.setattr(domain_module, 'heldout_scores', fake_scores)
     model, log = domain_adapt(_splade(tiny), corpus, tmp_path / 'run', _config(steps=8), verbose=False)
     assert not log['guard'] and log['selected_step'] == 4 and log['best_score'] == 0.5
@@ -91,7 +91,7 @@ def test_doc_only_trains_its_query_table(tiny, corpus, tmp_path, monkeypatch, sc
 
     def fake_scores(model, tokenizer, heldout, docs, config, extra, query_encoder):
         tables.append(query_encoder.weight.detach().clone())
-        return {'heldout_ndcg': next(scripted)}
+        return dict.fromkeys(domain_module.SELECT_ON, next(scripted))
     monkeypatch.setattr(domain_module, 'heldout_scores', fake_scores)
     out, log = domain_adapt(splade, corpus, tmp_path / 'run', _config(steps=4), verbose=False)
     assert log['selected_step'] == selected and not torch.equal(tables[0], tables[-1])

@@ -67,7 +67,7 @@ class DomainConfig:
     heldout_pool: int = 10
     heldout_corpus: int = 1000         # documents the held-out queries retrieve from: their pools + random ones
     eval_every: int = 40
-    select_on: str = 'heldout_ndcg'    # one of SELECT_ON (see heldout_scores)
+    select_on: str = 'heldout_first_ndcg'  # one of SELECT_ON (see heldout_scores)
     min_gain: float = 0.0              # the adapted model must beat the start by more than this on `select_on`
     seed: int = 0
 

@@ -1,0 +1,100 @@
+"""The trained methods with the domain-adaptation recipe on one collection, same budget per method (issue #14).
+
+Each method goes through :mod:`pyterrier_lsr.train.systems` with one :class:`~pyterrier_lsr.train.DomainConfig`
+(the defaults unless ``--set``): adapted SPLADE-tiny, VT-SPLADE (SPLADE-tiny's vocabulary extended by the corpus's
+``--extend`` most frequent split words), SAE-SPLADE (a TopK SAE with ``--k`` latents per token on SPLADE-tiny's token
+states, then the recipe), and SPLADE-tiny zero-shot as the reference. :func:`pyterrier_lsr.report.report` measures
+them (nDCG@10, AP, postings per query, ...); VT-SPLADE is also compared with SPLADE on the topics that contain one of
+its added words (the seed's claim).
+
+    OMP_NUM_THREADS=1 python benchmarks/methods_transfer.py --collection /work/shared/collections/cisi \\
+        --workdir runs/methods_cisi
+
+Re-runs reuse every trained model and index in ``--workdir``. Writes ``--output`` (JSON) and the report files.
+"""
+import argparse
+import json
+import time
+from pathlib import Path
+
+
+def main():
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument('--collection', required=True, help='irds:<id> or a folder (docs.jsonl, topics, qrels)')
+    p.add_argument('--workdir', required=True)
+    p.add_argument('--cache-dir', help='BM25 index, dense embeddings and examples (default: <workdir>/cache)')
+    p.add_argument('--set', nargs='*', default=[], metavar='NAME=VALUE', help='DomainConfig overrides')
+    p.add_argument('--extend', type=int, default=1000, help='words added to the vocabulary by VT-SPLADE')
+    p.add_argument('--latents', type=int, default=4096, help='SAE width of SAE-SPLADE')
+    p.add_argument('--k', type=int, default=4, help='SAE latents per token of SAE-SPLADE')
+    p.add_argument('--output', default='benchmarks/results/methods_transfer.json')
+    p.add_argument('--irds-cache')
+    p.add_argument('--threads', type=int, default=1)
+    args = p.parse_args()
+    from pyterrier_lsr.offline import resolve_model, use_irds_cache
+    if args.irds_cache:
+        use_irds_cache(args.irds_cache)
+    import torch
+    torch.set_num_threads(args.threads)
+    import pyterrier as pt
+    from pyterrier.measures import AP, nDCG
+
+    from pyterrier_lsr import Splade
+    from pyterrier_lsr.collections import load_collection
+    from pyterrier_lsr.report import System, report
+    from pyterrier_lsr.train import systems
+    from pyterrier_lsr.train.domain import config_from_overrides
+
+    collection = load_collection(args.collection)
+    work = Path(args.workdir)
+    config = config_from_overrides(dict(item.split('=', 1) for item in args.set))
+    cache = Path(args.cache_dir) if args.cache_dir else work / 'cache'
+    base = resolve_model('splade-tiny')
+    timings, models = {}, {}
+    builders = {
+        'SPLADE-tiny zero-shot': lambda: Splade.from_pretrained(base),
+        'SPLADE-tiny adapted': lambda: systems.adapted(lambda: Splade.from_pretrained(base), collection.corpus,
+                                                       work / 'splade', config, cache),
+        f'VT-SPLADE (+{args.extend} words)': lambda: systems.vt_splade(collection.corpus, work / 'vt', config, base,
+                                                                       args.extend, cache),
+        f'SAE-SPLADE (k={args.k})': lambda: systems.sae_splade(collection.corpus, work / 'sae', config, base,
+                                                               {'n_latents': args.latents, 'k': args.k},
+                                                               cache_dir=cache),
+    }
+    for name, build in builders.items():
+        start = time.time()
+        models[name] = build()
+        timings[name] = round(time.time() - start, 1)
+        print(f'{name}: {timings[name]} s', flush=True)
+    run = []
+    for i, (name, model) in enumerate(models.items()):
+        index = systems.sparse_index(work / f'index{i}.lsr', model, collection.corpus)
+        run.append(System(name, index.toks_retriever(), str(index.path), model.query_encoder()))
+    measures = [nDCG @ 10, AP]
+    table = report(run, collection.topics, collection.qrels, measures, work / 'report', title=collection.name)
+    print(table.to_string())
+    # VT-SPLADE's claim: at least as good as SPLADE on the topics that contain one of its added words
+    vt_name = next(n for n in models if n.startswith('VT'))
+    base_vocab = set(models['SPLADE-tiny adapted'].tokenizer.get_vocab())
+    added = set(models[vt_name].tokenizer.get_vocab()) - base_vocab
+    tokenize = models[vt_name].tokenizer.tokenize
+    with_added = collection.topics[[bool(set(tokenize(q)) & added) for q in collection.topics['query']]]
+    subset = pt.Experiment([s.pipeline() for s in run[1:3]], with_added, collection.qrels, [nDCG @ 10],
+                           names=[s.name for s in run[1:3]]) if len(with_added) else None
+    if subset is not None:
+        print(f'{len(with_added)} of {len(collection.topics)} topics contain an added word:\n{subset.to_string()}')
+    decisions = {log.parent.name: json.loads(log.read_text())['decision']
+                 for log in sorted(work.glob('*/domain_adapt.json'))}
+    output = Path(args.output)
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps({
+        'collection': collection.name, 'set': args.set,
+        'extend': args.extend, 'latents': args.latents, 'k': args.k, 'seconds': timings, 'decisions': decisions,
+        'table': json.loads(table.to_json(orient='records')),
+        'topics_with_added_word': len(with_added),
+        'vt_subset': None if subset is None else json.loads(subset.to_json(orient='records')),
+        'date': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, indent=1))
+
+
+if __name__ == '__main__':
+    main()
