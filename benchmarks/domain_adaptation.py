@@ -14,7 +14,7 @@ nDCG@10 over steps, per arm); prints a table.
 ``--summarize a.json b.json ...`` runs nothing: it pools the runs of several outputs, averages each arm over its seeds
 (arms named ``<arm>_s<seed>``; runs with a ``--curve`` re-selected on ``--select-on``) and, for those runs, shows
 for every held-out signal the test score at the step that signal would have selected (with the never-worse guard)
-and its rank correlation with the test over steps.
+and its rank correlation with the test over steps; it plots every run's curve into ``<--output stem>_<collection>.png``.
 """
 import argparse
 import json
@@ -42,11 +42,15 @@ def adapted_on(run: dict, signal: str) -> tuple[float, bool]:
     return run['adapted'], False
 
 
-def summarize(paths: list, signal: str):
+def summarize(paths: list, signal: str, output: Path):
     runs = [r for path in paths for r in json.loads(Path(path).read_text())['runs']]
     groups = {}
     for r in runs:
         groups.setdefault((r['collection'], re.sub(r'_s\d+$', '', r['arm'])), []).append(r)
+    for collection in sorted({r['collection'] for r in runs}):
+        curves = [r for r in runs if r['collection'] == collection and all(signal in row for row in r['curve'])]
+        plot(collection, sorted(curves, key=lambda r: r['arm']), output.with_name(f'{output.stem}_{collection}.png'),
+             signal)
     print(f'Selected on {signal} (* = as run: its curve has no test scores, selected on its own select_on)')
     print('| collection | arm | seeds | zero-shot | adapted (mean) | Δ per seed | Δ mean | runs ≥ +0.02 |')
     print('|---|---|---:|---:|---:|---|---:|---:|')
@@ -82,17 +86,18 @@ def parse_arm(text: str):
     return name, dict(item.split('=', 1) for item in overrides.split(',') if item)
 
 
-def plot(collection: str, runs: list, path: Path):
+def plot(collection: str, runs: list, path: Path, signal: str | None = None):
+    """Held-out score (``signal``, default each run's own ``select_on``) and test nDCG@10 over steps, per run."""
     import matplotlib
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     fig, (ax1, ax2) = plt.subplots(1, 2, figsize=(11, 4))
     for run in runs:
         steps = [row['step'] for row in run['curve']]
-        ax1.plot(steps, [row[run['select_on']] for row in run['curve']], marker='o', label=run['arm'])
+        ax1.plot(steps, [row[signal or run['select_on']] for row in run['curve']], marker='o', label=run['arm'])
         if all('nDCG@10' in row for row in run['curve']):
             ax2.plot(steps, [row['nDCG@10'] for row in run['curve']], marker='o', label=run['arm'])
-    ax1.set(title=f'{collection}: held-out pseudo-queries', xlabel='step', ylabel=runs[0]['select_on'])
+    ax1.set(title=f'{collection}: held-out pseudo-queries', xlabel='step', ylabel=signal or runs[0]['select_on'])
     ax2.set(title=f'{collection}: test topics (not used for selection)', xlabel='step', ylabel='nDCG@10')
     for ax in (ax1, ax2):
         ax.legend(fontsize=8)
@@ -122,7 +127,7 @@ def main():
     args = p.parse_args()
     if args.summarize:
         from pyterrier_lsr.train import DomainConfig
-        return summarize(args.summarize, args.select_on or DomainConfig.select_on)
+        return summarize(args.summarize, args.select_on or DomainConfig.select_on, Path(args.output))
     from pyterrier_lsr.offline import resolve_model, use_irds_cache
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
