@@ -347,7 +347,7 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
     # regularizes documents only, as a static query side costs nothing to run
     query_side = getattr(splade, 'query_side', None)
     query_weights = None if query_side is None else StaticQueryWeights(tokenizer, init=query_side.weights)
-    trained = torch.nn.ModuleDict({'model': model, **({'query': query_weights} if query_weights else {})})
+    trained = torch.nn.ModuleDict({'model': model, **({'query': query_weights} if query_weights is not None else {})})
     if query_weights is not None:
         train_config = replace(train_config, lambda_q=0.)
 
@@ -391,8 +391,9 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
     train_seconds = time.time() - train_start
     improved = best['step'] > 0 and best['score'] > start_score + config.min_gain
     trained.load_state_dict(best['state'] if improved else initial)
-    sync_query_side()
-    if query_side is not None and not improved:
+    if improved:
+        sync_query_side()
+    elif query_side is not None:
         splade.query_side = query_side  # exactly the starting table, not its float32 round trip
     model.eval()
     decision = (f"step {best['step']}: {config.select_on} {best['score']:.4f} > start {start_score:.4f}" if improved
