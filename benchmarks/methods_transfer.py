@@ -5,8 +5,9 @@ Each method goes through :mod:`pyterrier_lsr.train.systems` with one :class:`~py
 ``--extend`` most frequent split words), SAE-SPLADE (a TopK SAE with ``--k`` latents per token on SPLADE-tiny's token
 states, then the recipe), and SPLADE-tiny zero-shot as the reference. :func:`pyterrier_lsr.report.report` measures
 them (nDCG@10, AP, postings per query, ...); VT-SPLADE is also compared with SPLADE on the topics that contain one of
-its added words (the seed's claim). ``--vt-warmup`` adds VT-SPLADE with an embedding warm-up (a first run that trains
-only the added words' rows).
+its added words (the seed's claim). ``--minilm`` adds MiniLM-SPLADE (all-MiniLM-L6-v2 with a new, calibrated head:
+:func:`~pyterrier_lsr.train.systems.new_head_splade`); ``--vt-warmup`` adds VT-SPLADE with an embedding warm-up (a
+first run that trains only the added words' rows); ``--sae-set`` a second SAE-SPLADE with its own settings.
 
     OMP_NUM_THREADS=1 python benchmarks/methods_transfer.py --collection /work/shared/collections/cisi \\
         --workdir runs/methods_cisi
@@ -28,6 +29,10 @@ def main():
     p.add_argument('--extend', type=int, default=1000, help='words added to the vocabulary by VT-SPLADE')
     p.add_argument('--latents', type=int, default=4096, help='SAE width of SAE-SPLADE')
     p.add_argument('--k', type=int, default=4, help='SAE latents per token of SAE-SPLADE')
+    p.add_argument('--sae-set', nargs='*', default=[], metavar='NAME=VALUE',
+                   help='also SAE-SPLADE trained with these DomainConfig overrides, e.g. '
+                        'lr_multipliers=latent_threshold:100 (its FLOPS-aware latent thresholds learn faster)')
+    p.add_argument('--minilm', action='store_true', help='also MiniLM-SPLADE (all-MiniLM-L6-v2 with a new head)')
     p.add_argument('--vt-warmup', nargs='*', default=[], metavar='NAME=VALUE',
                    help='also VT-SPLADE with an embedding warm-up (only the added words train first), these '
                         'DomainConfig overrides for the warm-up run, e.g. steps=40 lr=1e-3')
@@ -66,6 +71,14 @@ def main():
                                                                        {'n_latents': args.latents, 'k': args.k},
                                                                        cache_dir=cache)),
     }
+    if args.sae_set:
+        sae_config = config_from_overrides(dict(item.split('=', 1) for item in args.sae_set), config)
+        builders[f'SAE-SPLADE (k={args.k}, {" ".join(args.sae_set)})'] = ('sae-set', lambda: systems.sae_splade(
+            collection.corpus, work / 'sae-set', sae_config, base, {'n_latents': args.latents, 'k': args.k},
+            cache_dir=cache))
+    if args.minilm:
+        builders['MiniLM-SPLADE (new head)'] = ('minilm', lambda: systems.new_head_splade(
+            collection.corpus, work / 'minilm', config, cache_dir=cache))
     if args.vt_warmup:
         warmup = config_from_overrides(dict(item.split('=', 1) for item in args.vt_warmup), config)
         builders[f'VT-SPLADE (+{args.extend} words, warm-up)'] = ('vt-warmup', lambda: systems.vt_splade(
@@ -99,7 +112,8 @@ def main():
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps({
         'collection': collection.name, 'set': args.set,
-        'extend': args.extend, 'vt_warmup': args.vt_warmup, 'latents': args.latents, 'k': args.k,
+        'extend': args.extend, 'vt_warmup': args.vt_warmup, 'sae_set': args.sae_set, 'latents': args.latents,
+        'k': args.k,
         'seconds': timings, 'decisions': decisions,
         'table': json.loads(table.to_json(orient='records')),
         'topics_with_added_word': len(with_added),

@@ -19,13 +19,15 @@ import pyterrier as pt
 from ..encoders import Splade
 from ..index import LsrIndex
 from ..loading import load_model
+from ..models.heads import calibrate_activation
 from ..models.vocab_transfer import extend_vocabulary, new_rows_only, transfer_vocabulary
 from ..quiet import quiet_native
 from ..sae_splade import SaeSplade
 from .domain import DomainConfig, domain_adapt
 from .sae import build_latent_terms, train_token_sae
 
-__all__ = ['BM25', 'bm25', 'sparse_index', 'latent_terms_index', 'adapted', 'vt_splade', 'sae_splade']
+__all__ = ['BM25', 'bm25', 'sparse_index', 'latent_terms_index', 'adapted', 'new_head_splade', 'vt_splade',
+           'sae_splade']
 
 DONE_FILE = 'domain_adapt.json'
 # Latent Terms as in the README (multi-vector MiniLM, BM25 over square-rooted latent frequencies).
@@ -110,6 +112,20 @@ def adapted(start: Callable[[], Splade], corpus: Sequence[dict], folder, config:
     return splade
 
 
+def new_head_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = None,
+                    encoder: str = 'all-MiniLM-L6-v2', target_active: float = 0.005, calibration_docs: int = 256,
+                    cache_dir=None, verbose: bool = False) -> Splade:
+    """SPLADE on a dense encoder without an MLM head (e.g. MiniLM-SPLADE): a new head
+    (:meth:`~pyterrier_lsr.Splade.from_encoder`), calibrated so that ``target_active`` of the (document, term) pairs of
+    the corpus's first ``calibration_docs`` documents start active
+    (:func:`~pyterrier_lsr.models.heads.calibrate_activation`), then trained by :func:`adapted`."""
+    def start():
+        splade = Splade.from_encoder(encoder)
+        calibrate_activation(splade.model, splade.tokenizer, _texts(corpus[:calibration_docs]), target_active)
+        return splade
+    return adapted(start, corpus, folder, config, cache_dir, verbose)
+
+
 def vt_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = None, base: str = 'splade-tiny',
               extend: int = 1000, warmup: Optional[DomainConfig] = None, cache_dir=None,
               verbose: bool = False) -> Splade:
@@ -125,7 +141,9 @@ def vt_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = N
 
     def start():
         splade = Splade.from_pretrained(base)
-        target, _ = extend_vocabulary(splade.tokenizer, _texts(corpus), extend)
+        target, words = extend_vocabulary(splade.tokenizer, _texts(corpus), extend)
+        if not words:
+            raise ValueError(f"no word of the corpus is split by {base}'s vocabulary twice or more: nothing to add")
         model, tokenizer, _ = transfer_vocabulary(splade.model, splade.tokenizer, target)
         extended = Splade(model, tokenizer, name=f'{base}+{extend}')
         if warmup is None:
