@@ -5,7 +5,9 @@ Each method goes through :mod:`pyterrier_lsr.train.systems` with one :class:`~py
 ``--extend`` most frequent split words), SAE-SPLADE (a TopK SAE with ``--k`` latents per token on SPLADE-tiny's token
 states, then the recipe), and SPLADE-tiny zero-shot as the reference. :func:`pyterrier_lsr.report.report` measures
 them (nDCG@10, AP, postings per query, ...); VT-SPLADE is also compared with SPLADE on the topics that contain one of
-its added words (the seed's claim).
+its added words (the seed's claim). ``--minilm`` adds MiniLM-SPLADE (all-MiniLM-L6-v2 with a new, calibrated head:
+:func:`~pyterrier_lsr.train.systems.new_head_splade`); ``--vt-warmup`` adds VT-SPLADE with an embedding warm-up (a
+first run that trains only the added words' rows); ``--sae-set`` a second SAE-SPLADE with its own settings.
 
     OMP_NUM_THREADS=1 python benchmarks/methods_transfer.py --collection /work/shared/collections/cisi \\
         --workdir runs/methods_cisi
@@ -27,6 +29,13 @@ def main():
     p.add_argument('--extend', type=int, default=1000, help='words added to the vocabulary by VT-SPLADE')
     p.add_argument('--latents', type=int, default=4096, help='SAE width of SAE-SPLADE')
     p.add_argument('--k', type=int, default=4, help='SAE latents per token of SAE-SPLADE')
+    p.add_argument('--sae-set', nargs='*', default=[], metavar='NAME=VALUE',
+                   help='also SAE-SPLADE trained with these DomainConfig overrides, e.g. '
+                        'lr_multipliers=latent_threshold:100 (its FLOPS-aware latent thresholds learn faster)')
+    p.add_argument('--minilm', action='store_true', help='also MiniLM-SPLADE (all-MiniLM-L6-v2 with a new head)')
+    p.add_argument('--vt-warmup', nargs='*', default=[], metavar='NAME=VALUE',
+                   help='also VT-SPLADE with an embedding warm-up (only the added words train first), these '
+                        'DomainConfig overrides for the warm-up run, e.g. steps=40 lr=1e-3')
     p.add_argument('--output', default='benchmarks/results/methods_transfer.json')
     p.add_argument('--irds-cache')
     p.add_argument('--threads', type=int, default=1)
@@ -51,45 +60,61 @@ def main():
     cache = Path(args.cache_dir) if args.cache_dir else work / 'cache'
     base = resolve_model('splade-tiny')
     timings, models = {}, {}
+    # name -> (folder in --workdir, builder); each index is <folder>.lsr
     builders = {
-        'SPLADE-tiny zero-shot': lambda: Splade.from_pretrained(base),
-        'SPLADE-tiny adapted': lambda: systems.adapted(lambda: Splade.from_pretrained(base), collection.corpus,
-                                                       work / 'splade', config, cache),
-        f'VT-SPLADE (+{args.extend} words)': lambda: systems.vt_splade(collection.corpus, work / 'vt', config, base,
-                                                                       args.extend, cache),
-        f'SAE-SPLADE (k={args.k})': lambda: systems.sae_splade(collection.corpus, work / 'sae', config, base,
-                                                               {'n_latents': args.latents, 'k': args.k},
-                                                               cache_dir=cache),
+        'SPLADE-tiny zero-shot': ('zero-shot', lambda: Splade.from_pretrained(base)),
+        'SPLADE-tiny adapted': ('splade', lambda: systems.adapted(lambda: Splade.from_pretrained(base),
+                                                                  collection.corpus, work / 'splade', config, cache)),
+        f'VT-SPLADE (+{args.extend} words)': ('vt', lambda: systems.vt_splade(collection.corpus, work / 'vt', config,
+                                                                              base, args.extend, cache_dir=cache)),
+        f'SAE-SPLADE (k={args.k})': ('sae', lambda: systems.sae_splade(collection.corpus, work / 'sae', config, base,
+                                                                       {'n_latents': args.latents, 'k': args.k},
+                                                                       cache_dir=cache)),
     }
-    for name, build in builders.items():
+    if args.sae_set:
+        sae_config = config_from_overrides(dict(item.split('=', 1) for item in args.sae_set), config)
+        builders[f'SAE-SPLADE (k={args.k}, {" ".join(args.sae_set)})'] = ('sae-set', lambda: systems.sae_splade(
+            collection.corpus, work / 'sae-set', sae_config, base, {'n_latents': args.latents, 'k': args.k},
+            cache_dir=cache))
+    if args.minilm:
+        builders['MiniLM-SPLADE (new head)'] = ('minilm', lambda: systems.new_head_splade(
+            collection.corpus, work / 'minilm', config, cache_dir=cache))
+    if args.vt_warmup:
+        warmup = config_from_overrides(dict(item.split('=', 1) for item in args.vt_warmup), config)
+        builders[f'VT-SPLADE (+{args.extend} words, warm-up)'] = ('vt-warmup', lambda: systems.vt_splade(
+            collection.corpus, work / 'vt-warmup', config, base, args.extend, warmup, cache))
+    for name, (_, build) in builders.items():
         start = time.time()
         models[name] = build()
         timings[name] = round(time.time() - start, 1)
         print(f'{name}: {timings[name]} s', flush=True)
     run = []
-    for i, (name, model) in enumerate(models.items()):
-        index = systems.sparse_index(work / f'index{i}.lsr', model, collection.corpus)
+    for name, model in models.items():
+        index = systems.sparse_index(work / f'{builders[name][0]}.lsr', model, collection.corpus)
         run.append(System(name, index.toks_retriever(), str(index.path), model.query_encoder()))
     measures = [nDCG @ 10, AP]
     table = report(run, collection.topics, collection.qrels, measures, work / 'report', title=collection.name)
     print(table.to_string())
     # VT-SPLADE's claim: at least as good as SPLADE on the topics that contain one of its added words
-    vt_name = next(n for n in models if n.startswith('VT'))
+    vt_names = [n for n in models if n.startswith('VT')]
     base_vocab = set(models['SPLADE-tiny adapted'].tokenizer.get_vocab())
-    added = set(models[vt_name].tokenizer.get_vocab()) - base_vocab
-    tokenize = models[vt_name].tokenizer.tokenize
+    added = set(models[vt_names[0]].tokenizer.get_vocab()) - base_vocab
+    tokenize = models[vt_names[0]].tokenizer.tokenize
     with_added = collection.topics[[bool(set(tokenize(q)) & added) for q in collection.topics['query']]]
-    subset = pt.Experiment([s.pipeline() for s in run[1:3]], with_added, collection.qrels, [nDCG @ 10],
-                           names=[s.name for s in run[1:3]]) if len(with_added) else None
+    compared = [s for s in run if s.name == 'SPLADE-tiny adapted' or s.name in vt_names]
+    subset = pt.Experiment([s.pipeline() for s in compared], with_added, collection.qrels, [nDCG @ 10],
+                           names=[s.name for s in compared]) if len(with_added) else None
     if subset is not None:
         print(f'{len(with_added)} of {len(collection.topics)} topics contain an added word:\n{subset.to_string()}')
-    decisions = {log.parent.name: json.loads(log.read_text())['decision']
-                 for log in sorted(work.glob('*/domain_adapt.json'))}
+    decisions = {str(log.parent.relative_to(work)): json.loads(log.read_text())['decision']
+                 for log in sorted(work.glob('**/domain_adapt.json'))}
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps({
         'collection': collection.name, 'set': args.set,
-        'extend': args.extend, 'latents': args.latents, 'k': args.k, 'seconds': timings, 'decisions': decisions,
+        'extend': args.extend, 'vt_warmup': args.vt_warmup, 'sae_set': args.sae_set, 'latents': args.latents,
+        'k': args.k,
+        'seconds': timings, 'decisions': decisions,
         'table': json.loads(table.to_json(orient='records')),
         'topics_with_added_word': len(with_added),
         'vt_subset': None if subset is None else json.loads(subset.to_json(orient='records')),

@@ -8,6 +8,10 @@
 ``--runs`` are ``domain_adapt`` output folders (their ``domain_adapt.json`` gives the settings, their last checkpoint
 under ``train/`` the final weights); ``--cache-dir`` is the cache they were built with, so the held-out queries are
 theirs.
+
+``--soups N ...`` also averages the final weights of the first ``N`` runs (a uniform model soup, Wortsman et al.
+2022: runs from the same start with other seeds, here other pseudo-queries) and scores each soup on the held-out
+queries of its ``N`` runs (mean) next to the starting model's score on the same queries (the guard's comparison).
 """
 import argparse
 import json
@@ -20,7 +24,8 @@ def main():
     p.add_argument('--collection', required=True)
     p.add_argument('--runs', nargs='+', required=True)
     p.add_argument('--model', default='splade-tiny', help='the starting model of the runs')
-    p.add_argument('--alphas', nargs='+', type=float, default=[0.5])
+    p.add_argument('--alphas', nargs='*', type=float, default=[0.5])
+    p.add_argument('--soups', nargs='*', type=int, default=[], metavar='N', help='soups of the first N runs')
     p.add_argument('--cache-dir', required=True)
     p.add_argument('--output', required=True)
     p.add_argument('--irds-cache')
@@ -42,13 +47,15 @@ def main():
     start = Splade.from_pretrained(resolve_model(args.model))
     w0 = {k: v.clone() for k, v in start.model.state_dict().items()}
     test = experiment_evaluator(start.tokenizer, collection.corpus, collection.topics, collection.qrels, [nDCG @ 10])
-    rows = []
+    rows, finals, heldouts = [], [], []
     for folder in map(Path, args.runs):
         log = json.loads((folder / 'domain_adapt.json').read_text())
         config = DomainConfig(**{**log['config'], 'teachers': tuple(log['config']['teachers'])})
         data, _ = build_data(docs, Path(args.cache_dir), config, verbose=False)
+        heldouts.append((config, data))
         final = max((folder / 'train').glob('checkpoint-*'), key=lambda c: int(c.name.split('-')[1]))
         w1 = Splade.from_pretrained(str(final)).model.state_dict()
+        finals.append(w1)
         for alpha in args.alphas:
             start.model.load_state_dict({k: (1 - alpha) * w0[k] + alpha * w1[k] if w0[k].is_floating_point() else w0[k]
                                          for k in w0})
@@ -57,7 +64,27 @@ def main():
                    **test(start.model)}
             rows.append(row)
             print(json.dumps(row), flush=True)
-    Path(args.output).write_text(json.dumps({'collection': collection.name, 'alphas': args.alphas, 'rows': rows,
+
+    def mean_heldout(n):
+        scores = [heldout_scores(start.model, start.tokenizer, data['heldout'], docs, config, data['heldout_extra'])
+                  for config, data in heldouts[:n]]
+        return {k: sum(s[k] for s in scores) / n for k in scores[0]}
+
+    if any(not 1 <= n <= len(finals) for n in args.soups):
+        raise SystemExit(f'--soups: there are {len(finals)} runs')
+    start.model.load_state_dict(w0)
+    start_test = test(start.model) if args.soups else None
+    for n in args.soups:
+        start.model.load_state_dict(w0)
+        row = {'soup': n, 'runs': [Path(r).name for r in args.runs[:n]], 'start': mean_heldout(n),
+               'start_test': start_test}
+        start.model.load_state_dict({k: sum(w[k] for w in finals[:n]) / n if w0[k].is_floating_point() else w0[k]
+                                     for k in w0})
+        row.update(**mean_heldout(n), **test(start.model))
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    Path(args.output).write_text(json.dumps({'collection': collection.name, 'alphas': args.alphas,
+                                             'soups': args.soups, 'rows': rows,
                                              'date': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, indent=1))
 
 

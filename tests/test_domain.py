@@ -159,3 +159,41 @@ def test_cli_domain_adapt_on_a_folder(corpus, tmp_path, capsys):
     log = json.loads((tmp_path / 'out' / 'domain_adapt.json').read_text())
     assert [row['step'] for row in log['curve']] == [0, 1, 2] and log['config']['teachers'] == ['bm25']
     assert (tmp_path / 'out' / 'model' / 'config.json').exists()
+
+
+def test_vt_splade_warmup_trains_only_the_added_words_first(tiny, corpus, tmp_path, monkeypatch):
+    import shutil
+
+    from pyterrier_lsr import Splade, extend_vocabulary, load_model, transfer_vocabulary
+    from pyterrier_lsr.train.systems import vt_splade
+    model, tokenizer = tiny
+    corpus = [{**d, 'text': d['text'] + ' Plasma spectra of a magnetron.'} for d in corpus]  # 3 words to add
+    base = tmp_path / 'base'
+    Splade(model, tokenizer).save_pretrained(str(base))
+    with pytest.raises(ValueError, match='no word'):
+        vt_splade(corpus[:1], tmp_path / 'none', base=str(base))
+    scores = iter([0.1, 0.2, 0.3] * 2)  # warm-up, then the full run: each selects its last step
+    monkeypatch.setattr(domain_module, 'heldout_scores',
+                        lambda *args, **kwargs: dict.fromkeys(domain_module.SELECT_ON, next(scores)))
+    config, warmup = _config(steps=2, eval_every=1), _config(steps=2, eval_every=1, lr=0.1)
+    vt = vt_splade(corpus, tmp_path / 'vt', config, str(base), extend=3, warmup=warmup, cache_dir=tmp_path / 'cache')
+    assert json.loads((tmp_path / 'vt' / 'warmup' / 'domain_adapt.json').read_text())['selected_step'] == 2
+    warm = dict(load_model(tmp_path / 'vt' / 'warmup' / 'model').model.mlm.named_parameters())
+    composed = dict(transfer_vocabulary(model, tokenizer, extend_vocabulary(
+        tokenizer, [d['text'] for d in corpus], 3)[0])[0].mlm.named_parameters())
+    first, start = model.vocab_size, dict(model.mlm.named_parameters())
+    rows = ('bert.embeddings.word_embeddings.weight', 'cls.predictions.bias')
+    for name, p in warm.items():
+        if name in rows:
+            assert len(p) == first + 3 and torch.equal(p[:first], composed[name][:first]), name  # bit for bit
+            assert not torch.allclose(p[first:], composed[name][first:]), name  # the added words trained
+        else:
+            assert torch.equal(p, start[name]), name  # the rest of the network frozen
+    assert set(rows) <= set(warm)
+    # then the whole model trains
+    name = 'bert.encoder.layer.0.output.dense.weight'
+    assert not torch.equal(dict(vt.model.mlm.named_parameters())[name], start[name])
+    # a finished warm-up with other settings is refused before any work
+    shutil.copytree(tmp_path / 'vt' / 'warmup', tmp_path / 'vt2' / 'warmup')
+    with pytest.raises(ValueError, match=r'other settings \(lr\)'):
+        vt_splade(corpus, tmp_path / 'vt2', config, str(base), extend=3, warmup=_config(steps=2, eval_every=1))

@@ -70,7 +70,36 @@ def test_alpha_is_learned_and_saved(sae_splade, tmp_path):
     assert json.loads((checkpoint / 'config.json').read_text())['lsr']['alpha'] == alpha
     loaded = load_model(str(checkpoint))  # the loop's checkpoint is a complete SAE-SPLADE folder
     assert isinstance(loaded, SaeSplade) and loaded.model.alpha.item() == alpha
+    assert model.latent_threshold.abs().sum() > 0  # θ trains with the rest
+    assert torch.equal(loaded.model.latent_threshold, model.latent_threshold)
     assert loaded.encode(TEXTS) == SaeSplade(model, tokenizer).encode(TEXTS)
+
+
+def test_latent_thresholds_let_a_token_keep_fewer_than_k(sae_splade, tmp_path):
+    model = sae_splade.model
+    plain = sae_splade.encode(['nuclear'])[0]  # one token: its k = 4 latents
+    assert len(plain) == 4
+    dropped, lowered = sorted(plain, key=plain.get)[:2]
+    with torch.no_grad():
+        model.latent_threshold[int(dropped[1:])] = 10.  # above any activation of a unit-norm state
+        model.latent_threshold[int(lowered[1:])] = 0.01
+    cut = sae_splade.encode(['nuclear'])[0]
+    assert set(cut) == set(plain) - {dropped}  # not refilled by the token's fifth latent
+    z = math.expm1(plain[lowered] / model.alpha.item())
+    assert cut[lowered] == pytest.approx(model.alpha.item() * math.log1p(z - 0.01), rel=1e-5)
+    assert all(cut[t] == plain[t] for t in cut if t != lowered)
+    sae_splade.save_pretrained(str(tmp_path / 'm'))
+    loaded = SaeSplade.from_pretrained(str(tmp_path / 'm'), batch_size=sae_splade.batch_size)
+    assert torch.equal(loaded.model.latent_threshold, model.latent_threshold) and loaded.encode(['nuclear'])[0] == cut
+    # a folder written before θ existed loads as plain TopK
+    config = json.loads((tmp_path / 'm' / 'config.json').read_text())
+    del config['lsr']['latent_threshold']
+    (tmp_path / 'm' / 'config.json').write_text(json.dumps(config))
+    (tmp_path / 'm' / 'latent_threshold.safetensors').unlink()
+    old = SaeSplade.from_pretrained(str(tmp_path / 'm'))
+    assert not old.model.latent_threshold.any() and old.encode(['nuclear'])[0] == pytest.approx(plain)
+    with pytest.raises(ValueError, match='one value per latent'):
+        SaeSpladeModel(model.backbone, model.sae, threshold=torch.zeros(3))
 
 
 def test_round_trip_encodes_identically(sae_splade, tmp_path):

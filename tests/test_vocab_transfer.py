@@ -227,6 +227,41 @@ def test_domain_extension_copies_old_tokens_and_composes_new_words(tiny):
         transfer_vocabulary(model, tokenizer, extended, composition='nearest')
 
 
+def test_new_rows_only_trains_the_added_words_alone(tiny):
+    from pyterrier_lsr.models.vocab_transfer import new_rows_only
+    model, tokenizer = tiny
+    extended, words = extend_vocabulary(tokenizer, CORPUS, n=5)
+    new, new_tokenizer, _ = transfer_vocabulary(model, tokenizer, extended)
+    first = model.vocab_size
+    before = {name: p.detach().clone() for name, p in new.named_parameters()}
+    enc = new_tokenizer([f'{w} measured the electron' for w in words], padding=True, return_tensors='pt')
+    with new_rows_only(new, first) as rows:
+        trainable = [p for p in new.parameters() if p.requires_grad]
+        assert len(trainable) == len(rows) == 2  # tied embeddings/decoder and the output bias
+        optimizer = torch.optim.AdamW(trainable, lr=0.1, weight_decay=0.5)
+        for _ in range(3):
+            new(enc['input_ids'], enc['attention_mask']).sum().backward()
+            torch.nn.utils.clip_grad_norm_(trainable, 1.0)
+            optimizer.step()
+            optimizer.zero_grad()
+    assert all(p.requires_grad for p in new.parameters())
+    embeddings = 'mlm.bert.embeddings.word_embeddings.weight'
+    for name, p in new.named_parameters():
+        if name in (embeddings, 'mlm.cls.predictions.bias'):
+            assert torch.equal(p[:first], before[name][:first]), name  # bit for bit, despite weight decay
+            assert not torch.allclose(p[first:], before[name][first:]), name
+        else:
+            assert torch.equal(p, before[name]), name
+    with pytest.raises(ValueError, match='first_new'):
+        with new_rows_only(new, new.vocab_size):
+            pass
+    untied, _ = tiny
+    untied.mlm.get_output_embeddings().weight = torch.nn.Parameter(untied.mlm.get_input_embeddings().weight.clone())
+    with pytest.raises(ValueError, match='tied'):
+        with new_rows_only(untied, first):
+            pass
+
+
 def test_transfer_from_bert_and_another_embedding_space(tiny, wordpiece):
     from pyterrier_lsr.models.vocab_transfer import decomposition_embedder
 

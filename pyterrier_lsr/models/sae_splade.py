@@ -5,7 +5,8 @@ states, with the SAE trainer and the cached token-state extraction Latent Terms 
 (:class:`SaeSpladeModel`) drops the decoder and fine-tunes backbone + SAE encoder with the bundled loop; a text's
 vector over latents ``j`` is
 
-    ``v_j = α · log(1 + max_i z_ij)``,  ``z_i = relu(topk((x_i - b_dec) W_enc + b_enc))``,  ``x_i = h_i / |h_i|``
+    ``v_j = α · log(1 + max_i relu(z_ij - θ_j))``,  ``z_i = relu(topk((x_i - b_dec) W_enc + b_enc))``,
+    ``x_i = h_i / |h_i|``
 
 so the loop's (and PISA's) dot product is ``α² <log(1 + max z_q), log(1 + max z_d)>`` with a learned scalar ``α``.
 
@@ -17,6 +18,10 @@ Choices (all fixed by the saved settings):
 * **TopK stays on** at inference and in training: each token activates at most ``k`` latents, so vectors are sparse
   by construction (at most ``k x tokens`` non-zeros) before FLOPS regularization does anything.
 * **α** starts at :data:`DEFAULT_ALPHA`, chosen so that the initial scores are on SPLADE's scale (see there).
+* **θ**, a per-latent threshold on the TopK activations (FLOPS-aware latent selection), starts at 0 (plain TopK).
+  TopK alone always fills k slots per token: a latent that FLOPS pushes down is replaced by the token's next-best
+  one, so a stopword keeps k latents whatever the training does. Trained with FLOPS, θ rises for latents whose cost
+  outweighs their use, and a token keeps only the latents above their thresholds (θ is used clamped at 0).
 * The SAE's decoder is kept, frozen and unused: the saved ``sae/`` folder stays a complete SAE that
   :meth:`SparseAutoencoder.from_pretrained` reads (e.g. to compare latents before and after fine-tuning).
 
@@ -26,9 +31,10 @@ tokenizer + ``sae/``; :meth:`SaeSplade.from_pretrained` rebuilds it exactly and
 """
 import json
 from pathlib import Path
-from typing import List, Sequence
+from typing import List, Optional, Sequence
 
 import torch
+from safetensors.torch import load_file, save_file
 from torch import nn
 
 from .features import DenseFeatures
@@ -37,6 +43,7 @@ from .splade import CONFIG_KEY
 
 KIND = 'sae-splade'
 SAE_FOLDER = 'sae'
+THRESHOLD_FILE = 'latent_threshold.safetensors'
 # Stage-1 latents of unit-norm token states are at most ~1, so log(1 + max z) lies in [0, 0.7] and with α = 1 scores
 # are ~20x below SPLADE's.  Measured on 200 Vaswani training pairs (SPLADE-tiny backbone, 16,384 latents, k = 8):
 # mean query-positive score 0.65 at α = 1 vs SPLADE-tiny's 14.7 (score spreads: 0.29 vs 6.4), i.e. α² ≈ 22.
@@ -56,10 +63,11 @@ class SaeSpladeModel(nn.Module):
         sae: a per-token TopK :class:`SparseAutoencoder` over this backbone's token states (``d_in`` = hidden size).
         skip_ids: token ids whose positions are not pooled (see :func:`structural_token_ids`).
         alpha: initial value of the learned scale.
+        threshold: initial per-latent thresholds θ (default zeros).
     """
 
     def __init__(self, backbone: nn.Module, sae: SparseAutoencoder, skip_ids: Sequence[int] = (),
-                 alpha: float = DEFAULT_ALPHA):
+                 alpha: float = DEFAULT_ALPHA, threshold: Optional[torch.Tensor] = None):
         super().__init__()
         hidden = backbone.config.hidden_size
         if sae.config.d_in != hidden:
@@ -71,6 +79,11 @@ class SaeSpladeModel(nn.Module):
         self.sae = sae
         sae.W_dec.requires_grad_(False)  # unused: only the encoder part is fine-tuned
         self.alpha = nn.Parameter(torch.tensor(float(alpha)))
+        if threshold is not None and threshold.shape != (sae.n_latents,):
+            raise ValueError(f'threshold must have one value per latent ({sae.n_latents}), '
+                             f'got shape {tuple(threshold.shape)}')
+        self.latent_threshold = nn.Parameter(torch.zeros(sae.n_latents) if threshold is None
+                                             else threshold.detach().float().clone())
         self.terms = latent_term_names(sae.n_latents)
 
     @property
@@ -84,14 +97,15 @@ class SaeSpladeModel(nn.Module):
     @property
     def settings(self) -> dict:
         return {'kind': KIND, 'alpha': self.alpha.item(), 'pooling': 'log1p-max', 'special_tokens': 'excluded',
-                'topk': 'per-token', 'sae': SAE_FOLDER}
+                'topk': 'per-token', 'sae': SAE_FOLDER, 'latent_threshold': THRESHOLD_FILE}
 
     def token_latents(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
         """Each pooled token's top-k latents: ``(indices, values, owner)``, ``n x k``, ``n x k`` and ``n`` (its text),
-        tokens in row-major (text, position) order over the non-skipped, non-padding positions."""
+        tokens in row-major (text, position) order over the non-skipped, non-padding positions; values are above
+        their latents' thresholds (the others 0)."""
         vectors, owner = self.features(input_ids, attention_mask)
         indices, values = self.sae.encode_topk(vectors)
-        return indices, values, owner
+        return indices, (values - self.latent_threshold.clamp(min=0)[indices]).relu(), owner
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         indices, values, owner = self.token_latents(input_ids, attention_mask)
@@ -107,6 +121,7 @@ class SaeSpladeModel(nn.Module):
         setattr(self.backbone.config, CONFIG_KEY, self.settings)
         self.backbone.save_pretrained(str(path), **kwargs)
         self.sae.save_pretrained(path / SAE_FOLDER)
+        save_file({'threshold': self.latent_threshold.detach().cpu().contiguous()}, str(path / THRESHOLD_FILE))
 
     @classmethod
     def from_pretrained(cls, path, skip_ids: Sequence[int] = ()) -> 'SaeSpladeModel':
@@ -116,7 +131,10 @@ class SaeSpladeModel(nn.Module):
         backbone = AutoModel.from_pretrained(str(path))
         settings = getattr(backbone.config, CONFIG_KEY)
         sae = SparseAutoencoder.from_pretrained(Path(path) / settings['sae'])
-        return cls(backbone, sae, skip_ids, alpha=settings['alpha'])
+        # folders written before θ existed have none: plain TopK, as they were trained
+        threshold = (load_file(str(Path(path) / settings['latent_threshold']))['threshold']
+                     if settings.get('latent_threshold') else None)
+        return cls(backbone, sae, skip_ids, alpha=settings['alpha'], threshold=threshold)
 
 
 def is_sae_splade_folder(path) -> bool:

@@ -22,10 +22,12 @@ import inspect
 import json
 import unicodedata
 from collections import Counter
-from typing import Callable, Dict, Iterable, List, Optional, Sequence, Tuple
+from contextlib import contextmanager
+from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
 
 import torch
 from torch import nn
+from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .splade import CONFIG_KEY, SpladeModel
 
@@ -412,3 +414,41 @@ def extend_vocabulary(tokenizer, texts: Iterable[str], n: int = 1000, min_freque
     new = type(tokenizer)(tokenizer_object=Tokenizer.from_str(json.dumps(state)), **tokenizer.special_tokens_map,
                           model_input_names=tokenizer.model_input_names, model_max_length=tokenizer.model_max_length)
     return new, words
+
+
+@contextmanager
+def new_rows_only(model: nn.Module, first_new: int) -> Iterator[List[nn.Parameter]]:
+    """Within the block, training moves only the vocabulary rows from ``first_new`` on (VT-SPLADE's embedding
+    warm-up: the added words learn before the network adapts to them). Every parameter but the input embeddings (the
+    decoder is tied to them) and the output bias is frozen; the earlier rows get no gradient (so they do not count
+    in gradient clipping) and are put back bit for bit after every optimizer step (decoupled weight decay shrinks rows
+    without a gradient too). Yields the parameters that train. ``model`` is a masked LM or a :class:`SpladeModel`."""
+    mlm = getattr(model, 'mlm', model)
+    weight = mlm.get_input_embeddings().weight
+    decoder = mlm.get_output_embeddings()
+    if decoder is None or decoder.weight is not weight:
+        raise ValueError('new_rows_only needs a masked LM whose decoder is tied to its input embeddings')
+    if not 0 < first_new < len(weight):
+        raise ValueError(f'first_new must be in 1..{len(weight) - 1} (rows of the vocabulary), got {first_new}')
+    rows = [p for p in (weight, decoder.bias) if p is not None]
+    kept = [p.detach()[:first_new].clone() for p in rows]
+    trainable = {p: p.requires_grad for p in mlm.parameters()}
+    mask = torch.arange(len(weight), device=weight.device) >= first_new
+
+    @torch.no_grad()
+    def restore(*_):
+        for p, old in zip(rows, kept):
+            p[:first_new] = old
+
+    hooks = [p.register_hook(lambda grad: grad * mask.view(-1, *[1] * (grad.dim() - 1)).to(grad.dtype))
+             for p in rows]
+    hooks.append(register_optimizer_step_post_hook(restore))
+    for p in mlm.parameters():
+        p.requires_grad_(any(p is r for r in rows))
+    try:
+        yield rows
+    finally:
+        for hook in hooks:
+            hook.remove()
+        for p, requires_grad in trainable.items():
+            p.requires_grad_(requires_grad)

@@ -19,13 +19,15 @@ import pyterrier as pt
 from ..encoders import Splade
 from ..index import LsrIndex
 from ..loading import load_model
-from ..models.vocab_transfer import extend_vocabulary, transfer_vocabulary
+from ..models.heads import calibrate_activation
+from ..models.vocab_transfer import extend_vocabulary, new_rows_only, transfer_vocabulary
 from ..quiet import quiet_native
 from ..sae_splade import SaeSplade
 from .domain import DomainConfig, domain_adapt
 from .sae import build_latent_terms, train_token_sae
 
-__all__ = ['BM25', 'bm25', 'sparse_index', 'latent_terms_index', 'adapted', 'vt_splade', 'sae_splade']
+__all__ = ['BM25', 'bm25', 'sparse_index', 'latent_terms_index', 'adapted', 'new_head_splade', 'vt_splade',
+           'sae_splade']
 
 DONE_FILE = 'domain_adapt.json'
 # Latent Terms as in the README (multi-vector MiniLM, BM25 over square-rooted latent frequencies).
@@ -81,20 +83,28 @@ def latent_terms_index(path, corpus: Sequence[dict], dense: str = 'all-MiniLM-L6
                               **{**LATENT_TERMS, **settings})[1]
 
 
+def _finished(folder, config: DomainConfig) -> bool:
+    """Whether ``folder`` holds a finished :func:`domain_adapt` run with ``config``; one with other settings is an
+    error (never silently reused)."""
+    done = Path(folder) / DONE_FILE
+    if not done.is_file():
+        return False
+    saved = json.loads(done.read_text())['config']
+    wanted = json.loads(json.dumps(asdict(config)))
+    if saved != wanted:
+        changed = sorted(k for k in wanted if saved.get(k) != wanted[k])
+        raise ValueError(f'{folder} holds a model adapted with other settings ({", ".join(changed)}); '
+                         'use another folder or remove it')
+    return True
+
+
 def adapted(start: Callable[[], Splade], corpus: Sequence[dict], folder, config: Optional[DomainConfig] = None,
             cache_dir=None, verbose: bool = False) -> Splade:
     """``domain_adapt(start(), corpus, folder, config, cache_dir)`` once: when ``folder`` holds a finished run, its
     model is reloaded and ``start`` is not called.  A finished run with other settings is an error (never silently
     reused); choose another folder."""
     config = config or DomainConfig()
-    done = Path(folder) / DONE_FILE
-    if done.is_file():
-        saved = json.loads(done.read_text())['config']
-        wanted = json.loads(json.dumps(asdict(config)))
-        if saved != wanted:
-            changed = sorted(k for k in wanted if saved.get(k) != wanted[k])
-            raise ValueError(f'{folder} holds a model adapted with other settings ({", ".join(changed)}); '
-                             'use another folder or remove it')
+    if _finished(folder, config):
         splade = load_model(Path(folder) / 'model')
     else:
         splade = domain_adapt(start(), corpus, folder, config, cache_dir, verbose=verbose)[0]
@@ -102,17 +112,44 @@ def adapted(start: Callable[[], Splade], corpus: Sequence[dict], folder, config:
     return splade
 
 
+def new_head_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = None,
+                    encoder: str = 'all-MiniLM-L6-v2', target_active: float = 0.005, calibration_docs: int = 256,
+                    cache_dir=None, verbose: bool = False) -> Splade:
+    """SPLADE on a dense encoder without an MLM head (e.g. MiniLM-SPLADE): a new head
+    (:meth:`~pyterrier_lsr.Splade.from_encoder`), calibrated so that ``target_active`` of the (document, term) pairs of
+    the corpus's first ``calibration_docs`` documents start active
+    (:func:`~pyterrier_lsr.models.heads.calibrate_activation`), then trained by :func:`adapted`."""
+    def start():
+        splade = Splade.from_encoder(encoder)
+        calibrate_activation(splade.model, splade.tokenizer, _texts(corpus[:calibration_docs]), target_active)
+        return splade
+    return adapted(start, corpus, folder, config, cache_dir, verbose)
+
+
 def vt_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = None, base: str = 'splade-tiny',
-              extend: int = 1000, cache_dir=None, verbose: bool = False) -> Splade:
+              extend: int = 1000, warmup: Optional[DomainConfig] = None, cache_dir=None,
+              verbose: bool = False) -> Splade:
     """VT-SPLADE by domain extension: ``base``'s WordPiece vocabulary gains the ``extend`` most frequent corpus
     words it splits (:func:`~pyterrier_lsr.extend_vocabulary`), the model moves to it
     (:func:`~pyterrier_lsr.transfer_vocabulary`: old tokens copied, new words composed), then SPLADE training
-    (:func:`adapted`)."""
+    (:func:`adapted`). With ``warmup`` (e.g. ``DomainConfig(steps=40, lr=1e-3)``) a first run in ``<folder>/warmup``
+    trains only the added words' embedding rows and output biases
+    (:func:`~pyterrier_lsr.models.vocab_transfer.new_rows_only`), with the same held-out selection and guard."""
+    config = config or DomainConfig()
+    if warmup is not None and not _finished(folder, config):
+        _finished(Path(folder) / 'warmup', warmup)  # a warm-up with other settings is refused before any work
+
     def start():
         splade = Splade.from_pretrained(base)
-        target, _ = extend_vocabulary(splade.tokenizer, _texts(corpus), extend)
+        target, words = extend_vocabulary(splade.tokenizer, _texts(corpus), extend)
+        if not words:
+            raise ValueError(f"no word of the corpus is split by {base}'s vocabulary twice or more: nothing to add")
         model, tokenizer, _ = transfer_vocabulary(splade.model, splade.tokenizer, target)
-        return Splade(model, tokenizer, name=f'{base}+{extend}')
+        extended = Splade(model, tokenizer, name=f'{base}+{extend}')
+        if warmup is None:
+            return extended
+        with new_rows_only(model, splade.model.vocab_size):
+            return adapted(lambda: extended, corpus, Path(folder) / 'warmup', warmup, cache_dir, verbose)
     return adapted(start, corpus, folder, config, cache_dir, verbose)
 
 
