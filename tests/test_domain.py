@@ -170,7 +170,7 @@ def test_vt_splade_warmup_trains_only_the_added_words_first(tiny, corpus, tmp_pa
     corpus = [{**d, 'text': d['text'] + ' Plasma spectra of a magnetron.'} for d in corpus]  # 3 words to add
     base = tmp_path / 'base'
     Splade(model, tokenizer).save_pretrained(str(base))
-    with pytest.raises(ValueError, match='no word'):
+    with pytest.raises(ValueError, match='nothing to add'):
         vt_splade(corpus[:1], tmp_path / 'none', base=str(base))
     scores = iter([0.1, 0.2, 0.3] * 2)  # warm-up, then the full run: each selects its last step
     monkeypatch.setattr(domain_module, 'heldout_scores',
@@ -193,6 +193,11 @@ def test_vt_splade_warmup_trains_only_the_added_words_first(tiny, corpus, tmp_pa
     # then the whole model trains
     name = 'bert.encoder.layer.0.output.dense.weight'
     assert not torch.equal(dict(vt.model.mlm.named_parameters())[name], start[name])
+    # a finished model is not reused with or without a warm-up it was not trained with
+    with pytest.raises(ValueError, match='with an embedding warm-up'):
+        vt_splade(corpus, tmp_path / 'vt', config, str(base), extend=3)
+    assert vt_splade(corpus, tmp_path / 'vt', config, str(base), extend=3, warmup=warmup).encode(['x']) == \
+        vt.encode(['x'])
     # a finished warm-up with other settings is refused before any work
     shutil.copytree(tmp_path / 'vt' / 'warmup', tmp_path / 'vt2' / 'warmup')
     with pytest.raises(ValueError, match=r'other settings \(lr\)'):

@@ -136,20 +136,24 @@ def vt_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = N
     trains only the added words' embedding rows and output biases
     (:func:`~pyterrier_lsr.models.vocab_transfer.new_rows_only`), with the same held-out selection and guard."""
     config = config or DomainConfig()
-    if warmup is not None and not _finished(folder, config):
-        _finished(Path(folder) / 'warmup', warmup)  # a warm-up with other settings is refused before any work
+    warm_folder = Path(folder) / 'warmup'
+    if warmup is not None:
+        _finished(warm_folder, warmup)  # a warm-up with other settings is refused before any work
+    if _finished(folder, config) and (warmup is not None) != (warm_folder / DONE_FILE).is_file():
+        raise ValueError(f'{folder} holds a VT-SPLADE model trained {"without" if warmup else "with"} an embedding '
+                         'warm-up; use another folder or remove it')
 
     def start():
         splade = Splade.from_pretrained(base)
         target, words = extend_vocabulary(splade.tokenizer, _texts(corpus), extend)
         if not words:
-            raise ValueError(f"no word of the corpus is split by {base}'s vocabulary twice or more: nothing to add")
+            raise ValueError(f"no corpus word that {base}'s vocabulary splits occurs twice or more: nothing to add")
         model, tokenizer, _ = transfer_vocabulary(splade.model, splade.tokenizer, target)
         extended = Splade(model, tokenizer, name=f'{base}+{extend}')
         if warmup is None:
             return extended
         with new_rows_only(model, splade.model.vocab_size):
-            return adapted(lambda: extended, corpus, Path(folder) / 'warmup', warmup, cache_dir, verbose)
+            return adapted(lambda: extended, corpus, warm_folder, warmup, cache_dir, verbose)
     return adapted(start, corpus, folder, config, cache_dir, verbose)
 
 
