@@ -198,6 +198,8 @@ def test_vt_splade_warmup_trains_only_the_added_words_first(tiny, corpus, tmp_pa
         vt_splade(corpus, tmp_path / 'vt', config, str(base), extend=3)
     assert vt_splade(corpus, tmp_path / 'vt', config, str(base), extend=3, warmup=warmup).encode(['x']) == \
         vt.encode(['x'])
+    with pytest.raises(ValueError, match=r'other settings \(extend\)'):  # the builder's own settings count too
+        vt_splade(corpus, tmp_path / 'vt', config, str(base), extend=2, warmup=warmup)
     # a finished warm-up with other settings is refused before any work
     shutil.copytree(tmp_path / 'vt' / 'warmup', tmp_path / 'vt2' / 'warmup')
     with pytest.raises(ValueError, match=r'other settings \(lr\)'):

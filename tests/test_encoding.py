@@ -108,6 +108,7 @@ def test_bf16_close_to_fp32(texts):
     from pyterrier_lsr.offline import resolve_model
 
     path = resolve_model('splade-tiny')
+    texts = texts[:10] + texts[-2:]  # without bf16 kernels (most CPUs) bf16 runs ~10x slower: a sample suffices
     fp32 = Splade.from_pretrained(path).encode(texts)
     bf16 = Splade.from_pretrained(path, precision='bf16').encode(texts)
     for a, b in zip(fp32, bf16):

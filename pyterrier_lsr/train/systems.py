@@ -18,6 +18,7 @@ import pyterrier as pt
 
 from ..encoders import Splade
 from ..index import LsrIndex
+from ..index.vectors import write_json_atomic
 from ..loading import load_model
 from ..models.heads import calibrate_activation
 from ..models.vocab_transfer import extend_vocabulary, new_rows_only, transfer_vocabulary
@@ -30,6 +31,7 @@ __all__ = ['BM25', 'bm25', 'sparse_index', 'latent_terms_index', 'adapted', 'new
            'sae_splade']
 
 DONE_FILE = 'domain_adapt.json'
+SYSTEM_FILE = 'system.json'
 # Latent Terms as in the README (multi-vector MiniLM, BM25 over square-rooted latent frequencies).
 LATENT_TERMS = dict(mode='multi', sae={'n_latents': 16384, 'k': 16}, sqrt_tf=True, k1=0.9, b=0.4)
 
@@ -83,30 +85,42 @@ def latent_terms_index(path, corpus: Sequence[dict], dense: str = 'all-MiniLM-L6
                               **{**LATENT_TERMS, **settings})[1]
 
 
-def _finished(folder, config: DomainConfig) -> bool:
-    """Whether ``folder`` holds a finished :func:`domain_adapt` run with ``config``; one with other settings is an
+def _finished(folder, config: DomainConfig, system: Optional[dict] = None) -> bool:
+    """Whether ``folder`` holds a finished :func:`domain_adapt` run with ``config`` (and, when given, built by the
+    builder settings ``system``, recorded in ``system.json`` when the run starts); one with other settings is an
     error (never silently reused)."""
-    done = Path(folder) / DONE_FILE
+    folder = Path(folder)
+    saved_system = folder / SYSTEM_FILE
+    if system is not None and saved_system.is_file():
+        _same(folder, json.loads(saved_system.read_text()), system)
+    done = folder / DONE_FILE
     if not done.is_file():
         return False
-    saved = json.loads(done.read_text())['config']
-    wanted = json.loads(json.dumps(asdict(config)))
-    if saved != wanted:
-        changed = sorted(k for k in wanted if saved.get(k) != wanted[k])
-        raise ValueError(f'{folder} holds a model adapted with other settings ({", ".join(changed)}); '
-                         'use another folder or remove it')
+    _same(folder, json.loads(done.read_text())['config'], asdict(config))
     return True
 
 
+def _same(folder, saved: dict, wanted: dict):
+    wanted = json.loads(json.dumps(wanted))
+    if saved != wanted:
+        changed = sorted(k for k in {**saved, **wanted} if saved.get(k) != wanted.get(k))
+        raise ValueError(f'{folder} holds a model built with other settings ({", ".join(changed)}); '
+                         'use another folder or remove it')
+
+
 def adapted(start: Callable[[], Splade], corpus: Sequence[dict], folder, config: Optional[DomainConfig] = None,
-            cache_dir=None, verbose: bool = False) -> Splade:
+            cache_dir=None, verbose: bool = False, system: Optional[dict] = None) -> Splade:
     """``domain_adapt(start(), corpus, folder, config, cache_dir)`` once: when ``folder`` holds a finished run, its
-    model is reloaded and ``start`` is not called.  A finished run with other settings is an error (never silently
-    reused); choose another folder."""
+    model is reloaded and ``start`` is not called.  ``system`` (JSON-able settings of what ``start`` builds, e.g. the
+    base model) is recorded in the folder and checked like ``config``: a run with other settings is an error (never
+    silently reused); choose another folder."""
     config = config or DomainConfig()
-    if _finished(folder, config):
+    if _finished(folder, config, system):
         splade = load_model(Path(folder) / 'model')
     else:
+        if system is not None:
+            Path(folder).mkdir(parents=True, exist_ok=True)
+            write_json_atomic(Path(folder) / SYSTEM_FILE, system)
         splade = domain_adapt(start(), corpus, folder, config, cache_dir, verbose=verbose)[0]
     splade.name = str(folder)  # named by its folder on the first run and after reloading alike
     return splade
@@ -123,7 +137,9 @@ def new_head_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfi
         splade = Splade.from_encoder(encoder)
         calibrate_activation(splade.model, splade.tokenizer, _texts(corpus[:calibration_docs]), target_active)
         return splade
-    return adapted(start, corpus, folder, config, cache_dir, verbose)
+    return adapted(start, corpus, folder, config, cache_dir, verbose,
+                   {'method': 'new-head', 'encoder': encoder, 'target_active': target_active,
+                    'calibration_docs': calibration_docs})
 
 
 def vt_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = None, base: str = 'splade-tiny',
@@ -136,10 +152,11 @@ def vt_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = N
     trains only the added words' embedding rows and output biases
     (:func:`~pyterrier_lsr.models.vocab_transfer.new_rows_only`), with the same held-out selection and guard."""
     config = config or DomainConfig()
+    system = {'method': 'vt-splade', 'base': base, 'extend': extend}
     warm_folder = Path(folder) / 'warmup'
     if warmup is not None:
-        _finished(warm_folder, warmup)  # a warm-up with other settings is refused before any work
-    if _finished(folder, config) and (warmup is not None) != (warm_folder / DONE_FILE).is_file():
+        _finished(warm_folder, warmup, system)  # a warm-up with other settings is refused before any work
+    if _finished(folder, config, system) and (warmup is not None) != (warm_folder / DONE_FILE).is_file():
         raise ValueError(f'{folder} holds a VT-SPLADE model trained {"without" if warmup else "with"} an embedding '
                          'warm-up; use another folder or remove it')
 
@@ -153,8 +170,8 @@ def vt_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = N
         if warmup is None:
             return extended
         with new_rows_only(model, splade.model.vocab_size):
-            return adapted(lambda: extended, corpus, warm_folder, warmup, cache_dir, verbose)
-    return adapted(start, corpus, folder, config, cache_dir, verbose)
+            return adapted(lambda: extended, corpus, warm_folder, warmup, cache_dir, verbose, system)
+    return adapted(start, corpus, folder, config, cache_dir, verbose, system)
 
 
 def sae_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = None, backbone: str = 'splade-tiny',
@@ -163,9 +180,11 @@ def sae_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = 
     """SAE-SPLADE: stage 1 a TopK SAE on ``backbone``'s token states of the corpus (:func:`train_token_sae`,
     ``sae``: :class:`~pyterrier_lsr.SAEConfig` settings, default 4096 latents, k = 8; token states cached in
     ``<folder>/token_cache``), stage 2 :meth:`SaeSplade.from_backbone` trained by :func:`adapted`."""
+    sae = sae or {'n_latents': 4096, 'k': 8}
+
     def start():
-        stage1, _ = train_token_sae(backbone, _texts(corpus), sae or {'n_latents': 4096, 'k': 8},
-                                    cache_dir=Path(folder) / 'token_cache', max_train_vectors=max_train_vectors,
-                                    verbose=verbose)
+        stage1, _ = train_token_sae(backbone, _texts(corpus), sae, cache_dir=Path(folder) / 'token_cache',
+                                    max_train_vectors=max_train_vectors, verbose=verbose)
         return SaeSplade.from_backbone(backbone, stage1)
-    return adapted(start, corpus, folder, config, cache_dir, verbose)
+    return adapted(start, corpus, folder, config, cache_dir, verbose,
+                   {'method': 'sae-splade', 'backbone': backbone, 'sae': sae, 'max_train_vectors': max_train_vectors})
