@@ -54,9 +54,12 @@ def main():
     from pyterrier_lsr.train import systems
     from pyterrier_lsr.train.domain import config_from_overrides
 
+    def overrides(items, base=None):
+        return config_from_overrides(dict(item.split('=', 1) for item in items), base)
+
     collection = load_collection(args.collection)
     work = Path(args.workdir)
-    config = config_from_overrides(dict(item.split('=', 1) for item in args.set))
+    config = overrides(args.set)
     cache = Path(args.cache_dir) if args.cache_dir else work / 'cache'
     base = resolve_model('splade-tiny')
     timings, models = {}, {}
@@ -72,7 +75,7 @@ def main():
                                                                        cache_dir=cache)),
     }
     if args.sae_set:
-        sae_config = config_from_overrides(dict(item.split('=', 1) for item in args.sae_set), config)
+        sae_config = overrides(args.sae_set, config)
         builders[f'SAE-SPLADE (k={args.k}, {" ".join(args.sae_set)})'] = ('sae-set', lambda: systems.sae_splade(
             collection.corpus, work / 'sae-set', sae_config, base, {'n_latents': args.latents, 'k': args.k},
             cache_dir=cache))
@@ -80,7 +83,7 @@ def main():
         builders['MiniLM-SPLADE (new head)'] = ('minilm', lambda: systems.new_head_splade(
             collection.corpus, work / 'minilm', config, cache_dir=cache))
     if args.vt_warmup:
-        warmup = config_from_overrides(dict(item.split('=', 1) for item in args.vt_warmup), config)
+        warmup = overrides(args.vt_warmup, config)
         builders[f'VT-SPLADE (+{args.extend} words, warm-up)'] = ('vt-warmup', lambda: systems.vt_splade(
             collection.corpus, work / 'vt-warmup', config, base, args.extend, warmup, cache))
     for name, (_, build) in builders.items():

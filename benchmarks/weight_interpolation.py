@@ -39,7 +39,7 @@ def main():
 
     from pyterrier_lsr import Splade
     from pyterrier_lsr.collections import load_collection
-    from pyterrier_lsr.train import DomainConfig, experiment_evaluator
+    from pyterrier_lsr.train import DomainConfig, experiment_evaluator, latest_checkpoint
     from pyterrier_lsr.train.domain import build_data, heldout_scores
 
     collection = load_collection(args.collection)
@@ -47,40 +47,42 @@ def main():
     start = Splade.from_pretrained(resolve_model(args.model))
     w0 = {k: v.clone() for k, v in start.model.state_dict().items()}
     test = experiment_evaluator(start.tokenizer, collection.corpus, collection.topics, collection.qrels, [nDCG @ 10])
+    def load(mix):
+        """Loads ``sum(c * w)`` over ``mix`` = ``[(c, state), ...]`` into ``start`` (integer buffers stay ``w0``'s)."""
+        start.model.load_state_dict({k: sum(c * w[k] for c, w in mix) if w0[k].is_floating_point() else w0[k]
+                                     for k in w0})
+
+    def scores(config, data):
+        return heldout_scores(start.model, start.tokenizer, data['heldout'], docs, config, data['heldout_extra'])
+
     rows, finals, heldouts = [], [], []
     for folder in map(Path, args.runs):
         log = json.loads((folder / 'domain_adapt.json').read_text())
         config = DomainConfig(**{**log['config'], 'teachers': tuple(log['config']['teachers'])})
         data, _ = build_data(docs, Path(args.cache_dir), config, verbose=False)
         heldouts.append((config, data))
-        final = max((folder / 'train').glob('checkpoint-*'), key=lambda c: int(c.name.split('-')[1]))
+        final = latest_checkpoint(folder / 'train')
         w1 = Splade.from_pretrained(str(final)).model.state_dict()
         finals.append(w1)
         for alpha in args.alphas:
-            start.model.load_state_dict({k: (1 - alpha) * w0[k] + alpha * w1[k] if w0[k].is_floating_point() else w0[k]
-                                         for k in w0})
-            row = {'run': folder.name, 'alpha': alpha, 'checkpoint': final.name,
-                   **heldout_scores(start.model, start.tokenizer, data['heldout'], docs, config, data['heldout_extra']),
+            load([(1 - alpha, w0), (alpha, w1)])
+            row = {'run': folder.name, 'alpha': alpha, 'checkpoint': final.name, **scores(config, data),
                    **test(start.model)}
             rows.append(row)
             print(json.dumps(row), flush=True)
 
-    def mean_heldout(n):
-        scores = [heldout_scores(start.model, start.tokenizer, data['heldout'], docs, config, data['heldout_extra'])
-                  for config, data in heldouts[:n]]
-        return {k: sum(s[k] for s in scores) / n for k in scores[0]}
+    def mean(per_run):
+        return {k: sum(s[k] for s in per_run) / len(per_run) for k in per_run[0]}
 
     if any(not 1 <= n <= len(finals) for n in args.soups):
         raise SystemExit(f'--soups: there are {len(finals)} runs')
-    start.model.load_state_dict(w0)
-    start_test = test(start.model) if args.soups else None
-    for n in args.soups:
+    if args.soups:
         start.model.load_state_dict(w0)
-        row = {'soup': n, 'runs': [Path(r).name for r in args.runs[:n]], 'start': mean_heldout(n),
-               'start_test': start_test}
-        start.model.load_state_dict({k: sum(w[k] for w in finals[:n]) / n if w0[k].is_floating_point() else w0[k]
-                                     for k in w0})
-        row.update(**mean_heldout(n), **test(start.model))
+        start_scores, start_test = [scores(*h) for h in heldouts[:max(args.soups)]], test(start.model)
+    for n in args.soups:
+        load([(1 / n, w) for w in finals[:n]])
+        row = {'soup': n, 'runs': [Path(r).name for r in args.runs[:n]], 'start': mean(start_scores[:n]),
+               'start_test': start_test, **mean([scores(*h) for h in heldouts[:n]]), **test(start.model)}
         rows.append(row)
         print(json.dumps(row), flush=True)
     Path(args.output).write_text(json.dumps({'collection': collection.name, 'alphas': args.alphas,
