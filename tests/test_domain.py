@@ -142,6 +142,15 @@ def test_query_side_adapts_a_copy_of_the_query_encoder(tiny, corpus, tmp_path, m
     adapted = out.query_encoder()(queries)['query_toks'][0]
     assert reloaded.query_encoder()(queries)['query_toks'][0] == pytest.approx(adapted)
     assert adapted != splade.query_encoder()(queries)['query_toks'][0]
+    # indexing the adapted model writes the starting model's documents, and its retriever runs the adapted queries:
+    # an index of the starting model serves it the same
+    from pyterrier_lsr import SpladeIndexer
+    own = (out >> SpladeIndexer(str(tmp_path / 'own.lsr'), verbose=False)).index(corpus)
+    start_index = (splade >> SpladeIndexer(str(tmp_path / 'start.lsr'), verbose=False)).index(corpus)
+    assert isinstance(own.model(), AsymmetricSplade)
+    ranked = own.retriever()(queries)
+    pd.testing.assert_frame_equal(ranked, start_index.retriever(query_encoder=out.query_encoder())(queries))
+    assert not ranked.equals(start_index.retriever()(queries))
 
 
 def test_query_side_trains_for_real(tiny, corpus, tmp_path):
