@@ -153,17 +153,21 @@ def main():
                 idf = IDFQueryEncoder.from_corpus(splade.tokenizer, [d['text'] for d in collection.corpus])
                 splade = InferenceFreeSplade(splade.model, splade.tokenizer, idf, name=f'{args.model} + idf')
                 query_side = splade.query_encoder  # the table being trained, at every evaluation
+            # query-only adaptation (side=query) scores the queries of each step against one index of the start
             test = experiment_evaluator(splade.tokenizer, collection.corpus, collection.topics, collection.qrels,
-                                        [nDCG @ 10], query_side=query_side)
+                                        [nDCG @ 10], query_side=query_side,
+                                        doc_model=splade.model if config.side == 'query' else None)
             start = time.time()
             zero_shot = None if args.curve else test(splade.model)['nDCG@10']
-            _, log = domain_adapt(splade, collection.corpus, Path(args.runs) / collection.name / arm, config,
-                                  cache_dir=Path(args.cache_dir) / collection.name, report=test if args.curve else None)
+            adapted_splade, log = domain_adapt(splade, collection.corpus, Path(args.runs) / collection.name / arm,
+                                               config, cache_dir=Path(args.cache_dir) / collection.name,
+                                               report=test if args.curve else None)
             at = {row['step']: row for row in log['curve']}
             if args.curve:
                 zero_shot, adapted = at[0]['nDCG@10'], at[log['selected_step']]['nDCG@10']
             else:
-                adapted = zero_shot if log['guard'] else test(splade.model)['nDCG@10']
+                adapted = zero_shot if log['guard'] else test(
+                    getattr(adapted_splade, 'query_splade', adapted_splade).model)['nDCG@10']
             run = {'collection': collection.name, 'arm': arm, 'query_side': args.query_side, 'overrides': overrides,
                    'zero_shot': zero_shot,
                    'adapted': adapted, 'select_on': config.select_on, 'heldout_start': log['start_score'],

@@ -52,14 +52,16 @@ def main():
     from pyterrier_lsr.collections import load_collection
     from pyterrier_lsr.report import System, report
     from pyterrier_lsr.train import systems
-    from pyterrier_lsr.train.domain import config_from_overrides
+    from pyterrier_lsr.train.domain import DomainConfig, config_from_overrides
 
     def overrides(items, base=None):
         return config_from_overrides(dict(item.split('=', 1) for item in items), base)
 
     collection = load_collection(args.collection)
     work = Path(args.workdir)
-    config = overrides(args.set)
+    # every method with the same two-sided budget (the seeds' claims compare them so), plus SPLADE with the default
+    # (query-side) recipe
+    config = overrides(args.set, DomainConfig.two_sided())
     cache = Path(args.cache_dir) if args.cache_dir else work / 'cache'
     base = resolve_model('splade-tiny')
     timings, models = {}, {}
@@ -68,6 +70,9 @@ def main():
         'SPLADE-tiny zero-shot': ('zero-shot', lambda: Splade.from_pretrained(base)),
         'SPLADE-tiny adapted': ('splade', lambda: systems.adapted(lambda: Splade.from_pretrained(base),
                                                                   collection.corpus, work / 'splade', config, cache)),
+        'SPLADE-tiny adapted (query side)': ('splade-query', lambda: systems.adapted(
+            lambda: Splade.from_pretrained(base), collection.corpus, work / 'splade-query',
+            DomainConfig(seed=config.seed), cache)),
         f'VT-SPLADE (+{args.extend} words)': ('vt', lambda: systems.vt_splade(collection.corpus, work / 'vt', config,
                                                                               base, args.extend, cache_dir=cache)),
         f'SAE-SPLADE (k={args.k})': ('sae', lambda: systems.sae_splade(collection.corpus, work / 'sae', config, base,

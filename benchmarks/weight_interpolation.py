@@ -58,7 +58,8 @@ def main():
     rows, finals, heldouts = [], [], []
     for folder in map(Path, args.runs):
         log = json.loads((folder / 'domain_adapt.json').read_text())
-        config = DomainConfig(**{**log['config'], 'teachers': tuple(log['config']['teachers'])})
+        # runs logged before `side` existed trained both sides
+        config = DomainConfig(**{'side': 'both', **log['config'], 'teachers': tuple(log['config']['teachers'])})
         data, _ = build_data(docs, Path(args.cache_dir), config, verbose=False)
         heldouts.append((config, data))
         final = latest_checkpoint(folder / 'train')

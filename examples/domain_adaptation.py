@@ -43,11 +43,14 @@ def main():
 
     collection = load_collection(args.collection)
     splade = Splade.from_pretrained(resolve_model(args.model))
-    test = experiment_evaluator(splade.tokenizer, collection.corpus, collection.topics, collection.qrels, [nDCG @ 10])
-    zero_shot = test(splade.model)['nDCG@10'] if args.evaluate else None
     config = config_from_overrides(dict(item.split('=', 1) for item in args.set))
-    _, log = domain_adapt(splade, collection.corpus, args.output, config, cache_dir=args.cache_dir)
-    adapted = (zero_shot if log['guard'] else test(splade.model)['nDCG@10']) if args.evaluate else None
+    # a query-side run keeps the starting model's documents: one index of them serves every evaluation
+    test = experiment_evaluator(splade.tokenizer, collection.corpus, collection.topics, collection.qrels, [nDCG @ 10],
+                                doc_model=splade.model if config.side == 'query' else None)
+    zero_shot = test(splade.model)['nDCG@10'] if args.evaluate else None
+    adapted_splade, log = domain_adapt(splade, collection.corpus, args.output, config, cache_dir=args.cache_dir)
+    query_model = getattr(adapted_splade, 'query_splade', adapted_splade).model
+    adapted = (zero_shot if log['guard'] else test(query_model)['nDCG@10']) if args.evaluate else None
     result = {'collection': args.collection, 'model': args.model, 'zero_shot_nDCG@10': zero_shot,
               'adapted_nDCG@10': adapted, **{k: log[k] for k in ('decision', 'selected_step', 'guard', 'start_score',
                                                                  'best_score', 'curve', 'config')}}

@@ -2,6 +2,7 @@
 
 __version__ = '0.2.0'
 
+from .asymmetric import AsymmetricSplade
 from .encoders import SparseScorer, SparseTextEncoder, Splade, SpladeEncoder
 from .encoding import encode_texts
 from .index import LsrIndex, SpladeIndexer, quantize
@@ -34,6 +35,7 @@ __all__ = [
     'StaticQueryEncoder',
     'StaticQueryWeights',
     'idf',
+    'AsymmetricSplade',
     'InferenceFreeSplade',
     'load_model',
     'Prune',

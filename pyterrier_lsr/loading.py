@@ -20,6 +20,7 @@ CONFIG_KEY = 'lsr'
 MODEL_KINDS = {
     'splade': 'pyterrier_lsr.encoders:Splade',
     'inference-free': 'pyterrier_lsr.inference_free:InferenceFreeSplade',
+    'asymmetric': 'pyterrier_lsr.asymmetric:AsymmetricSplade',
     'sae-splade': 'pyterrier_lsr.sae_splade:SaeSplade',
     'latent-terms': 'pyterrier_lsr.latent_terms:LatentTerms',
     'ssr': 'pyterrier_lsr.ssr:SSR',

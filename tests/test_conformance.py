@@ -1,11 +1,13 @@
 """Every public transformer that can be built from the offline models passes :func:`conformance.check_transformer`."""
+import copy
+
 import pandas as pd
 import pyterrier as pt
 import pytest
 from conformance import TEXTS, check_transformer
 
-from pyterrier_lsr import (IDFQueryEncoder, InferenceFreeSplade, Prune, SaeSplade, SaeSpladeModel, Splade,
-                           StaticQueryEncoder)
+from pyterrier_lsr import (AsymmetricSplade, IDFQueryEncoder, InferenceFreeSplade, Prune, SaeSplade, SaeSpladeModel,
+                           Splade, StaticQueryEncoder)
 from pyterrier_lsr.latent_terms import LatentTerms
 from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
 from pyterrier_lsr.models.sae_splade import structural_token_ids
@@ -13,6 +15,10 @@ from pyterrier_lsr.models.sae_splade import structural_token_ids
 
 def idf(splade):
     return IDFQueryEncoder.from_corpus(splade.tokenizer, TEXTS * 2 + ['nuclear physics'])
+
+
+def asymmetric(splade):
+    return AsymmetricSplade(splade.model, splade.tokenizer, copy.deepcopy(splade.model), batch_size=2)
 
 
 def sae_splade(tiny):
@@ -39,6 +45,8 @@ CASES = {  # name -> (fixtures, factory, inputs kind)
         ('splade', lambda s: InferenceFreeSplade(s.model, s.tokenizer, idf(s)).query_encoder(), 'query'),
     'InferenceFreeSplade.doc_encoder':
         ('splade', lambda s: InferenceFreeSplade(s.model, s.tokenizer, idf(s)).doc_encoder(), 'doc'),
+    'AsymmetricSplade.query_encoder': ('splade', lambda s: asymmetric(s).query_encoder(), 'query'),
+    'AsymmetricSplade.doc_encoder': ('splade', lambda s: asymmetric(s).doc_encoder(), 'doc'),
     'Prune toks': (None, lambda: Prune(top_n=2), 'toks'),
     'Prune query_toks': (None, lambda: Prune(ratio=0.5, threshold=0.2, fields=['query_toks']), 'query_toks'),
     'query_encoder >> Prune': ('splade', lambda s: s.query_encoder() >> Prune(top_n=3), 'query'),

@@ -32,8 +32,8 @@ def _splade(tiny):
 
 
 def _config(**kw):
-    return DomainConfig(**{'steps': 4, 'batch_size': 4, 'eval_every': 2, 'heldout': 10, 'heldout_pool': 5, 'pool': 10,
-                           'teachers': ('bm25',), 'lr': 1e-2, 'bf16': False, **kw})
+    return DomainConfig.two_sided(**{'steps': 4, 'batch_size': 4, 'eval_every': 2, 'heldout': 10, 'heldout_pool': 5,
+                                     'pool': 10, 'teachers': ('bm25',), 'lr': 1e-2, 'bf16': False, **kw})
 
 
 def _weights(model):
@@ -65,7 +65,7 @@ def test_heldout_selection_picks_best_step(tiny, corpus, tmp_path, monkeypatch):
     scripted = iter([0.2, 0.1, 0.5, 0.3, 0.4])   # steps 0, 2, 4, 6, 8: step 4 is best
     seen = {}
 
-    def fake_scores(model, tokenizer, heldout, docs, config, extra, query_encoder):
+    def fake_scores(model, tokenizer, heldout, docs, config, extra, query_encoder, doc_encoder):
         step = len(seen) * 2
         seen[step] = _weights(model)
         score = next(scripted)
@@ -89,7 +89,7 @@ def test_doc_only_trains_its_query_table(tiny, corpus, tmp_path, monkeypatch, sc
     splade = InferenceFreeSplade(model, tokenizer, idf, device='cpu')
     scripted, tables = iter(scripted), []
 
-    def fake_scores(model, tokenizer, heldout, docs, config, extra, query_encoder):
+    def fake_scores(model, tokenizer, heldout, docs, config, extra, query_encoder, doc_encoder):
         tables.append(query_encoder.weight.detach().clone())
         return dict.fromkeys(domain_module.SELECT_ON, next(scripted))
     monkeypatch.setattr(domain_module, 'heldout_scores', fake_scores)
@@ -104,6 +104,82 @@ def test_doc_only_trains_its_query_table(tiny, corpus, tmp_path, monkeypatch, sc
         else:
             assert all(abs(w - float(tables[selected // 2][vocab[t]])) < 1e-5 for t, w in weights.items())
             assert weights != pytest.approx(idf.weights)
+
+
+@pytest.mark.parametrize('scripted, selected', [([0.2, 0.1, 0.5], 4), ([0.5, 0.1, 0.2], 0)])
+def test_query_side_adapts_a_copy_of_the_query_encoder(tiny, corpus, tmp_path, monkeypatch, scripted, selected):
+    """side='query': documents come from the starting model, frozen; only a copy trains for queries, and the result
+    is an AsymmetricSplade (saved and reloaded as one), or the starting model itself when the guard fires."""
+    from pyterrier_lsr import AsymmetricSplade, load_model
+    from pyterrier_lsr.train.domain import _vectors
+    splade = _splade(tiny)
+    start = _weights(splade.model)
+    scripted, seen = iter(scripted), []
+
+    def fake_scores(model, tokenizer, heldout, docs, config, extra, query_encoder, doc_encoder):
+        text = corpus[0]['text']
+        expected = _vectors(splade.model, tokenizer, [text], splade.max_length, False).to_dense()
+        assert model is not splade.model
+        assert torch.allclose(doc_encoder([text], tokenizer, 96), expected, atol=1e-5)
+        seen.append(_weights(model))
+        return dict.fromkeys(domain_module.SELECT_ON, next(scripted))
+    monkeypatch.setattr(domain_module, 'heldout_scores', fake_scores)
+    out, log = domain_adapt(splade, corpus, tmp_path / 'run', _config(side='query', candidates='teacher', negatives=7),
+                            verbose=False)
+    assert log['selected_step'] == selected
+    assert all(torch.equal(v, start[k]) for k, v in splade.model.state_dict().items())  # left as it was
+    assert not all(torch.equal(v, start[k]) for k, v in seen[-1].items())  # the copy trained
+    if selected == 0:
+        assert out is splade
+        return
+    assert isinstance(out, AsymmetricSplade) and out.model is splade.model
+    assert all(torch.equal(v, seen[selected // 2][k]) for k, v in out.query_splade.model.state_dict().items())
+    reloaded = load_model(tmp_path / 'run' / 'model')
+    assert isinstance(reloaded, AsymmetricSplade)
+    texts = [d['text'] for d in corpus[:3]]
+    assert reloaded.encode(texts) == pytest.approx(splade.encode(texts))
+    queries = pd.DataFrame({'qid': ['1'], 'query': ['radio wave noise']})
+    adapted = out.query_encoder()(queries)['query_toks'][0]
+    assert reloaded.query_encoder()(queries)['query_toks'][0] == pytest.approx(adapted)
+    assert adapted != splade.query_encoder()(queries)['query_toks'][0]
+    # indexing the adapted model writes the starting model's documents, and its retriever runs the adapted queries:
+    # an index of the starting model serves it the same
+    from pyterrier_lsr import SpladeIndexer
+    own = (out >> SpladeIndexer(str(tmp_path / 'own.lsr'), verbose=False)).index(corpus)
+    start_index = (splade >> SpladeIndexer(str(tmp_path / 'start.lsr'), verbose=False)).index(corpus)
+    assert isinstance(own.model(), AsymmetricSplade)
+    ranked = own.retriever()(queries)
+    pd.testing.assert_frame_equal(ranked, start_index.retriever(query_encoder=out.query_encoder())(queries))
+    assert not ranked.equals(start_index.retriever()(queries))
+
+
+def test_query_side_trains_for_real(tiny, corpus, tmp_path):
+    """Without any fake: the frozen documents' vectors feed the real loss and held-out scores."""
+    splade = _splade(tiny)
+    start = _weights(splade.model)
+    out, log = domain_adapt(splade, corpus, tmp_path / 'run', _config(side='query', negatives=7,
+                                                                      candidates='teacher'), verbose=False)
+    assert log['examples'] > 0 and log['config']['side'] == 'query'
+    assert [row['step'] for row in log['curve']] == [0, 2, 4]
+    assert len({row['heldout_first_ndcg'] for row in log['curve']}) > 1
+    assert all(torch.equal(v, start[k]) for k, v in splade.model.state_dict().items())
+    with pytest.raises(ValueError, match='side must be one of'):
+        DomainConfig(side='documents')
+    from pyterrier_lsr import IDFQueryEncoder, InferenceFreeSplade
+    doc_only = InferenceFreeSplade(*tiny, IDFQueryEncoder.from_corpus(tiny[1], [d['text'] for d in corpus]))
+    with pytest.raises(ValueError, match="side='query' adapts the query encoder"):  # refused before any work
+        domain_adapt(doc_only, corpus, tmp_path / 'doc-only', _config(side='query'), verbose=False)
+    assert not (tmp_path / 'doc-only').exists()
+
+
+def test_defaults_adapt_queries_and_builders_that_train_documents_refuse_them(corpus, tmp_path):
+    from pyterrier_lsr.train.systems import sae_splade, vt_splade
+    assert DomainConfig().side == 'query' and DomainConfig.two_sided().side == 'both'
+    assert DomainConfig.two_sided(steps=7).steps == 7 and DomainConfig.two_sided().negatives == 3
+    for build in (vt_splade, sae_splade):
+        with pytest.raises(ValueError, match='two_sided'):
+            build(corpus, tmp_path / 'x', DomainConfig())
+    assert not (tmp_path / 'x').exists()
 
 
 def test_heldout_scores_and_keyword_queries(tiny, corpus):
@@ -154,10 +230,12 @@ def test_cli_domain_adapt_on_a_folder(corpus, tmp_path, capsys):
     (folder / 'topics.tsv').write_text('1\treactor\n')
     (folder / 'qrels.txt').write_text('1 0 d1 1\n')
     main(['domain-adapt', '--model', 'splade-tiny', '--collection', str(folder), '--output-dir', str(tmp_path / 'out'),
-          '--set', 'steps=2', 'batch_size=4', 'eval_every=1', 'heldout=5', 'pool=10', 'teachers=bm25'])
+          '--set', 'steps=2', 'batch_size=4', 'eval_every=1', 'heldout=5', 'pool=10', 'negatives=7',
+          'teachers=bm25'])
     assert '"decision"' in capsys.readouterr().out
     log = json.loads((tmp_path / 'out' / 'domain_adapt.json').read_text())
     assert [row['step'] for row in log['curve']] == [0, 1, 2] and log['config']['teachers'] == ['bm25']
+    assert log['config']['side'] == 'query'  # the default recipe
     assert (tmp_path / 'out' / 'model' / 'config.json').exists()
 
 

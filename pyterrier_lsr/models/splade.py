@@ -13,7 +13,7 @@ CONFIG_KEY = 'lsr'
 DEFAULT_SETTINGS = {'kind': 'splade', 'pooling': 'max', 'head_scale': 1.0}
 # Model kinds whose folder is an MLM checkpoint read by SpladeModel (other kinds have their own loaders).
 # A doc-only model's document side is the same masked LM; its folder says 'inference-free' (see loading.py).
-KINDS = ('splade', 'inference-free')
+KINDS = ('splade', 'inference-free', 'asymmetric')
 POOLINGS = ('max',)
 
 

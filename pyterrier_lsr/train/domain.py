@@ -3,17 +3,20 @@
 The recipe: pseudo-queries sampled from documents (sentence windows or high-idf keywords), candidates from BM25 and a
 dense bi-encoder over the whole corpus, teacher scores = ``teacher_scale`` x the sum of per-candidate-list z-scores of
 BM25 and the dense cosine (the fusion that beat either alone on Vaswani), training with the bundled loop
-(:func:`~pyterrier_lsr.train.loop.run_loop`), and selection on held-out pseudo-queries: every ``eval_every`` steps the
-student ranks a sub-corpus of ``heldout_corpus`` documents (every held-out query's pool, the teacher's top
-``heldout_pool``, plus random documents) and is scored against the teacher's ranking, over the pool alone (re-ranking)
-and over the whole sub-corpus (first-stage retrieval: documents from outside the pools that the student ranks high
-cost score). The best step's weights are kept; if no step beats the starting model by more than ``min_gain``
-(the never-worse guard), the starting weights are restored and the log says so. No test query is ever used.
+(:func:`~pyterrier_lsr.train.loop.run_loop`) of the query encoder alone against frozen documents (``side='query'``,
+the default) or of the whole model (``side='both'``), and selection on held-out pseudo-queries: every
+``eval_every`` steps the student ranks a sub-corpus of ``heldout_corpus`` documents (every held-out query's pool, the
+teacher's top ``heldout_pool``, plus random documents) and is scored against the teacher's ranking, over the pool
+alone (re-ranking) and over the whole sub-corpus (first-stage retrieval: documents from outside the pools that the
+student ranks high cost score). The best step's weights are kept; if no step beats the starting model by more than
+``min_gain`` (the never-worse guard), the starting weights are restored and the log says so. No test query is ever
+used.
 
 Everything that costs time is cached under ``cache_dir`` as JSON / npz (never pickle): a PISA BM25 index and the
 dense document embeddings per corpus, and the examples with their teacher scores per data setting, so a second call
 with other training settings goes straight to training.
 """
+import copy
 import hashlib
 import json
 import math
@@ -29,13 +32,17 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
+from tqdm.auto import tqdm
 
+from ..asymmetric import AsymmetricSplade
+from ..encoders import Splade
 from ..encoding import is_blank
 from ..query import StaticQueryWeights
 from . import losses as L
 from .data import Example, pseudo_query
 from .loop import TrainConfig, micro_batches, batch_loss, bf16_autocast, run_loop
 
+SIDES = ('both', 'query')
 QUERY_KINDS = ('sentence', 'keywords', 'mixed')
 CANDIDATES = ('bm25', 'teacher')
 SELECT_ON = ('heldout_ndcg', 'heldout_mrr', 'heldout_first_ndcg', 'heldout_first_mrr')
@@ -43,8 +50,12 @@ SELECT_ON = ('heldout_ndcg', 'heldout_mrr', 'heldout_first_ndcg', 'heldout_first
 
 @dataclass
 class DomainConfig:
-    """Settings of :func:`domain_adapt` (the defaults are the recipe chosen on held-out pseudo-queries)."""
-    steps: int = 120
+    """Settings of :func:`domain_adapt`. The defaults are the recipe of benchmarks/RESULTS.md ("Query-side
+    adaptation"): the query encoder alone adapts (documents frozen), by listwise distillation over the teacher's top
+    64 per pseudo-query. :meth:`two_sided` is the recipe for models whose documents must train too (a new vocabulary,
+    head or latents)."""
+    side: str = 'query'                # 'query': adapt the query encoder alone, documents frozen; 'both'
+    steps: int = 360
     batch_size: int = 8
     lr: float = 1e-4
     lr_multipliers: dict[str, float] = field(default_factory=dict)  # parameter-name prefix -> factor of lr
@@ -55,9 +66,9 @@ class DomainConfig:
     doc_max_length: int = 96
     bf16: bool = False                 # bf16 autocast: faster with AMX/avx512_bf16, ~10x slower without
     queries: str = 'sentence'          # pseudo-queries: sentence windows, high-idf keywords, or alternating
-    per_doc: int = 1                   # pseudo-queries per sampled document
-    candidates: str = 'bm25'           # 'bm25': negatives sampled from BM25's top `depth`; 'teacher': teacher's top
-    negatives: int = 3                 # candidates per example = 1 + negatives
+    per_doc: int = 3                   # pseudo-queries per sampled document
+    candidates: str = 'teacher'        # 'bm25': negatives sampled from BM25's top `depth`; 'teacher': teacher's top
+    negatives: int = 63                # candidates per example = 1 + negatives
     depth: int = 30
     pool: int = 50                     # BM25 and dense top-`pool` per query form the teacher's candidate pool
     teachers: tuple[str, ...] = ('bm25', 'dense')
@@ -72,6 +83,8 @@ class DomainConfig:
     seed: int = 0
 
     def __post_init__(self):
+        if self.side not in SIDES:
+            raise ValueError(f'side must be one of {SIDES}, got {self.side!r}')
         if self.queries not in QUERY_KINDS:
             raise ValueError(f'queries must be one of {QUERY_KINDS}, got {self.queries!r}')
         if self.candidates not in CANDIDATES:
@@ -81,6 +94,13 @@ class DomainConfig:
         if self.select_on not in SELECT_ON:
             raise ValueError(f'select_on must be one of {SELECT_ON}, got {self.select_on!r}')
         self.teachers = tuple(self.teachers)
+
+    @classmethod
+    def two_sided(cls, **overrides) -> 'DomainConfig':
+        """The recipe when documents train too (each step encodes every candidate with gradients, so 3 BM25
+        negatives instead of 63 and one pseudo-query per document): ``side='both', steps=120, per_doc=1,
+        candidates='bm25', negatives=3``, then ``overrides``."""
+        return cls(**{'side': 'both', 'steps': 120, 'per_doc': 1, 'candidates': 'bm25', 'negatives': 3, **overrides})
 
     def train_config(self) -> TrainConfig:
         return TrainConfig(steps=self.steps, batch_size=self.batch_size, lr=self.lr, warmup_steps=self.steps // 10,
@@ -264,6 +284,10 @@ def build_data(docs: dict[str, str], cache: Path, config: DomainConfig, verbose:
         cands = [q['pos']] + negatives
         scores = config.teacher_scale * _zsum([pool[d] for d in cands], config.teachers)
         examples.append({'query': q['query'], 'pos': q['pos'], 'negatives': negatives, 'teacher': scores.tolist()})
+    if not examples:
+        raise ValueError(f'no pseudo-query has {config.negatives} negatives (candidates={config.candidates!r}, '
+                         f'pool={config.pool}, depth={config.depth}) in a corpus of {len(docs)} documents: '
+                         'lower negatives')
     data = {'settings': settings, 'examples': examples, 'heldout': heldout, 'heldout_extra': extra}
     _write_json(path, data)
     return data, False
@@ -281,14 +305,40 @@ def _vectors(model, tokenizer, texts: list[str], max_length: int, bf16: bool, ba
     return torch.cat(out)
 
 
+class FrozenDocuments:
+    """The documents' side of query-only adaptation: every text encoded once by the (frozen) document model, at the
+    length an index encodes it, and looked up by text as ``(texts, tokenizer, max_length) -> vectors``."""
+
+    def __init__(self, model, tokenizer, texts: Sequence[str], max_length: int, bf16: bool, verbose: bool = False):
+        unique = list(dict.fromkeys(texts))
+        self.row = {t: i for i, t in enumerate(unique)}
+        self.size = model.vocab_size
+        self.terms, self.weights = [], []
+        for start in tqdm(range(0, len(unique), 64), desc='encoding documents', unit='batch', disable=not verbose):
+            with torch.inference_mode():
+                dense = _vectors(model, tokenizer, unique[start:start + 64], max_length, bf16).to_dense()
+            for row in dense:
+                terms = row.nonzero().squeeze(1)
+                self.terms.append(terms.clone())
+                self.weights.append(row[terms].clone())
+
+    def __call__(self, texts: Sequence[str], tokenizer=None, max_length=None) -> torch.Tensor:
+        out = torch.zeros(len(texts), self.size)
+        for i, text in enumerate(texts):
+            j = self.row[text]
+            out[i, self.terms[j]] = self.weights[j]
+        return out
+
+
 def heldout_scores(model, tokenizer, heldout: list[dict], docs: dict[str, str], config: DomainConfig,
-                   extra: Sequence[str] = (), query_encoder=None) -> dict[str, float]:
+                   extra: Sequence[str] = (), query_encoder=None, doc_encoder=None) -> dict[str, float]:
     """The student's ranking of held-out queries against the teacher's. Re-ranking each query's pool:
     ``heldout_ndcg`` (nDCG@10 against the teacher's ranking; the teacher's rank r < 10 has gain 10 - r) and
     ``heldout_mrr`` (reciprocal rank of the query's source document, 0 when it is not in the pool). First-stage, over
     every pool plus the ``extra`` documents: ``heldout_first_ndcg`` and ``heldout_first_mrr``, the same measures when
     the student retrieves from that whole sub-corpus, so that documents it wrongly ranks above the pool count.
-    ``query_encoder`` (``(texts, tokenizer, max_length) -> vectors``) replaces ``model`` for queries (doc-only)."""
+    ``query_encoder`` / ``doc_encoder`` (``(texts, tokenizer, max_length) -> vectors``) replace ``model`` for queries
+    (doc-only) / documents (query-only adaptation)."""
     was_training = model.training
     model.eval()
     unique = sorted({d for h in heldout for d in h['ranked']} | set(extra))
@@ -296,7 +346,9 @@ def heldout_scores(model, tokenizer, heldout: list[dict], docs: dict[str, str], 
     queries = [h['query'] for h in heldout]
     try:
         with torch.inference_mode():
-            dvec = _vectors(model, tokenizer, [docs[d] for d in unique], config.doc_max_length, config.bf16)
+            texts = [docs[d] for d in unique]
+            dvec = (_vectors(model, tokenizer, texts, config.doc_max_length, config.bf16) if doc_encoder is None
+                    else doc_encoder(texts, tokenizer, config.doc_max_length).to_sparse())
             max_length = TrainConfig.query_max_length
             qvec = (_vectors(model, tokenizer, queries, max_length, config.bf16) if query_encoder is None
                     else query_encoder(queries, tokenizer, max_length).float())
@@ -327,11 +379,20 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
     An :class:`~pyterrier_lsr.InferenceFreeSplade` (doc-only) trains its static query table (starting from its
     weights, e.g. corpus idf) with the document encoder, and ``splade.query_side`` holds the selected table.
 
+    With ``config.side='query'`` only a copy of the query encoder trains, against the documents as the starting
+    model encodes them (each encoded once, at ``splade.max_length``): ``splade`` is left as it is and an
+    :class:`~pyterrier_lsr.AsymmetricSplade` (documents: ``splade``'s model, queries: the adapted copy) is returned,
+    so an index built with ``splade`` serves it unchanged (``index.retriever(query_encoder=adapted.query_encoder())``).
+    Documents carry no gradient, so a step costs a fraction of a two-sided one and ``negatives`` can be many.
+
     ``report`` (optional, e.g. :func:`~pyterrier_lsr.train.experiment_evaluator` on test topics; for a doc-only model
     with ``query_side=splade.query_encoder``, which sees the table being trained) is called at the same steps as the
     held-out evaluation and logged next to it; it never influences the selection.
     """
     config = config or DomainConfig()
+    if config.side == 'query' and type(splade) not in (Splade, AsymmetricSplade):
+        raise ValueError(f"side='query' adapts the query encoder of a Splade or AsymmetricSplade, not of a "
+                         f'{type(splade).__name__} (use DomainConfig.two_sided)')
     output_dir = Path(output_dir)
     cache = Path(cache_dir) if cache_dir is not None else output_dir / 'cache'
     cache.mkdir(parents=True, exist_ok=True)
@@ -340,9 +401,16 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
     data, cache_hit = build_data(docs, cache, config, verbose)
     examples = [Example(e['query'], docs[e['pos']], [docs[d] for d in e['negatives']], e['teacher'])
                 for e in data['examples']]
-    prep_seconds = time.time() - start_time
     model, tokenizer = splade.model, splade.tokenizer
     train_config = config.train_config()
+    frozen = None
+    if config.side == 'query':
+        model = copy.deepcopy(getattr(splade, 'query_splade', splade).model)
+        texts = [t for ex in examples for t in [ex.positive] + ex.negatives]
+        texts += [docs[d] for d in {d for h in data['heldout'] for d in h['ranked']} | set(data['heldout_extra'])]
+        frozen = FrozenDocuments(splade.model, tokenizer, texts, splade.max_length, config.bf16, verbose)
+        train_config = replace(train_config, lambda_d=0.)
+    prep_seconds = time.time() - start_time  # data, teacher and (query side) the documents' encoding
     # an inference-free model (its `query_side` a static table) trains that table with the document encoder; FLOPS
     # regularizes documents only, as a static query side costs nothing to run
     query_side = getattr(splade, 'query_side', None)
@@ -360,7 +428,8 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
     step_counter = {'step': 0}
 
     def evaluate(m):
-        scores = heldout_scores(m, tokenizer, data['heldout'], docs, config, data['heldout_extra'], query_weights)
+        scores = heldout_scores(m, tokenizer, data['heldout'], docs, config, data['heldout_extra'], query_weights,
+                                frozen)
         if report is not None:
             sync_query_side()
             scores.update(report(m))
@@ -377,7 +446,7 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
 
     def loss_fn(batch, step):
         step_counter['step'] = step + 1  # run_loop evaluates after the optimizer step that makes `step + 1`
-        loss, logs = batch_loss(model, tokenizer, batch, train_config, step, query_weights)
+        loss, logs = batch_loss(model, tokenizer, batch, train_config, step, query_weights, frozen)
         if config.anchor:
             drift = L.l2_drift(params, initial)
             loss = loss + config.anchor * drift
@@ -393,6 +462,10 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
     trained.load_state_dict(best['state'] if improved else initial)
     if improved:
         sync_query_side()
+        if frozen is not None:
+            splade = AsymmetricSplade(splade.model, tokenizer, model, device=splade.device,
+                                      max_length=splade.max_length, batch_size=splade.batch_size,
+                                      precision=splade.precision, name=splade.name)
     elif query_side is not None:
         splade.query_side = query_side  # exactly the starting table, not its float32 round trip
     model.eval()

@@ -22,20 +22,34 @@ def experiment_evaluator(
     batch_size: int = 64,
     precision: str = 'fp32',
     query_side: Optional[Callable[[], pt.Transformer]] = None,
+    doc_model: Optional[torch.nn.Module] = None,
 ) -> Callable[[torch.nn.Module], Dict[str, float]]:
     """An ``evaluate`` callback: indexes ``corpus`` with the current model in a temporary folder and runs
     ``pt.Experiment`` on ``topics``/``qrels`` (default measure nDCG@10). Queries go through the model, or through
-    ``query_side()`` (e.g. the current static table of doc-only training)."""
+    ``query_side()`` (e.g. the current static table of doc-only training). With ``doc_model`` (query-only
+    adaptation) the corpus is indexed once, by ``doc_model``, and only the queries go through the current model."""
     measures = measures or [nDCG @ 10]
+    fixed = {}
 
-    def evaluate(model):
-        splade = Splade(
+    def splade(model):
+        return Splade(
             model, tokenizer, device=next(model.parameters()).device, batch_size=batch_size, precision=precision
         )
-        with tempfile.TemporaryDirectory() as tmp:
-            index = SpladeIndexer(f'{tmp}/eval.lsr', splade, verbose=False, save_model=False).index(corpus)
-            retriever = index.retriever() if query_side is None else query_side() >> index.toks_retriever()
-            res = pt.Experiment([retriever], topics, qrels, measures, names=['model'])
+
+    def run(model, index):
+        retriever = splade(model).query_encoder() if query_side is None else query_side()
+        res = pt.Experiment([retriever >> index.toks_retriever()], topics, qrels, measures, names=['model'])
         return {k: float(v) for k, v in res.drop(columns='name').iloc[0].items()}
+
+    def evaluate(model):
+        if doc_model is not None:
+            if 'index' not in fixed:
+                fixed['tmp'] = tempfile.TemporaryDirectory()
+                fixed['index'] = SpladeIndexer(f"{fixed['tmp'].name}/eval.lsr", splade(doc_model), verbose=False,
+                                               save_model=False).index(corpus)
+            return run(model, fixed['index'])
+        with tempfile.TemporaryDirectory() as tmp:
+            return run(model, SpladeIndexer(f'{tmp}/eval.lsr', splade(model), verbose=False,
+                                            save_model=False).index(corpus))
 
     return evaluate

@@ -139,13 +139,14 @@ def _encode(model, tokenizer, texts: List[str], max_length: int, device) -> torc
     return model(inputs['input_ids'].to(device), inputs['attention_mask'].to(device))
 
 
-def batch_loss(model, tokenizer, batch: List[Example], config: TrainConfig, step: int, query_encoder=None):
+def batch_loss(model, tokenizer, batch: List[Example], config: TrainConfig, step: int, query_encoder=None,
+               doc_encoder=None):
     """Loss of one micro-batch and its parts (floats) for logging.
 
     Under torchrun each process encodes its share of ``batch`` and the loss is computed over the gathered global batch
     (:mod:`.distributed`): the same loss and logs on every process, and as on one process.
-    ``query_encoder`` (optional) maps ``(texts, tokenizer, max_length)`` to query vectors; by default queries go
-    through ``model`` like documents.
+    ``query_encoder`` and ``doc_encoder`` (optional) map ``(texts, tokenizer, max_length)`` to query / document
+    vectors; by default both go through ``model``.
     """
     device = next(model.parameters()).device
     n = len(batch[0].negatives)
@@ -161,8 +162,11 @@ def batch_loss(model, tokenizer, batch: List[Example], config: TrainConfig, step
             if query_encoder is not None
             else _encode(model, tokenizer, queries, config.query_max_length, device)
         ).float()
-        d = _encode(
-            model, tokenizer, [t for ex in local for t in [ex.positive] + ex.negatives], config.doc_max_length, device
+        texts = [t for ex in local for t in [ex.positive] + ex.negatives]
+        d = (
+            doc_encoder(texts, tokenizer, config.doc_max_length)
+            if doc_encoder is not None
+            else _encode(model, tokenizer, texts, config.doc_max_length, device)
         ).float()
     q, d = dist.gather(q), dist.gather(d)
     docs = d.view(len(batch), 1 + n, -1)

@@ -96,7 +96,8 @@ def _finished(folder, config: DomainConfig, system: Optional[dict] = None) -> bo
     done = folder / DONE_FILE
     if not done.is_file():
         return False
-    _same(folder, json.loads(done.read_text())['config'], asdict(config))
+    # runs finished before DomainConfig had `side` trained both sides
+    _same(folder, {'side': 'both', **json.loads(done.read_text())['config']}, asdict(config))
     return True
 
 
@@ -126,13 +127,26 @@ def adapted(start: Callable[[], Splade], corpus: Sequence[dict], folder, config:
     return splade
 
 
+def _two_sided(config: Optional[DomainConfig], method: str) -> DomainConfig:
+    """``config`` (default :meth:`DomainConfig.two_sided`) for a method whose documents must train: its new head,
+    vocabulary or latents are what documents are written in, and a query-only run would leave them untrained."""
+    config = config or DomainConfig.two_sided()
+    if config.side != 'both':
+        raise ValueError(f"{method} trains its document side too: pass DomainConfig.two_sided(...), not "
+                         f"side={config.side!r}")
+    return config
+
+
 def new_head_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = None,
                     encoder: str = 'all-MiniLM-L6-v2', target_active: float = 0.005, calibration_docs: int = 256,
                     cache_dir=None, verbose: bool = False) -> Splade:
     """SPLADE on a dense encoder without an MLM head (e.g. MiniLM-SPLADE): a new head
     (:meth:`~pyterrier_lsr.Splade.from_encoder`), calibrated so that ``target_active`` of the (document, term) pairs of
     the corpus's first ``calibration_docs`` documents start active
-    (:func:`~pyterrier_lsr.models.heads.calibrate_activation`), then trained by :func:`adapted`."""
+    (:func:`~pyterrier_lsr.models.heads.calibrate_activation`), then trained by :func:`adapted` (``config``: default
+    :meth:`DomainConfig.two_sided`)."""
+    config = _two_sided(config, 'new_head_splade')
+
     def start():
         splade = Splade.from_encoder(encoder)
         calibrate_activation(splade.model, splade.tokenizer, _texts(corpus[:calibration_docs]), target_active)
@@ -148,10 +162,12 @@ def vt_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = N
     """VT-SPLADE by domain extension: ``base``'s WordPiece vocabulary gains the ``extend`` most frequent corpus
     words it splits (:func:`~pyterrier_lsr.extend_vocabulary`), the model moves to it
     (:func:`~pyterrier_lsr.transfer_vocabulary`: old tokens copied, new words composed), then SPLADE training
-    (:func:`adapted`). With ``warmup`` (e.g. ``DomainConfig(steps=40, lr=1e-3)``) a first run in ``<folder>/warmup``
-    trains only the added words' embedding rows and output biases
-    (:func:`~pyterrier_lsr.models.vocab_transfer.new_rows_only`), with the same held-out selection and guard."""
-    config = config or DomainConfig()
+    (:func:`adapted`; ``config``: default :meth:`DomainConfig.two_sided`). With ``warmup`` (e.g.
+    ``DomainConfig.two_sided(steps=40, lr=1e-3)``) a first run in ``<folder>/warmup`` trains only the added words'
+    embedding rows and output biases (:func:`~pyterrier_lsr.models.vocab_transfer.new_rows_only`), with the same
+    held-out selection and guard."""
+    config = _two_sided(config, 'vt_splade')
+    warmup = warmup and _two_sided(warmup, 'the vt_splade warm-up')
     system = {'method': 'vt-splade', 'base': base, 'extend': extend}
     warm_folder = Path(folder) / 'warmup'
     if warmup is not None:
@@ -179,7 +195,9 @@ def sae_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = 
                verbose: bool = False) -> SaeSplade:
     """SAE-SPLADE: stage 1 a TopK SAE on ``backbone``'s token states of the corpus (:func:`train_token_sae`,
     ``sae``: :class:`~pyterrier_lsr.SAEConfig` settings, default 4096 latents, k = 8; token states cached in
-    ``<folder>/token_cache``), stage 2 :meth:`SaeSplade.from_backbone` trained by :func:`adapted`."""
+    ``<folder>/token_cache``), stage 2 :meth:`SaeSplade.from_backbone` trained by :func:`adapted` (``config``: default
+    :meth:`DomainConfig.two_sided`)."""
+    config = _two_sided(config, 'sae_splade')
     sae = sae or {'n_latents': 4096, 'k': 8}
 
     def start():
