@@ -1,5 +1,6 @@
-"""The course kit on a small Vaswani subset: examples/course.py builds every system and prints one table, a re-run and
-the notebook (examples/course.ipynb, its code cells executed in one namespace) reuse every model and index."""
+"""The course kit on a small Vaswani subset: examples/course.py builds every system and prints one table; the notebook
+(examples/course.ipynb, its code cells executed in one namespace), run on the same folders, reuses every model and
+index."""
 import json
 import runpy
 from dataclasses import asdict
