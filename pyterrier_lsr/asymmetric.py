@@ -29,6 +29,17 @@ class AsymmetricSplade(Splade):
         self.query_splade = Splade(query_model, tokenizer, device=self.device, max_length=self.max_length,
                                  batch_size=self.batch_size, precision=self.precision, name=self.name)
 
+    @property
+    def name(self) -> Optional[str]:
+        return self._name
+
+    @name.setter
+    def name(self, value: Optional[str]):
+        # one name for both sides: pipelines built from query_encoder() are named after the whole model
+        self._name = value
+        if 'query_splade' in vars(self):
+            self.query_splade.name = value
+
     def query_encoder(self, batch_size: Optional[int] = None, verbose: bool = False) -> SpladeEncoder:
         return self.query_splade.query_encoder(batch_size, verbose)
 
