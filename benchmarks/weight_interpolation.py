@@ -40,7 +40,7 @@ def main():
     from pyterrier_lsr import Splade
     from pyterrier_lsr.collections import load_collection
     from pyterrier_lsr.train import DomainConfig, experiment_evaluator, latest_checkpoint
-    from pyterrier_lsr.train.domain import build_data, heldout_scores
+    from pyterrier_lsr.train.domain import build_data, heldout_scores, logged_config
 
     collection = load_collection(args.collection)
     docs = {str(d['docno']): d['text'] for d in collection.corpus}
@@ -58,8 +58,7 @@ def main():
     rows, finals, heldouts = [], [], []
     for folder in map(Path, args.runs):
         log = json.loads((folder / 'domain_adapt.json').read_text())
-        # runs logged before `side` existed trained both sides
-        config = DomainConfig(**{'side': 'both', **log['config'], 'teachers': tuple(log['config']['teachers'])})
+        config = DomainConfig(**{**logged_config(log['config']), 'teachers': tuple(log['config']['teachers'])})
         data, _ = build_data(docs, Path(args.cache_dir), config, verbose=False)
         heldouts.append((config, data))
         final = latest_checkpoint(folder / 'train')

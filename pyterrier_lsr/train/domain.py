@@ -484,6 +484,12 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
     return splade, log
 
 
+def logged_config(config: dict) -> dict:
+    """A :class:`DomainConfig`'s fields as read back from a run's log (``domain_adapt.json``): runs logged before
+    ``side`` existed trained both sides."""
+    return {'side': 'both', **config}
+
+
 def config_from_overrides(overrides: dict[str, str], base: DomainConfig | None = None) -> DomainConfig:
     """A :class:`DomainConfig` from ``name=value`` strings (CLI and scripts): numbers, booleans, ``losses`` as
     ``infonce:1+kl:1``, ``lr_multipliers`` as ``mlm.cls.:0.1`` and ``teachers`` as ``bm25+dense``."""

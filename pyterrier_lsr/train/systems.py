@@ -24,7 +24,7 @@ from ..models.heads import calibrate_activation
 from ..models.vocab_transfer import extend_vocabulary, new_rows_only, transfer_vocabulary
 from ..quiet import quiet_native
 from ..sae_splade import SaeSplade
-from .domain import DomainConfig, domain_adapt
+from .domain import DomainConfig, domain_adapt, logged_config
 from .sae import build_latent_terms, train_token_sae
 
 __all__ = ['BM25', 'bm25', 'sparse_index', 'latent_terms_index', 'adapted', 'new_head_splade', 'vt_splade',
@@ -96,8 +96,7 @@ def _finished(folder, config: DomainConfig, system: Optional[dict] = None) -> bo
     done = folder / DONE_FILE
     if not done.is_file():
         return False
-    # runs finished before DomainConfig had `side` trained both sides
-    _same(folder, {'side': 'both', **json.loads(done.read_text())['config']}, asdict(config))
+    _same(folder, logged_config(json.loads(done.read_text())['config']), asdict(config))
     return True
 
 
