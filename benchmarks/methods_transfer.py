@@ -7,7 +7,9 @@ states, then the recipe), and SPLADE-tiny zero-shot as the reference. :func:`pyt
 them (nDCG@10, AP, postings per query, ...); VT-SPLADE is also compared with SPLADE on the topics that contain one of
 its added words (the seed's claim). ``--minilm`` adds MiniLM-SPLADE (all-MiniLM-L6-v2 with a new, calibrated head:
 :func:`~pyterrier_lsr.train.systems.new_head_splade`); ``--vt-warmup`` adds VT-SPLADE with an embedding warm-up (a
-first run that trains only the added words' rows); ``--sae-set`` a second SAE-SPLADE with its own settings.
+first run that trains only the added words' rows); ``--sae-set`` a second SAE-SPLADE with its own settings. SPLADE-tiny
+also adapts with the default, query-side recipe (its documents read from the zero-shot index); ``--then`` adds a
+query-side stage after each two-sided SPLADE, VT- and MiniLM-SPLADE (documents from that system's index).
 
     OMP_NUM_THREADS=1 python benchmarks/methods_transfer.py --collection /work/shared/collections/cisi \\
         --workdir runs/methods_cisi
@@ -36,6 +38,9 @@ def main():
     p.add_argument('--vt-warmup', nargs='*', default=[], metavar='NAME=VALUE',
                    help='also VT-SPLADE with an embedding warm-up (only the added words train first), these '
                         'DomainConfig overrides for the warm-up run, e.g. steps=40 lr=1e-3')
+    p.add_argument('--then', nargs='*', metavar='NAME=VALUE',
+                   help='also a query-side stage (DomainConfig defaults, these overrides) after SPLADE-tiny adapted, '
+                        'VT-SPLADE and MiniLM-SPLADE, reading their documents from their indexes')
     p.add_argument('--output', default='benchmarks/results/methods_transfer.json')
     p.add_argument('--irds-cache')
     p.add_argument('--threads', type=int, default=1)
@@ -70,9 +75,6 @@ def main():
         'SPLADE-tiny zero-shot': ('zero-shot', lambda: Splade.from_pretrained(base)),
         'SPLADE-tiny adapted': ('splade', lambda: systems.adapted(lambda: Splade.from_pretrained(base),
                                                                   collection.corpus, work / 'splade', config, cache)),
-        'SPLADE-tiny adapted (query side)': ('splade-query', lambda: systems.adapted(
-            lambda: Splade.from_pretrained(base), collection.corpus, work / 'splade-query',
-            DomainConfig(seed=config.seed), cache)),
         f'VT-SPLADE (+{args.extend} words)': ('vt', lambda: systems.vt_splade(collection.corpus, work / 'vt', config,
                                                                               base, args.extend, cache_dir=cache)),
         f'SAE-SPLADE (k={args.k})': ('sae', lambda: systems.sae_splade(collection.corpus, work / 'sae', config, base,
@@ -97,9 +99,25 @@ def main():
         timings[name] = round(time.time() - start, 1)
         print(f'{name}: {timings[name]} s', flush=True)
     run = []
+    indexes = {}
     for name, model in models.items():
-        index = systems.sparse_index(work / f'{builders[name][0]}.lsr', model, collection.corpus)
-        run.append(System(name, index.toks_retriever(), str(index.path), model.query_encoder()))
+        indexes[name] = systems.sparse_index(work / f'{builders[name][0]}.lsr', model, collection.corpus)
+        run.append(System(name, indexes[name].toks_retriever(), str(indexes[name].path), model.query_encoder()))
+    # query-side stages: the default recipe on zero-shot SPLADE, and (--then) after each two-sided method; each
+    # reads its documents from the first stage's index and is served by it
+    query_config = overrides(args.then or [], DomainConfig(seed=config.seed))
+    stages = {'SPLADE-tiny adapted (query side)': ('SPLADE-tiny zero-shot', work / 'splade-query')}
+    if args.then is not None:
+        stages.update({f'{name} + query side': (name, work / builders[name][0] / 'queries') for name in models
+                       if name.startswith(('SPLADE-tiny adapted', 'VT-SPLADE', 'MiniLM-SPLADE'))})
+    for name, (first, folder) in stages.items():
+        start = time.time()
+        model = systems.adapted(lambda: models[first], collection.corpus, folder, query_config, cache,
+                                documents=indexes[first])
+        timings[name] = round(time.time() - start, 1)
+        print(f'{name}: {timings[name]} s', flush=True)
+        run.append(System(name, indexes[first].toks_retriever(), str(indexes[first].path), model.query_encoder()))
+        models[name] = model
     measures = [nDCG @ 10, AP]
     table = report(run, collection.topics, collection.qrels, measures, work / 'report', title=collection.name)
     print(table.to_string())
@@ -109,7 +127,7 @@ def main():
     added = set(models[vt_names[0]].tokenizer.get_vocab()) - base_vocab
     tokenize = models[vt_names[0]].tokenizer.tokenize
     with_added = collection.topics[[bool(set(tokenize(q)) & added) for q in collection.topics['query']]]
-    compared = [s for s in run if s.name == 'SPLADE-tiny adapted' or s.name in vt_names]
+    compared = [s for s in run if s.name.startswith(('SPLADE-tiny adapted', 'VT-SPLADE'))]
     subset = pt.Experiment([s.pipeline() for s in compared], with_added, collection.qrels, [nDCG @ 10],
                            names=[s.name for s in compared]) if len(with_added) else None
     if subset is not None:
@@ -120,8 +138,8 @@ def main():
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps({
         'collection': collection.name, 'set': args.set,
-        'extend': args.extend, 'vt_warmup': args.vt_warmup, 'sae_set': args.sae_set, 'latents': args.latents,
-        'k': args.k,
+        'extend': args.extend, 'vt_warmup': args.vt_warmup, 'then': args.then, 'sae_set': args.sae_set,
+        'latents': args.latents, 'k': args.k,
         'seconds': timings, 'decisions': decisions,
         'table': json.loads(table.to_json(orient='records')),
         'topics_with_added_word': len(with_added),

@@ -4,7 +4,8 @@ BM25 (PISA), SPLADE (offline splade-tiny), SPLADE documents + IDF queries (infer
 over all-MiniLM-L6-v2's token embeddings), VT-SPLADE (splade-tiny + Vaswani words), SAE-SPLADE (splade-tiny's token
 states through a TopK SAE) and domain-adapted SPLADE; the three trained systems train with
 ``pyterrier_lsr.train.domain_adapt`` (pseudo-queries from the corpus only, never the test topics) for ``--steps``
-(VT- and SAE-SPLADE, both sides) or 3x as many (the adapted SPLADE: its query encoder alone, the default recipe).
+(VT- and SAE-SPLADE, both sides) or 3x as many (the adapted SPLADE: its query encoder alone, the default recipe;
+VT-SPLADE's queries adapt that way too after its two-sided training).
 
     python examples/course.py --irds-cache ../shared/ir_datasets                     # all of Vaswani
     python examples/course.py --irds-cache ../shared/ir_datasets --docs 2000 --topics 30 --steps 60
@@ -60,19 +61,24 @@ def main(argv=None):
         splade = Splade.from_pretrained('splade-tiny')
         splade_index = sparse_index(work / 'splade.lsr', splade, corpus, verbose=v)
         vt = vt_splade(corpus, trained / 'vt-splade', config, cache_dir=cache, verbose=v)
+        vt_index = sparse_index(trained / 'vt-splade.lsr', vt, corpus, verbose=v)
+        # then its queries alone adapt (the default recipe), reading the VT documents from its index
+        vt_queries = adapted(lambda: vt, corpus, trained / 'vt-splade-queries', query_side, cache_dir=cache,
+                             verbose=v, documents=vt_index)
         sae = sae_splade(corpus, trained / f'sae-splade-{args.latents}', config,
                          sae={'n_latents': args.latents, 'k': 8}, cache_dir=cache, verbose=v)
-        da = adapted(lambda: Splade.from_pretrained('splade-tiny'), corpus, trained / 'splade-adapted', query_side,
-                     cache_dir=cache, verbose=v)
+        # the adapted SPLADE's documents are splade-tiny's: it reads them from splade.lsr, which then serves it
+        da = adapted(lambda: splade, corpus, trained / 'splade-adapted', query_side, cache_dir=cache, verbose=v,
+                     documents=splade_index)
         systems = [
             bm25(work / 'bm25.pisa', corpus, verbose=v),
             splade_index.retriever(),
             splade_index.retriever(query_encoder=IDFQueryEncoder.from_index(splade_index)),
             latent_terms_index(work / f'latent-terms-{args.latents}.lsr', corpus, cache_dir=cache, verbose=v,
                                sae={'n_latents': args.latents, 'k': 16}).retriever(),
-            sparse_index(trained / 'vt-splade.lsr', vt, corpus, verbose=v).retriever(),
+            vt_index.retriever(query_encoder=vt_queries.query_encoder()),
             sparse_index(trained / f'sae-splade-{args.latents}.lsr', sae, corpus, verbose=v).retriever(),
-            sparse_index(trained / 'splade-adapted.lsr', da, corpus, verbose=v).retriever(),
+            splade_index.retriever(query_encoder=da.query_encoder()),
         ]
         table = pt.Experiment(systems, data.topics, data.qrels, [nDCG @ 10, AP, R @ 100, RR @ 10, 'mrt'])
     with pd.option_context('display.width', 200, 'display.max_columns', 10, 'display.max_colwidth', 60):

@@ -71,6 +71,9 @@ def _domain_adapt_parser(sub):
     da.add_argument('--collection', required=True, help='irds:<id> or a folder with docs.jsonl (topics unused)')
     da.add_argument('--output-dir', required=True, help='gets model/ (the selected model) and domain_adapt.json')
     da.add_argument('--cache-dir', default=None, help='BM25 index, dense embeddings, examples (default: output/cache)')
+    da.add_argument('--documents', default=None, metavar='INDEX',
+                    help="an LsrIndex of the collection built with --model: query-side adaptation reads the "
+                         "documents' vectors from it instead of encoding them")
     da.add_argument(
         '--set',
         nargs='*',
@@ -83,12 +86,15 @@ def _domain_adapt_parser(sub):
 def _domain_adapt(args):
     from .collections import load_collection
     from .encoders import Splade
+    from .index import LsrIndex
     from .offline import resolve_model
     from .train.domain import config_from_overrides, domain_adapt
 
     config = config_from_overrides(dict(item.split('=', 1) for item in args.set))
     splade = Splade.from_pretrained(resolve_model(args.model))
-    _, log = domain_adapt(splade, load_collection(args.collection).corpus, args.output_dir, config, args.cache_dir)
+    documents = LsrIndex(args.documents) if args.documents else None
+    _, log = domain_adapt(splade, load_collection(args.collection).corpus, args.output_dir, config, args.cache_dir,
+                          documents=documents)
     print(
         json.dumps({k: log[k] for k in ('decision', 'selected_step', 'guard', 'start_score', 'best_score')}, indent=1)
     )

@@ -13,9 +13,9 @@ ROOT = Path(__file__).resolve().parents[1]
 SMALL = {'DOCS': 200, 'TOPICS': 5, 'STEPS': 2, 'LATENTS': 512}
 SYSTEMS = ['BM25(bm25.pisa)', "Splade('splade-tiny') on PISA(splade.lsr)",
            ' on PISA(splade.lsr)',  # IDF queries: "IDFQueryEncoder(<n> terms) on ...", n depends on the corpus
-           " on PISA(latent-terms-512.lsr)", "Splade('vt-splade') on PISA(vt-splade.lsr)",
+           " on PISA(latent-terms-512.lsr)", "Splade('vt-splade-queries').query on PISA(vt-splade.lsr)",
            "SaeSplade('sae-splade-512') on PISA(sae-splade-512.lsr)",
-           "Splade('splade-adapted') on PISA(splade-adapted.lsr)"]
+           "Splade('splade-adapted').query on PISA(splade.lsr)"]  # adapted queries, splade-tiny's documents
 METRICS = ['nDCG@10', 'AP', 'R@100', 'RR@10']
 
 
@@ -54,8 +54,9 @@ def test_course_script_and_notebook_build_once_then_reuse(tmp_path, capfd):
     assert table['nDCG@10'].min() > 0.1 and (table['mrt'] > 0).all(), table
     built = files(tmp_path / 'course')
     trained = tmp_path / 'course' / 'vaswani-200' / '2-steps'
-    for system in ('vt-splade', 'sae-splade-512', 'splade-adapted'):
-        assert (trained / system / 'domain_adapt.json').is_file() and (trained / f'{system}.lsr' / 'lsr.json').is_file()
+    for system in ('vt-splade', 'vt-splade-queries', 'sae-splade-512', 'splade-adapted'):
+        assert (trained / system / 'domain_adapt.json').is_file()
+    assert (trained / 'vt-splade.lsr').is_dir() and not (trained / 'splade-adapted.lsr').exists()
 
     # the notebook on the script's folders is a re-run: it trains, encodes and writes nothing, and gives the same table
     notebook = run_notebook({**SMALL, 'WORKDIR': str(tmp_path / 'course')})

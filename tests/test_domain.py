@@ -157,14 +157,31 @@ def test_query_side_adapts_a_copy_of_the_query_encoder(tiny, corpus, tmp_path, m
 
 def test_query_side_trains_for_real(tiny, corpus, tmp_path):
     """Without any fake: the frozen documents' vectors feed the real loss and held-out scores."""
+    from pyterrier_lsr import Splade, SpladeIndexer
     splade = _splade(tiny)
     start = _weights(splade.model)
-    out, log = domain_adapt(splade, corpus, tmp_path / 'run', _config(side='query', negatives=7,
-                                                                      candidates='teacher'), verbose=False)
+    config = _config(side='query', negatives=7, candidates='teacher')
+    out, log = domain_adapt(splade, corpus, tmp_path / 'run', config, tmp_path / 'cache', verbose=False)
     assert log['examples'] > 0 and log['config']['side'] == 'query'
     assert [row['step'] for row in log['curve']] == [0, 2, 4]
     assert len({row['heldout_first_ndcg'] for row in log['curve']}) > 1
     assert all(torch.equal(v, start[k]) for k, v in splade.model.state_dict().items())
+    # the documents read from an index of the starting model instead of encoded: the same run
+    index = (splade >> SpladeIndexer(str(tmp_path / 'start.lsr'), verbose=False)).index(corpus)
+    _, again = domain_adapt(splade, corpus, tmp_path / 'again', config, tmp_path / 'cache', verbose=False,
+                            documents=index)
+    assert [row['heldout_first_ndcg'] for row in again['curve']] == pytest.approx(
+        [row['heldout_first_ndcg'] for row in log['curve']])
+    assert again['selected_step'] == log['selected_step']
+    assert log['documents_from'] is None and again['documents_from'] == str(index.path)
+    # an index of what another model (here: other max_length) encodes is refused, and so is a two-sided config
+    short = Splade(*tiny, device='cpu', max_length=8)
+    other = (short >> SpladeIndexer(str(tmp_path / 'short.lsr'), verbose=False)).index(corpus)
+    with pytest.raises(ValueError, match='does not hold the documents as this model encodes them'):
+        domain_adapt(splade, corpus, tmp_path / 'other', config, tmp_path / 'cache', verbose=False, documents=other)
+    with pytest.raises(ValueError, match="serves query-side adaptation"):
+        domain_adapt(splade, corpus, tmp_path / 'both', _config(), verbose=False, documents=index)
+    assert not (tmp_path / 'both').exists()
     with pytest.raises(ValueError, match='side must be one of'):
         DomainConfig(side='documents')
     from pyterrier_lsr import IDFQueryEncoder, InferenceFreeSplade
@@ -231,13 +248,18 @@ def test_cli_domain_adapt_on_a_folder(corpus, tmp_path, capsys):
     (folder / 'docs.jsonl').write_text(''.join(json.dumps(d) + '\n' for d in corpus))
     (folder / 'topics.tsv').write_text('1\treactor\n')
     (folder / 'qrels.txt').write_text('1 0 d1 1\n')
+    from pyterrier_lsr import Splade, SpladeIndexer
+    from pyterrier_lsr.offline import resolve_model
+    index = (Splade.from_pretrained(resolve_model('splade-tiny'))
+             >> SpladeIndexer(str(tmp_path / 'start.lsr'), verbose=False)).index(corpus)
     main(['domain-adapt', '--model', 'splade-tiny', '--collection', str(folder), '--output-dir', str(tmp_path / 'out'),
           '--set', 'steps=2', 'batch_size=4', 'eval_every=1', 'heldout=5', 'pool=10', 'negatives=7',
-          'teachers=bm25'])
+          'teachers=bm25', '--documents', str(index.path)])
     assert '"decision"' in capsys.readouterr().out
     log = json.loads((tmp_path / 'out' / 'domain_adapt.json').read_text())
     assert [row['step'] for row in log['curve']] == [0, 1, 2] and log['config']['teachers'] == ['bm25']
     assert log['config']['side'] == 'query'  # the default recipe
+    assert log['documents_from'] == str(index.path)  # the documents' vectors were read from the index
     assert (tmp_path / 'out' / 'model' / 'config.json').exists()
 
 

@@ -27,6 +27,7 @@ import time
 from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, field, replace
+from functools import partial
 from pathlib import Path
 
 import numpy as np
@@ -36,7 +37,7 @@ from tqdm.auto import tqdm
 
 from ..asymmetric import AsymmetricSplade
 from ..encoders import Splade
-from ..encoding import is_blank
+from ..encoding import is_blank, vocabulary_terms
 from ..query import StaticQueryWeights
 from . import losses as L
 from .data import Example, pseudo_query
@@ -46,6 +47,9 @@ SIDES = ('both', 'query')
 QUERY_KINDS = ('sentence', 'keywords', 'mixed')
 CANDIDATES = ('bm25', 'teacher')
 SELECT_ON = ('heldout_ndcg', 'heldout_mrr', 'heldout_first_ndcg', 'heldout_first_mrr')
+# an index passed as `documents` must match a fresh encoding of a few documents to this (bf16 vs fp32 differ ~1e-2)
+CHECKED_DOCUMENTS = 8
+CHECK_TOLERANCE = 0.05
 
 
 @dataclass
@@ -306,21 +310,54 @@ def _vectors(model, tokenizer, texts: list[str], max_length: int, bf16: bool, ba
 
 
 class FrozenDocuments:
-    """The documents' side of query-only adaptation: every text encoded once by the (frozen) document model, at the
-    length an index encodes it, and looked up by text as ``(texts, tokenizer, max_length) -> vectors``."""
+    """The documents' side of query-only adaptation: each text's vector under the (frozen) document model, computed
+    once (:meth:`encode`, at the length an index encodes it) or read from an index of that model
+    (:meth:`from_index`), and looked up by text as ``(texts, tokenizer, max_length) -> vectors``."""
 
-    def __init__(self, model, tokenizer, texts: Sequence[str], max_length: int, bf16: bool, verbose: bool = False):
-        unique = list(dict.fromkeys(texts))
-        self.row = {t: i for i, t in enumerate(unique)}
-        self.size = model.vocab_size
+    def __init__(self, size: int):
+        self.size = size
+        self.row: dict[str, int] = {}
         self.terms, self.weights = [], []
+
+    def _add(self, text: str, terms: torch.Tensor, weights: torch.Tensor):
+        self.row[text] = len(self.terms)
+        self.terms.append(terms)
+        self.weights.append(weights)
+
+    @classmethod
+    def encode(cls, model, tokenizer, texts: Sequence[str], max_length: int, bf16: bool,
+               verbose: bool = False) -> 'FrozenDocuments':
+        frozen = cls(model.vocab_size)
+        unique = list(dict.fromkeys(texts))
         for start in tqdm(range(0, len(unique), 64), desc='encoding documents', unit='batch', disable=not verbose):
+            batch = unique[start:start + 64]
             with torch.inference_mode():
-                dense = _vectors(model, tokenizer, unique[start:start + 64], max_length, bf16).to_dense()
-            for row in dense:
+                dense = _vectors(model, tokenizer, batch, max_length, bf16).to_dense()
+            for text, row in zip(batch, dense):
                 terms = row.nonzero().squeeze(1)
-                self.terms.append(terms.clone())
-                self.weights.append(row[terms].clone())
+                frozen._add(text, terms.clone(), row[terms].clone())
+        return frozen
+
+    @classmethod
+    def from_index(cls, index, docs: dict[str, str], docnos: set[str], tokenizer, size: int) -> 'FrozenDocuments':
+        """The vectors of ``docnos`` (their texts in ``docs``) as stored by ``index`` (an
+        :class:`~pyterrier_lsr.LsrIndex`, whose float vectors are the encoder's own); its terms must be
+        those the model's term ids are named by."""
+        frozen = cls(size)
+        vocabulary = {t: i for i, t in enumerate(vocabulary_terms(tokenizer, size))}
+        for docno, vector in index.vectors():
+            if docno in docnos:
+                unknown = [t for t in vector if t not in vocabulary]
+                if unknown:
+                    raise ValueError(f'{index}: document {docno!r} has terms outside the model\'s vocabulary '
+                                     f'({unknown[:3]}): the index was built with another model')
+                frozen._add(docs[docno], torch.tensor([vocabulary[t] for t in vector], dtype=torch.long),
+                            torch.tensor(list(vector.values()), dtype=torch.float32))
+        missing = [d for d in docnos if docs[d] not in frozen.row]
+        if missing:
+            raise ValueError(f'{index} lacks {len(missing)} documents of the corpus (e.g. {missing[0]!r}): '
+                             'it was built from another corpus')
+        return frozen
 
     def __call__(self, texts: Sequence[str], tokenizer=None, max_length=None) -> torch.Tensor:
         out = torch.zeros(len(texts), self.size)
@@ -328,6 +365,22 @@ class FrozenDocuments:
             j = self.row[text]
             out[i, self.terms[j]] = self.weights[j]
         return out
+
+
+def _frozen_documents(splade, docs: dict[str, str], docnos: list[str], index, bf16: bool,
+                      verbose: bool) -> FrozenDocuments:
+    """``docnos``' vectors under ``splade``'s document model: encoded, or read from ``index`` after checking on a few
+    documents that it holds what ``splade`` encodes (another model or ``max_length`` is refused)."""
+    encode = partial(FrozenDocuments.encode, splade.model, splade.tokenizer, max_length=splade.max_length, bf16=bf16)
+    if index is None:
+        return encode([docs[d] for d in docnos], verbose=verbose)
+    frozen = FrozenDocuments.from_index(index, docs, set(docnos), splade.tokenizer, splade.model.vocab_size)
+    sample = [docs[d] for d in docnos[::max(1, len(docnos) // CHECKED_DOCUMENTS)][:CHECKED_DOCUMENTS]]
+    difference = (frozen(sample) - encode(sample)(sample)).abs().max().item()
+    if difference > CHECK_TOLERANCE:
+        raise ValueError(f'{index} does not hold the documents as this model encodes them (weights differ by up to '
+                         f'{difference:.3g}): index the corpus with this model, or leave out `documents`')
+    return frozen
 
 
 def heldout_scores(model, tokenizer, heldout: list[dict], docs: dict[str, str], config: DomainConfig,
@@ -370,7 +423,8 @@ def heldout_scores(model, tokenizer, heldout: list[dict], docs: dict[str, str], 
 
 
 def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None, cache_dir=None,
-                 report: Callable[[torch.nn.Module], dict[str, float]] | None = None, verbose: bool = True):
+                 report: Callable[[torch.nn.Module], dict[str, float]] | None = None, verbose: bool = True,
+                 documents=None):
     """Adapts ``splade`` (a :class:`~pyterrier_lsr.Splade`, trained in place) to ``corpus`` (``docno, text`` dicts)
     and returns ``(splade, log)``: the selected weights (the starting ones if the never-worse guard fired) and a dict
     with the settings, the held-out curve, the selected step, the guard's decision and timings (also written to
@@ -384,6 +438,8 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
     :class:`~pyterrier_lsr.AsymmetricSplade` (documents: ``splade``'s model, queries: the adapted copy) is returned,
     so an index built with ``splade`` serves it unchanged (``index.retriever(query_encoder=adapted.query_encoder())``).
     Documents carry no gradient, so a step costs a fraction of a two-sided one and ``negatives`` can be many.
+    ``documents`` (optional, ``side='query'`` only): an :class:`~pyterrier_lsr.LsrIndex` of ``corpus`` built with
+    ``splade``, whose stored vectors are used instead of encoding the documents again (checked on a few of them).
 
     ``report`` (optional, e.g. :func:`~pyterrier_lsr.train.experiment_evaluator` on test topics; for a doc-only model
     with ``query_side=splade.query_encoder``, which sees the table being trained) is called at the same steps as the
@@ -393,6 +449,8 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
     if config.side == 'query' and type(splade) not in (Splade, AsymmetricSplade):
         raise ValueError(f"side='query' adapts the query encoder of a Splade or AsymmetricSplade, not of a "
                          f'{type(splade).__name__} (use DomainConfig.two_sided)')
+    if documents is not None and config.side != 'query':
+        raise ValueError("documents= serves query-side adaptation (side='query'); two-sided training re-encodes them")
     output_dir = Path(output_dir)
     cache = Path(cache_dir) if cache_dir is not None else output_dir / 'cache'
     cache.mkdir(parents=True, exist_ok=True)
@@ -406,9 +464,9 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
     frozen = None
     if config.side == 'query':
         model = copy.deepcopy(getattr(splade, 'query_splade', splade).model)
-        texts = [t for ex in examples for t in [ex.positive] + ex.negatives]
-        texts += [docs[d] for d in {d for h in data['heldout'] for d in h['ranked']} | set(data['heldout_extra'])]
-        frozen = FrozenDocuments(splade.model, tokenizer, texts, splade.max_length, config.bf16, verbose)
+        needed = {d for e in data['examples'] for d in [e['pos']] + e['negatives']}
+        needed |= {d for h in data['heldout'] for d in h['ranked']} | set(data['heldout_extra'])
+        frozen = _frozen_documents(splade, docs, sorted(needed), documents, config.bf16, verbose)
         train_config = replace(train_config, lambda_d=0.)
     prep_seconds = time.time() - start_time  # data, teacher and (query side) the documents' encoding
     # an inference-free model (its `query_side` a static table) trains that table with the document encoder; FLOPS
@@ -475,6 +533,7 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
     log = {'config': asdict(config), 'examples': len(examples), 'heldout_queries': len(data['heldout']),
            'cache_hit': cache_hit, 'curve': curve, 'start_score': start_score, 'best_score': best['score'],
            'selected_step': best['step'] if improved else 0, 'guard': not improved, 'decision': decision,
+           'documents_from': None if documents is None else str(documents.path),
            'prep_seconds': round(prep_seconds, 1), 'train_seconds': round(train_seconds, 1),
            'train_log': train_log}
     splade.save_pretrained(str(output_dir / 'model'))

@@ -109,11 +109,20 @@ def _same(folder, saved: dict, wanted: dict):
 
 
 def adapted(start: Callable[[], Splade], corpus: Sequence[dict], folder, config: Optional[DomainConfig] = None,
-            cache_dir=None, verbose: bool = False, system: Optional[dict] = None) -> Splade:
-    """``domain_adapt(start(), corpus, folder, config, cache_dir)`` once: when ``folder`` holds a finished run, its
-    model is reloaded and ``start`` is not called.  ``system`` (JSON-able settings of what ``start`` builds, e.g. the
-    base model) is recorded in the folder and checked like ``config``: a run with other settings is an error (never
-    silently reused); choose another folder."""
+            cache_dir=None, verbose: bool = False, system: Optional[dict] = None, documents=None) -> Splade:
+    """``domain_adapt(start(), corpus, folder, config, cache_dir, documents=documents)`` once: when ``folder`` holds a
+    finished run, its model is reloaded and ``start`` is not called.  ``system`` (JSON-able settings of what ``start``
+    builds, e.g. the base model) is recorded in the folder and checked like ``config``: a run with other settings is
+    an error (never silently reused); choose another folder.  ``documents``: an index of ``corpus`` built with
+    ``start()``'s model, read instead of encoding the documents (query-side configs).
+
+    A query-side stage after a two-sided one (for the methods whose documents must train first) is a second call::
+
+        vt = vt_splade(corpus, 'vt')
+        vt_index = sparse_index('vt.lsr', vt, corpus)
+        vt_queries = adapted(lambda: vt, corpus, 'vt/queries', DomainConfig(), documents=vt_index)
+        retriever = vt_index.retriever(query_encoder=vt_queries.query_encoder())
+    """
     config = config or DomainConfig()
     if _finished(folder, config, system):
         splade = load_model(Path(folder) / 'model')
@@ -121,7 +130,7 @@ def adapted(start: Callable[[], Splade], corpus: Sequence[dict], folder, config:
         if system is not None:
             Path(folder).mkdir(parents=True, exist_ok=True)
             write_json_atomic(Path(folder) / SYSTEM_FILE, system)
-        splade = domain_adapt(start(), corpus, folder, config, cache_dir, verbose=verbose)[0]
+        splade = domain_adapt(start(), corpus, folder, config, cache_dir, verbose=verbose, documents=documents)[0]
     splade.name = str(folder)  # named by its folder on the first run and after reloading alike
     return splade
 
@@ -143,7 +152,7 @@ def new_head_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfi
     (:meth:`~pyterrier_lsr.Splade.from_encoder`), calibrated so that ``target_active`` of the (document, term) pairs of
     the corpus's first ``calibration_docs`` documents start active
     (:func:`~pyterrier_lsr.models.heads.calibrate_activation`), then trained by :func:`adapted` (``config``: default
-    :meth:`DomainConfig.two_sided`)."""
+    :meth:`DomainConfig.two_sided`); a query-side stage can follow (:func:`adapted`'s example)."""
     config = _two_sided(config, 'new_head_splade')
 
     def start():
@@ -164,7 +173,7 @@ def vt_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = N
     (:func:`adapted`; ``config``: default :meth:`DomainConfig.two_sided`). With ``warmup`` (e.g.
     ``DomainConfig.two_sided(steps=40, lr=1e-3)``) a first run in ``<folder>/warmup`` trains only the added words'
     embedding rows and output biases (:func:`~pyterrier_lsr.models.vocab_transfer.new_rows_only`), with the same
-    held-out selection and guard."""
+    held-out selection and guard. A query-side stage can follow (:func:`adapted`'s example; ``examples/course.py``)."""
     config = _two_sided(config, 'vt_splade')
     warmup = warmup and _two_sided(warmup, 'the vt_splade warm-up')
     system = {'method': 'vt-splade', 'base': base, 'extend': extend}
