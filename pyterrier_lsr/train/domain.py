@@ -47,7 +47,8 @@ SIDES = ('both', 'query')
 QUERY_KINDS = ('sentence', 'keywords', 'mixed')
 CANDIDATES = ('bm25', 'teacher')
 SELECT_ON = ('heldout_ndcg', 'heldout_mrr', 'heldout_first_ndcg', 'heldout_first_mrr')
-# an index passed as `documents` must match a fresh encoding of a few documents to this (bf16 vs fp32 differ ~1e-2)
+# an index passed as `documents` must match a fresh encoding of a few documents to this; loose enough for an index
+# encoded at another precision, far below what another model or max_length changes
 CHECKED_DOCUMENTS = 8
 CHECK_TOLERANCE = 0.05
 
@@ -347,11 +348,12 @@ class FrozenDocuments:
         vocabulary = {t: i for i, t in enumerate(vocabulary_terms(tokenizer, size))}
         for docno, vector in index.vectors():
             if docno in docnos:
-                unknown = [t for t in vector if t not in vocabulary]
-                if unknown:
-                    raise ValueError(f'{index}: document {docno!r} has terms outside the model\'s vocabulary '
-                                     f'({unknown[:3]}): the index was built with another model')
-                frozen._add(docs[docno], torch.tensor([vocabulary[t] for t in vector], dtype=torch.long),
+                try:
+                    ids = [vocabulary[t] for t in vector]
+                except KeyError as unknown:
+                    raise ValueError(f'{index}: document {docno!r} has a term outside the model\'s vocabulary '
+                                     f'({unknown}): the index was built with another model') from None
+                frozen._add(docs[docno], torch.tensor(ids, dtype=torch.long),
                             torch.tensor(list(vector.values()), dtype=torch.float32))
         missing = [d for d in docnos if docs[d] not in frozen.row]
         if missing:
