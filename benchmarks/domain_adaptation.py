@@ -110,7 +110,7 @@ def plot(collection: str, runs: list, path: Path, signal: str | None = None):
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--collections', nargs='+', default=['irds:vaswani', '/work/shared/collections/cisi'])
-    p.add_argument('--model', default='splade-tiny')
+    p.add_argument('--model', default='splade-tiny', help='a SPLADE name or folder, or any model folder of the project')
     p.add_argument('--query-side', choices=['model', 'idf'], default='model',
                    help='idf: doc-only, queries through a static table started from the corpus idf and trained')
     p.add_argument('--arms', nargs='+', default=['base:'], help='name:key=value,... (DomainConfig overrides)')
@@ -128,16 +128,16 @@ def main():
     if args.summarize:
         from pyterrier_lsr.train import DomainConfig
         return summarize(args.summarize, args.select_on or DomainConfig.select_on, Path(args.output))
-    from pyterrier_lsr.offline import resolve_model, use_irds_cache
+    from pyterrier_lsr.offline import use_irds_cache
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
     import torch
     torch.set_num_threads(args.threads)
     from pyterrier.measures import nDCG
 
-    from pyterrier_lsr import IDFQueryEncoder, InferenceFreeSplade, Splade
+    from pyterrier_lsr import IDFQueryEncoder, InferenceFreeSplade, load_model
     from pyterrier_lsr.collections import load_collection
-    from pyterrier_lsr.train import domain_adapt, experiment_evaluator
+    from pyterrier_lsr.train import domain_adapt, experiment_evaluator, systems
     from pyterrier_lsr.train.domain import config_from_overrides
 
     output = Path(args.output)
@@ -147,21 +147,23 @@ def main():
         collection = load_collection(spec)
         for arm, overrides in map(parse_arm, args.arms):
             config = config_from_overrides(overrides)
-            splade = Splade.from_pretrained(resolve_model(args.model))
+            splade = load_model(args.model)  # SPLADE by name or folder, or any saved model of the project
             query_side = None
             if args.query_side == 'idf':
                 idf = IDFQueryEncoder.from_corpus(splade.tokenizer, [d['text'] for d in collection.corpus])
                 splade = InferenceFreeSplade(splade.model, splade.tokenizer, idf, name=f'{args.model} + idf')
                 query_side = splade.query_encoder  # the table being trained, at every evaluation
-            # query-only adaptation (side=query) scores the queries of each step against one index of the start
+            # query-only adaptation (side=query) reads its documents from one index of the start, which also scores
+            # the queries of each step
+            start_index = Path(args.runs) / collection.name / f'start-{Path(args.model).name}-{args.query_side}.lsr'
+            documents = None if config.side != 'query' else systems.sparse_index(start_index, splade, collection.corpus)
             test = experiment_evaluator(splade.tokenizer, collection.corpus, collection.topics, collection.qrels,
-                                        [nDCG @ 10], query_side=query_side,
-                                        doc_model=splade.model if config.side == 'query' else None)
+                                        [nDCG @ 10], query_side=query_side, index=documents)
             start = time.time()
             zero_shot = None if args.curve else test(splade.model)['nDCG@10']
             adapted_splade, log = domain_adapt(splade, collection.corpus, Path(args.runs) / collection.name / arm,
                                                config, cache_dir=Path(args.cache_dir) / collection.name,
-                                               report=test if args.curve else None)
+                                               report=test if args.curve else None, documents=documents)
             at = {row['step']: row for row in log['curve']}
             if args.curve:
                 zero_shot, adapted = at[0]['nDCG@10'], at[log['selected_step']]['nDCG@10']

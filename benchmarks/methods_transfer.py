@@ -9,7 +9,8 @@ its added words (the seed's claim). ``--minilm`` adds MiniLM-SPLADE (all-MiniLM-
 :func:`~pyterrier_lsr.train.systems.new_head_splade`); ``--vt-warmup`` adds VT-SPLADE with an embedding warm-up (a
 first run that trains only the added words' rows); ``--sae-set`` a second SAE-SPLADE with its own settings. SPLADE-tiny
 also adapts with the default, query-side recipe (its documents read from the zero-shot index); ``--then`` adds a
-query-side stage after each two-sided SPLADE, VT- and MiniLM-SPLADE (documents from that system's index).
+query-side stage after each two-sided method (documents from that system's index). ``--methods`` runs a subset
+(folder names: ``splade vt sae``...; zero-shot SPLADE-tiny always runs).
 
     OMP_NUM_THREADS=1 python benchmarks/methods_transfer.py --collection /work/shared/collections/cisi \\
         --workdir runs/methods_cisi
@@ -39,8 +40,10 @@ def main():
                    help='also VT-SPLADE with an embedding warm-up (only the added words train first), these '
                         'DomainConfig overrides for the warm-up run, e.g. steps=40 lr=1e-3')
     p.add_argument('--then', nargs='*', metavar='NAME=VALUE',
-                   help='also a query-side stage (DomainConfig defaults, these overrides) after SPLADE-tiny adapted, '
-                        'VT-SPLADE and MiniLM-SPLADE, reading their documents from their indexes')
+                   help='also a query-side stage (DomainConfig defaults, these overrides) after each two-sided '
+                        'method, reading its documents from its index')
+    p.add_argument('--methods', nargs='*', metavar='FOLDER',
+                   help='only these methods (their folder names: splade vt sae sae-set minilm vt-warmup)')
     p.add_argument('--output', default='benchmarks/results/methods_transfer.json')
     p.add_argument('--irds-cache')
     p.add_argument('--threads', type=int, default=1)
@@ -93,6 +96,11 @@ def main():
         warmup = overrides(args.vt_warmup, config)
         builders[f'VT-SPLADE (+{args.extend} words, warm-up)'] = ('vt-warmup', lambda: systems.vt_splade(
             collection.corpus, work / 'vt-warmup', config, base, args.extend, warmup, cache))
+    if args.methods is not None:
+        unknown = set(args.methods) - {folder for folder, _ in builders.values()}
+        if unknown:
+            p.error(f'unknown --methods {sorted(unknown)}; known: {sorted(f for f, _ in builders.values())}')
+        builders = {n: b for n, b in builders.items() if b[0] in {'zero-shot', *args.methods}}
     for name, (_, build) in builders.items():
         start = time.time()
         models[name] = build()
@@ -109,7 +117,7 @@ def main():
     stages = {'SPLADE-tiny adapted (query side)': ('SPLADE-tiny zero-shot', work / 'splade-query')}
     if args.then is not None:
         stages.update({f'{name} + query side': (name, work / builders[name][0] / 'queries') for name in models
-                       if name.startswith(('SPLADE-tiny adapted', 'VT-SPLADE', 'MiniLM-SPLADE'))})
+                       if name != 'SPLADE-tiny zero-shot'})
     for name, (first, folder) in stages.items():
         start = time.time()
         model = systems.adapted(lambda: models[first], collection.corpus, folder, query_config, cache,
@@ -123,13 +131,15 @@ def main():
     print(table.to_string())
     # VT-SPLADE's claim: at least as good as SPLADE on the topics that contain one of its added words
     vt_names = [n for n in models if n.startswith('VT')]
-    base_vocab = set(models['SPLADE-tiny adapted'].tokenizer.get_vocab())
-    added = set(models[vt_names[0]].tokenizer.get_vocab()) - base_vocab
-    tokenize = models[vt_names[0]].tokenizer.tokenize
-    with_added = collection.topics[[bool(set(tokenize(q)) & added) for q in collection.topics['query']]]
-    compared = [s for s in run if s.name.startswith(('SPLADE-tiny adapted', 'VT-SPLADE'))]
-    subset = pt.Experiment([s.pipeline() for s in compared], with_added, collection.qrels, [nDCG @ 10],
-                           names=[s.name for s in compared]) if len(with_added) else None
+    with_added, subset = [], None
+    if vt_names:
+        base_vocab = set(models['SPLADE-tiny zero-shot'].tokenizer.get_vocab())
+        added = set(models[vt_names[0]].tokenizer.get_vocab()) - base_vocab
+        tokenize = models[vt_names[0]].tokenizer.tokenize
+        with_added = collection.topics[[bool(set(tokenize(q)) & added) for q in collection.topics['query']]]
+        compared = [s for s in run if s.name.startswith(('SPLADE-tiny adapted', 'VT-SPLADE'))]
+        subset = pt.Experiment([s.pipeline() for s in compared], with_added, collection.qrels, [nDCG @ 10],
+                               names=[s.name for s in compared]) if len(with_added) else None
     if subset is not None:
         print(f'{len(with_added)} of {len(collection.topics)} topics contain an added word:\n{subset.to_string()}')
     decisions = {str(log.parent.relative_to(work)): json.loads(log.read_text())['decision']
@@ -139,7 +149,7 @@ def main():
     output.write_text(json.dumps({
         'collection': collection.name, 'set': args.set,
         'extend': args.extend, 'vt_warmup': args.vt_warmup, 'then': args.then, 'sae_set': args.sae_set,
-        'latents': args.latents, 'k': args.k,
+        'latents': args.latents, 'k': args.k, 'methods': args.methods,
         'seconds': timings, 'decisions': decisions,
         'table': json.loads(table.to_json(orient='records')),
         'topics_with_added_word': len(with_added),

@@ -67,7 +67,8 @@ def _domain_adapt_parser(sub):
         help='adapt a SPLADE model to a collection from its corpus alone '
         '(pseudo-queries, teacher, held-out selection, never-worse guard)',
     )
-    da.add_argument('--model', required=True, help='HF masked-LM name or folder (or an offline name: splade-tiny)')
+    da.add_argument('--model', required=True, help='HF masked-LM name or folder (or an offline name: splade-tiny), or '
+                    'a model folder of the project (SAE-SPLADE, doc-only, a first stage\'s model/...)')
     da.add_argument('--collection', required=True, help='irds:<id> or a folder with docs.jsonl (topics unused)')
     da.add_argument('--output-dir', required=True, help='gets model/ (the selected model) and domain_adapt.json')
     da.add_argument('--cache-dir', default=None, help='BM25 index, dense embeddings, examples (default: output/cache)')
@@ -85,13 +86,12 @@ def _domain_adapt_parser(sub):
 
 def _domain_adapt(args):
     from .collections import load_collection
-    from .encoders import Splade
     from .index import LsrIndex
-    from .offline import resolve_model
+    from .loading import load_model
     from .train.domain import config_from_overrides, domain_adapt
 
     config = config_from_overrides(dict(item.split('=', 1) for item in args.set))
-    splade = Splade.from_pretrained(resolve_model(args.model))
+    splade = load_model(args.model)
     documents = LsrIndex(args.documents) if args.documents else None
     _, log = domain_adapt(splade, load_collection(args.collection).corpus, args.output_dir, config, args.cache_dir,
                           documents=documents)

@@ -1,6 +1,4 @@
 """PyTerrier transformers that add sparse vectors (``toks`` / ``query_toks``) to frames, and the SPLADE factory."""
-import json
-import os
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -9,7 +7,7 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 
 from .encoding import as_text, encode_texts, resolve_device, resolve_precision, vocabulary_terms
-from .loading import CONFIG_FILE, CONFIG_KEY
+from .loading import update_settings
 from .models.splade import ModelLoadError, SpladeModel
 from .offline import resolve_model
 
@@ -178,12 +176,7 @@ class Splade(pt.Transformer):
         self._check_model()
         self.model.save_pretrained(path)
         self.tokenizer.save_pretrained(path)
-        config_file = Path(path) / CONFIG_FILE
-        config = json.loads(config_file.read_text())
-        config[CONFIG_KEY] = dict(config.get(CONFIG_KEY) or {}, kind=self.kind)
-        tmp = config_file.with_name(f'.{CONFIG_FILE}.tmp')
-        tmp.write_text(json.dumps(config, indent=2))
-        os.replace(tmp, config_file)
+        update_settings(path, kind=self.kind)
 
     def _check_model(self):
         if self.model is None:

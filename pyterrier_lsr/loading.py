@@ -26,7 +26,8 @@ MODEL_KINDS = {
     'ssr': 'pyterrier_lsr.ssr:SSR',
 }
 
-__all__ = ['load_model', 'model_kind', 'model_settings', 'local_folder', 'MODEL_KINDS']
+__all__ = ['load_model', 'model_class', 'model_kind', 'model_settings', 'update_settings', 'local_folder',
+           'MODEL_KINDS']
 
 
 def local_folder(name_or_path: Union[str, Path]) -> Path:
@@ -54,6 +55,16 @@ def model_settings(folder: Union[str, Path]) -> dict:
     return settings
 
 
+def update_settings(folder: Union[str, Path], **settings):
+    """Sets ``settings`` in the ``lsr`` block of ``folder/config.json`` (the rest of the file kept), atomically."""
+    config_file = Path(folder) / CONFIG_FILE
+    config = json.loads(config_file.read_text())
+    config[CONFIG_KEY] = dict(config.get(CONFIG_KEY) or {}, **settings)
+    tmp = config_file.with_name(f'.{CONFIG_FILE}.tmp')
+    tmp.write_text(json.dumps(config, indent=2))
+    os.replace(tmp, config_file)
+
+
 def _files(folder: Path) -> List[str]:
     return [str(p.relative_to(folder)) for p in folder.rglob('*') if p.is_file()]
 
@@ -70,9 +81,13 @@ def model_kind(name_or_path: Union[str, Path]) -> str:
     return kind
 
 
+def model_class(kind: str) -> type:
+    """The class that loads folders of ``kind`` (a key of :data:`MODEL_KINDS`)."""
+    module, cls = MODEL_KINDS[kind].split(':')
+    return getattr(importlib.import_module(module), cls)
+
+
 def load_model(name_or_path: Union[str, Path], **kwargs):
     """Any model of the project from its folder or hub name; ``kwargs`` (device, batch_size, precision...) go to
     the model class."""
-    kind = model_kind(name_or_path)
-    module, cls = MODEL_KINDS[kind].split(':')
-    return getattr(importlib.import_module(module), cls).from_pretrained(str(name_or_path), **kwargs)
+    return model_class(model_kind(name_or_path)).from_pretrained(str(name_or_path), **kwargs)

@@ -110,7 +110,7 @@ def test_doc_only_trains_its_query_table(tiny, corpus, tmp_path, monkeypatch, sc
 def test_query_side_adapts_a_copy_of_the_query_encoder(tiny, corpus, tmp_path, monkeypatch, scripted, selected):
     """side='query': documents come from the starting model, frozen; only a copy trains for queries, and the result
     is an AsymmetricSplade (saved and reloaded as one), or the starting model itself when the guard fires."""
-    from pyterrier_lsr import AsymmetricSplade, load_model
+    from pyterrier_lsr import AsymmetricSplade, Splade, load_model
     from pyterrier_lsr.train.domain import _vectors
     splade = _splade(tiny)
     start = _weights(splade.model)
@@ -135,7 +135,13 @@ def test_query_side_adapts_a_copy_of_the_query_encoder(tiny, corpus, tmp_path, m
     assert isinstance(out, AsymmetricSplade) and out.model is splade.model
     assert all(torch.equal(v, seen[selected // 2][k]) for k, v in out.query_splade.model.state_dict().items())
     reloaded = load_model(tmp_path / 'run' / 'model')
-    assert isinstance(reloaded, AsymmetricSplade)
+    assert isinstance(reloaded, AsymmetricSplade) and reloaded.sides is Splade
+    # folders written before `sides` was recorded hold SPLADE models and load as before
+    from pyterrier_lsr.loading import model_settings, update_settings
+    settings = model_settings(tmp_path / 'run' / 'model')
+    assert settings['kind'] == 'asymmetric' and settings['sides'] == 'splade'
+    update_settings(tmp_path / 'run' / 'model', sides=None)
+    assert load_model(tmp_path / 'run' / 'model').sides is Splade
     texts = [d['text'] for d in corpus[:3]]
     assert reloaded.encode(texts) == pytest.approx(splade.encode(texts))
     queries = pd.DataFrame({'qid': ['1'], 'query': ['radio wave noise']})
@@ -184,11 +190,41 @@ def test_query_side_trains_for_real(tiny, corpus, tmp_path):
     assert not (tmp_path / 'both').exists()
     with pytest.raises(ValueError, match='side must be one of'):
         DomainConfig(side='documents')
-    from pyterrier_lsr import IDFQueryEncoder, InferenceFreeSplade
-    doc_only = InferenceFreeSplade(*tiny, IDFQueryEncoder.from_corpus(tiny[1], [d['text'] for d in corpus]))
+
+    class Other(Splade):  # a kind whose query side cannot adapt alone
+        kind = 'other'
     with pytest.raises(ValueError, match="side='query' adapts the query encoder"):  # refused before any work
-        domain_adapt(doc_only, corpus, tmp_path / 'doc-only', _config(side='query'), verbose=False)
-    assert not (tmp_path / 'doc-only').exists()
+        domain_adapt(Other(*tiny), corpus, tmp_path / 'other-kind', _config(side='query'), verbose=False)
+    assert not (tmp_path / 'other-kind').exists()
+
+
+def test_query_side_of_a_doc_only_model_trains_its_table_alone(tiny, corpus, tmp_path, monkeypatch):
+    """side='query' on an inference-free model: its static table trains against the indexed documents, which
+    stay as they were, so the index built before adaptation serves the adapted table."""
+    from pyterrier_lsr import IDFQueryEncoder, InferenceFreeSplade, SpladeIndexer, load_model
+    doc_only = InferenceFreeSplade(*tiny, IDFQueryEncoder.from_corpus(tiny[1], [d['text'] for d in corpus]),
+                                   device='cpu')
+    start, idf_side = _weights(doc_only.model), doc_only.query_side
+    idf = dict(idf_side.weights)
+    index = (doc_only >> SpladeIndexer(str(tmp_path / 'doc-only.lsr'), verbose=False)).index(corpus)
+    real, calls = domain_module.heldout_scores, []
+
+    def rising(*args, **kwargs):  # the real scores, with a selection signal that prefers the last step
+        calls.append(real(*args, **kwargs))
+        return {**calls[-1], 'heldout_first_ndcg': len(calls)}
+    monkeypatch.setattr(domain_module, 'heldout_scores', rising)
+    out, log = domain_adapt(doc_only, corpus, tmp_path / 'run', _config(side='query', negatives=7, lr=1e-1,
+                                                                        candidates='teacher'),
+                            tmp_path / 'cache', verbose=False, documents=index)
+    assert out is doc_only and log['selected_step'] == 4 and log['documents_from'] == str(index.path)
+    assert all(torch.equal(v, start[k]) for k, v in doc_only.model.state_dict().items())
+    assert all(p.requires_grad for p in doc_only.model.parameters())  # frozen for the run only
+    assert doc_only.query_side.weights != pytest.approx(idf) and calls[0]['heldout_ndcg'] != calls[-1]['heldout_ndcg']
+    queries = pd.DataFrame({'qid': ['1'], 'query': ['radio wave noise']})
+    reloaded = load_model(tmp_path / 'run' / 'model')
+    assert reloaded.query_side.weights == pytest.approx(doc_only.query_side.weights)
+    ranked = index.retriever(query_encoder=reloaded.query_encoder())(queries)
+    assert len(ranked) and not ranked.equals(index.retriever(query_encoder=idf_side)(queries))
 
 
 def test_defaults_adapt_queries_and_builders_that_train_documents_refuse_them(corpus, tmp_path):
@@ -261,6 +297,15 @@ def test_cli_domain_adapt_on_a_folder(corpus, tmp_path, capsys):
     assert log['config']['side'] == 'query'  # the default recipe
     assert log['documents_from'] == str(index.path)  # the documents' vectors were read from the index
     assert (tmp_path / 'out' / 'model' / 'config.json').exists()
+    # any saved model of the project starts a run, e.g. a second stage from the first one's model folder
+    from pyterrier_lsr import load_model
+    main(['domain-adapt', '--model', str(tmp_path / 'out' / 'model'), '--collection', str(folder), '--output-dir',
+          str(tmp_path / 'again'), '--cache-dir', str(tmp_path / 'out' / 'cache'), '--set', 'steps=2', 'batch_size=4',
+          'eval_every=1', 'heldout=5', 'pool=10', 'negatives=7', 'teachers=bm25', '--documents', str(index.path)])
+    again = json.loads((tmp_path / 'again' / 'domain_adapt.json').read_text())
+    selected = log['start_score'] if log['guard'] else log['best_score']
+    assert again['cache_hit'] and again['start_score'] == pytest.approx(selected)
+    assert type(load_model(tmp_path / 'again' / 'model')) is type(load_model(tmp_path / 'out' / 'model'))
 
 
 def test_vt_splade_warmup_trains_only_the_added_words_first(tiny, corpus, tmp_path, monkeypatch):
@@ -306,3 +351,52 @@ def test_vt_splade_warmup_trains_only_the_added_words_first(tiny, corpus, tmp_pa
     shutil.copytree(tmp_path / 'vt' / 'warmup', tmp_path / 'vt2' / 'warmup')
     with pytest.raises(ValueError, match=r'other settings \(lr\)'):
         vt_splade(corpus, tmp_path / 'vt2', config, str(base), extend=3, warmup=_config(steps=2, eval_every=1))
+
+
+def test_query_side_adapts_an_sae_splade_and_keeps_its_kind(tiny, corpus, tmp_path, monkeypatch):
+    """An SAE-SPLADE model's queries adapt against its indexed documents: the result holds two SAE-SPLADE models,
+    saves and reloads as such, and an index of the starting model serves its adapted queries."""
+    from pyterrier_lsr import AsymmetricSplade, SaeSplade, SaeSpladeModel, SpladeIndexer, load_model
+    from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
+    from pyterrier_lsr.models.sae_splade import structural_token_ids
+    mlm, tokenizer = tiny[0].mlm, tiny[1]
+    sae = SparseAutoencoder(SAEConfig(d_in=32, n_latents=64, k=4, seed=1))
+    start = SaeSplade(SaeSpladeModel(mlm.bert, sae, structural_token_ids(tokenizer)), tokenizer, device='cpu')
+    index = (start >> SpladeIndexer(str(tmp_path / 'sae.lsr'), verbose=False)).index(corpus)
+    real, calls = domain_module.heldout_scores, []
+
+    def rising(*args, **kwargs):  # the real scores, with a selection signal that prefers the last step
+        calls.append(real(*args, **kwargs))
+        return {**calls[-1], 'heldout_first_ndcg': len(calls)}
+    monkeypatch.setattr(domain_module, 'heldout_scores', rising)
+    out, log = domain_adapt(start, corpus, tmp_path / 'run', _config(side='query', negatives=7, candidates='teacher'),
+                            tmp_path / 'cache', verbose=False, documents=index)
+    assert log['selected_step'] == 4 and calls[0]['heldout_ndcg'] != calls[-1]['heldout_ndcg']
+    assert not log['guard'] and isinstance(out, AsymmetricSplade) and out.sides is SaeSplade
+    assert isinstance(out.query_splade, SaeSplade) and out.model is start.model
+    reloaded = load_model(tmp_path / 'run' / 'model')
+    assert isinstance(reloaded, AsymmetricSplade) and reloaded.sides is SaeSplade
+    queries = pd.DataFrame({'qid': ['1'], 'query': ['radio wave noise']})
+    adapted = out.query_encoder()(queries)['query_toks'][0]
+    assert adapted and all(t.startswith('l') for t in adapted)
+    assert adapted != pytest.approx(start.query_encoder()(queries)['query_toks'][0])
+    assert reloaded.query_encoder()(queries)['query_toks'][0] == pytest.approx(adapted)
+    texts = [d['text'] for d in corpus[:3]]
+    assert reloaded.encode(texts) == pytest.approx(start.encode(texts))
+    ranked = index.retriever(query_encoder=reloaded.query_encoder())(queries)
+    assert len(ranked) and not ranked.equals(index.retriever()(queries))
+
+
+def test_experiment_evaluator_retrieves_from_a_given_index(tiny, corpus, tmp_path):
+    """``index=`` scores each step's queries against that index instead of indexing the corpus again."""
+    from pyterrier_lsr import SpladeIndexer
+    from pyterrier_lsr.train import experiment_evaluator
+    splade = _splade(tiny)
+    topics = pd.DataFrame({'qid': ['1', '2'], 'query': ['radio wave noise', 'nuclear reactor physics']})
+    qrels = pd.DataFrame([{'qid': q, 'docno': f'd{i}', 'label': 1} for q in '12' for i in range(30, 60)])
+    full = (splade >> SpladeIndexer(str(tmp_path / 'full.lsr'), verbose=False)).index(corpus)
+    part = (splade >> SpladeIndexer(str(tmp_path / 'part.lsr'), verbose=False)).index(corpus[:30])
+    indexed = experiment_evaluator(splade.tokenizer, corpus, topics, qrels, doc_model=splade.model)(splade.model)
+    assert experiment_evaluator(splade.tokenizer, corpus, topics, qrels, index=full)(splade.model) == indexed
+    assert indexed['nDCG@10'] > 0
+    assert experiment_evaluator(splade.tokenizer, corpus, topics, qrels, index=part)(splade.model)['nDCG@10'] == 0

@@ -138,5 +138,8 @@ class SaeSpladeModel(nn.Module):
 
 
 def is_sae_splade_folder(path) -> bool:
+    """Whether ``path`` holds an SAE-SPLADE model: its own folder, or an asymmetric model's whose sides are
+    SAE-SPLADE models (the documents' model is then the folder's)."""
     config = Path(path) / 'config.json'
-    return config.is_file() and (json.loads(config.read_text()).get(CONFIG_KEY) or {}).get('kind') == KIND
+    settings = (json.loads(config.read_text()).get(CONFIG_KEY) or {}) if config.is_file() else {}
+    return KIND in (settings.get('kind'), settings.get('sides'))

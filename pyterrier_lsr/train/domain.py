@@ -26,6 +26,7 @@ import re
 import time
 from collections import Counter
 from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, field, replace
 from functools import partial
 from pathlib import Path
@@ -37,8 +38,10 @@ from tqdm.auto import tqdm
 
 from ..asymmetric import AsymmetricSplade
 from ..encoders import Splade
-from ..encoding import is_blank, vocabulary_terms
+from ..encoding import is_blank
+from ..inference_free import InferenceFreeSplade
 from ..query import StaticQueryWeights
+from ..sae_splade import SaeSplade
 from . import losses as L
 from .data import Example, pseudo_query
 from .loop import TrainConfig, micro_batches, batch_loss, bf16_autocast, run_loop
@@ -51,6 +54,8 @@ SELECT_ON = ('heldout_ndcg', 'heldout_mrr', 'heldout_first_ndcg', 'heldout_first
 # encoded at another precision, far below what another model or max_length changes
 CHECKED_DOCUMENTS = 8
 CHECK_TOLERANCE = 0.05
+# kinds whose query side can adapt alone: a copy of the query encoder trains, or an inference-free model's table
+QUERY_SIDE_CLASSES = (Splade, SaeSplade, AsymmetricSplade, InferenceFreeSplade)
 
 
 @dataclass
@@ -340,12 +345,12 @@ class FrozenDocuments:
         return frozen
 
     @classmethod
-    def from_index(cls, index, docs: dict[str, str], docnos: set[str], tokenizer, size: int) -> 'FrozenDocuments':
+    def from_index(cls, index, docs: dict[str, str], docnos: set[str], terms: Sequence[str]) -> 'FrozenDocuments':
         """The vectors of ``docnos`` (their texts in ``docs``) as stored by ``index`` (an
-        :class:`~pyterrier_lsr.LsrIndex`, whose float vectors are the encoder's own); its terms must be
-        those the model's term ids are named by."""
-        frozen = cls(size)
-        vocabulary = {t: i for i, t in enumerate(vocabulary_terms(tokenizer, size))}
+        :class:`~pyterrier_lsr.LsrIndex`, whose float vectors are the encoder's own); its terms must be among
+        ``terms``, the names of the model's term ids."""
+        frozen = cls(len(terms))
+        vocabulary = {t: i for i, t in enumerate(terms)}
         for docno, vector in index.vectors():
             if docno in docnos:
                 try:
@@ -376,7 +381,7 @@ def _frozen_documents(splade, docs: dict[str, str], docnos: list[str], index, bf
     encode = partial(FrozenDocuments.encode, splade.model, splade.tokenizer, max_length=splade.max_length, bf16=bf16)
     if index is None:
         return encode([docs[d] for d in docnos], verbose=verbose)
-    frozen = FrozenDocuments.from_index(index, docs, set(docnos), splade.tokenizer, splade.model.vocab_size)
+    frozen = FrozenDocuments.from_index(index, docs, set(docnos), splade.terms)
     sample = [docs[d] for d in docnos[::max(1, len(docnos) // CHECKED_DOCUMENTS)][:CHECKED_DOCUMENTS]]
     difference = (frozen(sample) - encode(sample)(sample)).abs().max().item()
     if difference > CHECK_TOLERANCE:
@@ -424,6 +429,19 @@ def heldout_scores(model, tokenizer, heldout: list[dict], docs: dict[str, str], 
     return {name: float(np.mean(values)) for name, values in out.items()}
 
 
+@contextmanager
+def frozen_parameters(module: torch.nn.Module | None):
+    """``module``'s parameters take no gradient inside the block (as they were after it); ``None``: nothing."""
+    params = [] if module is None else [p for p in module.parameters() if p.requires_grad]
+    for p in params:
+        p.requires_grad_(False)
+    try:
+        yield
+    finally:
+        for p in params:
+            p.requires_grad_(True)
+
+
 def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None, cache_dir=None,
                  report: Callable[[torch.nn.Module], dict[str, float]] | None = None, verbose: bool = True,
                  documents=None):
@@ -433,7 +451,9 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
     ``output_dir/domain_adapt.json``; the selected model is saved to ``output_dir/model``).
 
     An :class:`~pyterrier_lsr.InferenceFreeSplade` (doc-only) trains its static query table (starting from its
-    weights, e.g. corpus idf) with the document encoder, and ``splade.query_side`` holds the selected table.
+    weights, e.g. corpus idf) with the document encoder (``side='both'``) or alone against its frozen documents
+    (``side='query'``: its documents, and any index of them, stay valid), and ``splade.query_side`` holds the
+    selected table.
 
     With ``config.side='query'`` only a copy of the query encoder trains, against the documents as the starting
     model encodes them (each encoded once, at ``splade.max_length``): ``splade`` is left as it is and an
@@ -448,9 +468,10 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
     held-out evaluation and logged next to it; it never influences the selection.
     """
     config = config or DomainConfig()
-    if config.side == 'query' and type(splade) not in (Splade, AsymmetricSplade):
-        raise ValueError(f"side='query' adapts the query encoder of a Splade or AsymmetricSplade, not of a "
-                         f'{type(splade).__name__} (use DomainConfig.two_sided)')
+    if config.side == 'query' and type(splade) not in QUERY_SIDE_CLASSES:
+        raise ValueError(f"side='query' adapts the query encoder of a "
+                         f"{' or '.join(c.__name__ for c in QUERY_SIDE_CLASSES)}, not of a {type(splade).__name__} "
+                         '(use DomainConfig.two_sided)')
     if documents is not None and config.side != 'query':
         raise ValueError("documents= serves query-side adaptation (side='query'); two-sided training re-encodes them")
     output_dir = Path(output_dir)
@@ -462,22 +483,25 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
     examples = [Example(e['query'], docs[e['pos']], [docs[d] for d in e['negatives']], e['teacher'])
                 for e in data['examples']]
     model, tokenizer = splade.model, splade.tokenizer
+    # an inference-free model (its `query_side` a static table) trains that table, with the document encoder or (side
+    # 'query') alone; FLOPS regularizes documents only, as a static query side costs nothing to run
+    query_side = getattr(splade, 'query_side', None)
+    query_weights = None if query_side is None else StaticQueryWeights(tokenizer, init=query_side.weights)
     train_config = config.train_config()
+    if query_weights is not None:
+        train_config = replace(train_config, lambda_q=0.)
     frozen = None
     if config.side == 'query':
-        model = copy.deepcopy(getattr(splade, 'query_splade', splade).model)
+        if query_weights is None:
+            model = copy.deepcopy(getattr(splade, 'query_splade', splade).model)
         needed = {d for e in data['examples'] for d in [e['pos']] + e['negatives']}
         needed |= {d for h in data['heldout'] for d in h['ranked']} | set(data['heldout_extra'])
         frozen = _frozen_documents(splade, docs, sorted(needed), documents, config.bf16, verbose)
         train_config = replace(train_config, lambda_d=0.)
     prep_seconds = time.time() - start_time  # data, teacher and (query side) the documents' encoding
-    # an inference-free model (its `query_side` a static table) trains that table with the document encoder; FLOPS
-    # regularizes documents only, as a static query side costs nothing to run
-    query_side = getattr(splade, 'query_side', None)
-    query_weights = None if query_side is None else StaticQueryWeights(tokenizer, init=query_side.weights)
-    trained = torch.nn.ModuleDict({'model': model, **({'query': query_weights} if query_weights is not None else {})})
-    if query_weights is not None:
-        train_config = replace(train_config, lambda_q=0.)
+    table_only = frozen is not None and query_weights is not None
+    trained = torch.nn.ModuleDict({**({} if table_only else {'model': model}),
+                                   **({'query': query_weights} if query_weights is not None else {})})
 
     def sync_query_side():
         if query_weights is not None:
@@ -514,18 +538,20 @@ def domain_adapt(splade, corpus, output_dir, config: DomainConfig | None = None,
         return loss, logs
 
     train_start = time.time()
-    train_log = run_loop(model, loss_fn, micro_batches(examples, config.batch_size, config.seed), output_dir / 'train',
-                         train_config, tokenizer=tokenizer, evaluate=evaluate, verbose=verbose,
-                         extra_parameters=[query_weights.weight] if query_weights is not None else [])
+    extra = [query_weights.weight] if query_weights is not None else []
+    with frozen_parameters(model if table_only else None):
+        train_log = run_loop(model, loss_fn, micro_batches(examples, config.batch_size, config.seed),
+                             output_dir / 'train', train_config, tokenizer=tokenizer, evaluate=evaluate,
+                             verbose=verbose, extra_parameters=extra)
     train_seconds = time.time() - train_start
     improved = best['step'] > 0 and best['score'] > start_score + config.min_gain
     trained.load_state_dict(best['state'] if improved else initial)
     if improved:
         sync_query_side()
-        if frozen is not None:
-            splade = AsymmetricSplade(splade.model, tokenizer, model, device=splade.device,
-                                      max_length=splade.max_length, batch_size=splade.batch_size,
-                                      precision=splade.precision, name=splade.name)
+        if frozen is not None and not table_only:
+            splade = AsymmetricSplade(splade.model, tokenizer, model, getattr(splade, 'sides', type(splade)),
+                                      device=splade.device, max_length=splade.max_length,
+                                      batch_size=splade.batch_size, precision=splade.precision, name=splade.name)
     elif query_side is not None:
         splade.query_side = query_side  # exactly the starting table, not its float32 round trip
     model.eval()

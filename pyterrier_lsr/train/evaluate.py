@@ -23,13 +23,15 @@ def experiment_evaluator(
     precision: str = 'fp32',
     query_side: Optional[Callable[[], pt.Transformer]] = None,
     doc_model: Optional[torch.nn.Module] = None,
+    index=None,
 ) -> Callable[[torch.nn.Module], Dict[str, float]]:
     """An ``evaluate`` callback: indexes ``corpus`` with the current model in a temporary folder and runs
     ``pt.Experiment`` on ``topics``/``qrels`` (default measure nDCG@10). Queries go through the model, or through
     ``query_side()`` (e.g. the current static table of doc-only training). With ``doc_model`` (query-only
-    adaptation) the corpus is indexed once, by ``doc_model``, and only the queries go through the current model."""
+    adaptation) the corpus is indexed once, by ``doc_model``, and only the queries go through the current model;
+    ``index`` (an :class:`~pyterrier_lsr.LsrIndex` of ``corpus``) serves the same purpose without indexing."""
     measures = measures or [nDCG @ 10]
-    fixed = {}
+    fixed = {} if index is None else {'index': index}
 
     def splade(model):
         return Splade(
@@ -42,7 +44,7 @@ def experiment_evaluator(
         return {k: float(v) for k, v in res.drop(columns='name').iloc[0].items()}
 
     def evaluate(model):
-        if doc_model is not None:
+        if doc_model is not None or index is not None:
             if 'index' not in fixed:
                 fixed['tmp'] = tempfile.TemporaryDirectory()
                 fixed['index'] = SpladeIndexer(f"{fixed['tmp'].name}/eval.lsr", splade(doc_model), verbose=False,
