@@ -1,16 +1,17 @@
 """The trained methods with the domain-adaptation recipe on one collection, same budget per method (issue #14).
 
-Each method goes through :mod:`pyterrier_lsr.train.systems` with one :class:`~pyterrier_lsr.train.DomainConfig`
-(the defaults unless ``--set``): adapted SPLADE-tiny, VT-SPLADE (SPLADE-tiny's vocabulary extended by the corpus's
-``--extend`` most frequent split words), SAE-SPLADE (a TopK SAE with ``--k`` latents per token on SPLADE-tiny's token
-states, then the recipe), and SPLADE-tiny zero-shot as the reference. :func:`pyterrier_lsr.report.report` measures
-them (nDCG@10, AP, postings per query, ...); VT-SPLADE is also compared with SPLADE on the topics that contain one of
-its added words (the seed's claim). ``--minilm`` adds MiniLM-SPLADE (all-MiniLM-L6-v2 with a new, calibrated head:
-:func:`~pyterrier_lsr.train.systems.new_head_splade`); ``--vt-warmup`` adds VT-SPLADE with an embedding warm-up (a
-first run that trains only the added words' rows); ``--sae-set`` a second SAE-SPLADE with its own settings. SPLADE-tiny
-also adapts with the default, query-side recipe (its documents read from the zero-shot index); ``--then`` adds a
-query-side stage after each two-sided method (documents from that system's index). ``--methods`` runs a subset
-(folder names: ``splade vt sae``...; zero-shot SPLADE-tiny always runs).
+Each method goes through :mod:`pyterrier_lsr.train.systems` with one :class:`~pyterrier_lsr.train.DomainConfig` (the
+defaults unless ``--set``): adapted SPLADE-tiny, VT-SPLADE (SPLADE-tiny's vocabulary extended by the corpus's
+``--extend`` most frequent split words), SAE-SPLADE (a TopK SAE of ``--latents`` latents, ``--k`` per token, trained
+``--sae-epochs`` on SPLADE-tiny's token states, then the recipe), and SPLADE-tiny zero-shot as the reference.
+:func:`pyterrier_lsr.report.report` measures them (nDCG@10, AP, postings per query, ...); VT-SPLADE is also compared
+with SPLADE on the topics that contain one of its added words (the seed's claim). ``--minilm`` adds MiniLM-SPLADE
+(all-MiniLM-L6-v2 with a new, calibrated head: :func:`~pyterrier_lsr.train.systems.new_head_splade`);
+``--vt-warmup`` adds VT-SPLADE with an embedding warm-up (a first run that trains only the added words' rows);
+``--sae-set`` a second SAE-SPLADE with its own settings. SPLADE-tiny also adapts with the default, query-side recipe
+(its documents read from the zero-shot index); ``--then`` adds a query-side stage after each two-sided method
+(documents from that system's index). ``--methods`` runs a subset (folder names: ``splade vt sae``...; zero-shot
+SPLADE-tiny always runs).
 
     OMP_NUM_THREADS=1 python benchmarks/methods_transfer.py --collection /work/shared/collections/cisi \\
         --workdir runs/methods_cisi
@@ -32,6 +33,7 @@ def main():
     p.add_argument('--extend', type=int, default=1000, help='words added to the vocabulary by VT-SPLADE')
     p.add_argument('--latents', type=int, default=4096, help='SAE width of SAE-SPLADE')
     p.add_argument('--k', type=int, default=4, help='SAE latents per token of SAE-SPLADE')
+    p.add_argument('--sae-epochs', type=int, default=1, help='epochs of SAE-SPLADE\'s stage-1 SAE over its sample')
     p.add_argument('--sae-set', nargs='*', default=[], metavar='NAME=VALUE',
                    help='also SAE-SPLADE trained with these DomainConfig overrides, e.g. '
                         'lr_multipliers=latent_threshold:100 (its FLOPS-aware latent thresholds learn faster)')
@@ -72,6 +74,8 @@ def main():
     config = overrides(args.set, DomainConfig.two_sided())
     cache = Path(args.cache_dir) if args.cache_dir else work / 'cache'
     base = resolve_model('splade-tiny')
+    # epochs only when not SAEConfig's default (1), so work folders of earlier runs keep matching their settings
+    sae = {'n_latents': args.latents, 'k': args.k, **({'epochs': args.sae_epochs} if args.sae_epochs != 1 else {})}
     timings, models = {}, {}
     # name -> (folder in --workdir, builder); each index is <folder>.lsr
     builders = {
@@ -81,14 +85,12 @@ def main():
         f'VT-SPLADE (+{args.extend} words)': ('vt', lambda: systems.vt_splade(collection.corpus, work / 'vt', config,
                                                                               base, args.extend, cache_dir=cache)),
         f'SAE-SPLADE (k={args.k})': ('sae', lambda: systems.sae_splade(collection.corpus, work / 'sae', config, base,
-                                                                       {'n_latents': args.latents, 'k': args.k},
-                                                                       cache_dir=cache)),
+                                                                       sae, cache_dir=cache)),
     }
     if args.sae_set:
         sae_config = overrides(args.sae_set, config)
         builders[f'SAE-SPLADE (k={args.k}, {" ".join(args.sae_set)})'] = ('sae-set', lambda: systems.sae_splade(
-            collection.corpus, work / 'sae-set', sae_config, base, {'n_latents': args.latents, 'k': args.k},
-            cache_dir=cache))
+            collection.corpus, work / 'sae-set', sae_config, base, sae, cache_dir=cache))
     if args.minilm:
         builders['MiniLM-SPLADE (new head)'] = ('minilm', lambda: systems.new_head_splade(
             collection.corpus, work / 'minilm', config, cache_dir=cache))
@@ -149,7 +151,7 @@ def main():
     output.write_text(json.dumps({
         'collection': collection.name, 'set': args.set,
         'extend': args.extend, 'vt_warmup': args.vt_warmup, 'then': args.then, 'sae_set': args.sae_set,
-        'latents': args.latents, 'k': args.k, 'methods': args.methods,
+        'latents': args.latents, 'k': args.k, 'sae_epochs': args.sae_epochs, 'methods': args.methods,
         'seconds': timings, 'decisions': decisions,
         'table': json.loads(table.to_json(orient='records')),
         'topics_with_added_word': len(with_added),

@@ -44,7 +44,8 @@ def main(argv=None):
     from pyterrier_lsr.collections import load_collection
     from pyterrier_lsr.quiet import quiet_native
     from pyterrier_lsr.train import DomainConfig
-    from pyterrier_lsr.train.systems import adapted, bm25, latent_terms_index, sae_splade, sparse_index, vt_splade
+    from pyterrier_lsr.train.systems import (SAE_SPLADE, adapted, bm25, latent_terms_index, sae_splade, sparse_index,
+                                             vt_splade)
     torch.set_num_threads(args.threads)
 
     data = load_collection('irds:vaswani').subset(args.docs, args.topics)
@@ -66,7 +67,7 @@ def main(argv=None):
         vt_queries = adapted(lambda: vt, corpus, trained / 'vt-splade-queries', query_side, cache_dir=cache,
                              verbose=v, documents=vt_index)
         sae = sae_splade(corpus, trained / f'sae-splade-{args.latents}', config,
-                         sae={'n_latents': args.latents, 'k': 8}, cache_dir=cache, verbose=v)
+                         sae={**SAE_SPLADE, 'n_latents': args.latents}, cache_dir=cache, verbose=v)
         # the adapted SPLADE's documents are splade-tiny's: it reads them from splade.lsr, which then serves it
         da = adapted(lambda: splade, corpus, trained / 'splade-adapted', query_side, cache_dir=cache, verbose=v,
                      documents=splade_index)

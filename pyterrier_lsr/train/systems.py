@@ -34,6 +34,9 @@ DONE_FILE = 'domain_adapt.json'
 SYSTEM_FILE = 'system.json'
 # Latent Terms as in the README (multi-vector MiniLM, BM25 over square-rooted latent frequencies).
 LATENT_TERMS = dict(mode='multi', sae={'n_latents': 16384, 'k': 16}, sqrt_tf=True, k1=0.9, b=0.4)
+# SAE-SPLADE's stage-1 SAE: chosen on held-out pseudo-queries over 4,096 latents / 1 epoch on both development
+# collections (benchmarks/RESULTS.md, "SAE-SPLADE's queries adapt too...")
+SAE_SPLADE = {'n_latents': 16384, 'k': 4, 'epochs': 3}
 
 
 def _texts(corpus: Sequence[dict]) -> list:
@@ -202,11 +205,11 @@ def sae_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = 
                sae: Optional[dict] = None, max_train_vectors: Optional[int] = 200_000, cache_dir=None,
                verbose: bool = False) -> SaeSplade:
     """SAE-SPLADE: stage 1 a TopK SAE on ``backbone``'s token states of the corpus (:func:`train_token_sae`,
-    ``sae``: :class:`~pyterrier_lsr.SAEConfig` settings, default 4096 latents, k = 8; token states cached in
+    ``sae``: :class:`~pyterrier_lsr.SAEConfig` settings, default :data:`SAE_SPLADE`; token states cached in
     ``<folder>/token_cache``), stage 2 :meth:`SaeSplade.from_backbone` trained by :func:`adapted` (``config``: default
-    :meth:`DomainConfig.two_sided`)."""
+    :meth:`DomainConfig.two_sided`); a query-side stage can follow (:func:`adapted`'s example)."""
     config = _two_sided(config, 'sae_splade')
-    sae = sae or {'n_latents': 4096, 'k': 8}
+    sae = sae or dict(SAE_SPLADE)
 
     def start():
         stage1, _ = train_token_sae(backbone, _texts(corpus), sae, cache_dir=Path(folder) / 'token_cache',
