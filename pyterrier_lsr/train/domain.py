@@ -431,7 +431,8 @@ def heldout_scores(model, tokenizer, heldout: list[dict], docs: dict[str, str], 
 
 @contextmanager
 def frozen_parameters(module: torch.nn.Module | None):
-    """``module``'s parameters take no gradient inside the block (as they were after it); ``None``: nothing."""
+    """``module``'s trainable parameters take no gradient inside the block and train again after it; ``None``:
+    nothing."""
     params = [] if module is None else [p for p in module.parameters() if p.requires_grad]
     for p in params:
         p.requires_grad_(False)
