@@ -40,6 +40,18 @@ def _weights(model):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+def _prefer_last_step(monkeypatch) -> list:
+    """Held-out scoring stays real but its selection signal rises at every evaluation, so the last step is selected;
+    returns the list the real scores are appended to."""
+    real, calls = domain_module.heldout_scores, []
+
+    def rising(*args, **kwargs):
+        calls.append(real(*args, **kwargs))
+        return {**calls[-1], 'heldout_first_ndcg': len(calls)}
+    monkeypatch.setattr(domain_module, 'heldout_scores', rising)
+    return calls
+
+
 def test_guard_returns_starting_model_and_cache_is_reused(tiny, corpus, tmp_path, monkeypatch):
     splade = _splade(tiny)
     start = _weights(splade.model)
@@ -207,12 +219,7 @@ def test_query_side_of_a_doc_only_model_trains_its_table_alone(tiny, corpus, tmp
     start, idf_side = _weights(doc_only.model), doc_only.query_side
     idf = dict(idf_side.weights)
     index = (doc_only >> SpladeIndexer(str(tmp_path / 'doc-only.lsr'), verbose=False)).index(corpus)
-    real, calls = domain_module.heldout_scores, []
-
-    def rising(*args, **kwargs):  # the real scores, with a selection signal that prefers the last step
-        calls.append(real(*args, **kwargs))
-        return {**calls[-1], 'heldout_first_ndcg': len(calls)}
-    monkeypatch.setattr(domain_module, 'heldout_scores', rising)
+    calls = _prefer_last_step(monkeypatch)
     out, log = domain_adapt(doc_only, corpus, tmp_path / 'run', _config(side='query', negatives=7, lr=1e-1,
                                                                         candidates='teacher'),
                             tmp_path / 'cache', verbose=False, documents=index)
@@ -363,12 +370,7 @@ def test_query_side_adapts_an_sae_splade_and_keeps_its_kind(tiny, corpus, tmp_pa
     sae = SparseAutoencoder(SAEConfig(d_in=32, n_latents=64, k=4, seed=1))
     start = SaeSplade(SaeSpladeModel(mlm.bert, sae, structural_token_ids(tokenizer)), tokenizer, device='cpu')
     index = (start >> SpladeIndexer(str(tmp_path / 'sae.lsr'), verbose=False)).index(corpus)
-    real, calls = domain_module.heldout_scores, []
-
-    def rising(*args, **kwargs):  # the real scores, with a selection signal that prefers the last step
-        calls.append(real(*args, **kwargs))
-        return {**calls[-1], 'heldout_first_ndcg': len(calls)}
-    monkeypatch.setattr(domain_module, 'heldout_scores', rising)
+    calls = _prefer_last_step(monkeypatch)
     out, log = domain_adapt(start, corpus, tmp_path / 'run', _config(side='query', negatives=7, candidates='teacher'),
                             tmp_path / 'cache', verbose=False, documents=index)
     assert log['selected_step'] == 4 and calls[0]['heldout_ndcg'] != calls[-1]['heldout_ndcg']
