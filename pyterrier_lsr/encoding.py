@@ -7,46 +7,15 @@ own longest text only; results come back in input order.  Models are any ``nn.Mo
 
 import math
 from contextlib import nullcontext
-from typing import Dict, Iterator, List, Mapping, NamedTuple, Optional, Sequence
+from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence
 
 import numpy as np
 import pandas as pd
 import torch
 from tqdm.auto import tqdm
 
+
 PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
-# The largest term weight (model units) that an index, a query or a query table accepts. PISA repeats a query term
-# int(w * scale) times (a weight of 1e7 runs for minutes, inf aborts the process) and stores impacts as 32-bit
-# integers. No model comes near it: log(1 + relu(x)) of any float32 logit is below 89, BM25's idf is below 20 for a
-# billion documents, and Latent Terms' summed activations of a 256-token text stay in the hundreds at most.
-MAX_WEIGHT = 1000.0
-
-
-class WeightError(ValueError, TypeError):
-    """A ``{term: weight}`` vector an index cannot store: not a mapping, a term that is not a non-empty string without
-    whitespace, or a weight that is not a number in ``[0, MAX_WEIGHT]``.  Both a ``ValueError`` and a ``TypeError``
-    (like numpy's ``AxisError``), so callers catching either see it."""
-
-
-def check_weights(weights, where: str = 'query weights') -> Dict[str, float]:
-    """``weights`` as a new ``{term: float}`` dict, or :class:`WeightError` naming ``where`` and the bad term
-    (NaN, infinities, negatives, strings and booleans are refused; see :data:`MAX_WEIGHT` for why there is a cap)."""
-    if not isinstance(weights, Mapping):
-        raise WeightError(f'{where}: must be a {{term: weight}} mapping, got {type(weights).__name__}')
-    checked = {}
-    for term, weight in weights.items():
-        if not isinstance(term, str) or not term or any(c.isspace() for c in term):
-            raise WeightError(f'{where}: term {term!r} is not a non-empty string without whitespace')
-        if isinstance(weight, bool) or not isinstance(weight, (int, float, np.integer, np.floating)):
-            raise WeightError(
-                f'{where}: the weight of term {term!r} is {type(weight).__name__} {weight!r:.40}, not a number'
-            )
-        if not 0 <= weight <= MAX_WEIGHT:  # also False for NaN
-            raise WeightError(
-                f'{where}: the weight of term {term!r} is {weight!r}; weights must lie in [0, {MAX_WEIGHT:g}]'
-            )
-        checked[term] = float(weight)
-    return checked
 
 
 def resolve_device(device=None) -> torch.device:

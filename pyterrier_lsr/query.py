@@ -16,7 +16,8 @@ import torch
 from torch import nn
 
 from .encoders import SparseTextEncoder
-from .encoding import as_text, check_weights, is_blank
+from .checks import check_weights
+from .encoding import as_text, is_blank
 from .loading import local_folder
 
 WEIGHTS_FILE = 'idf.json'

@@ -11,7 +11,7 @@ import pytest
 import torch
 
 from pyterrier_lsr import Prune, Splade, SpladeModel, StaticQueryEncoder, encode_texts, prune
-from pyterrier_lsr.encoding import MAX_WEIGHT
+from pyterrier_lsr.checks import MAX_WEIGHT
 from pyterrier_lsr.models.splade import ModelLoadError
 from pyterrier_lsr.offline import resolve_model
 from pyterrier_lsr.report import ConfigError, _SystemBuilder, load_config
@@ -89,7 +89,7 @@ def test_idf_json_rejects_bad_weights(splade, tmp_path, value):
 
 def test_query_weight_cap():
     # the cap admits weights up to MAX_WEIGHT and refuses any above it
-    from pyterrier_lsr.encoding import check_weights
+    from pyterrier_lsr.checks import check_weights
     assert check_weights({'a': MAX_WEIGHT, 'b': 0}) == {'a': MAX_WEIGHT, 'b': 0.}
     with pytest.raises(ValueError, match="'a'"):
         check_weights({'a': MAX_WEIGHT * 1.01})

@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / 'pyterrier_lsr'
 
 # Lowest first. A module may import its own layer and lower ones only.
 LAYERS = [
-    ('base', ['offline', 'encoding', 'quiet', 'collections', 'models']),
+    ('base', ['offline', 'checks', 'storage', 'encoding', 'quiet', 'collections', 'models']),
     ('wrappers', ['encoders', 'loading', 'query', 'inference_free', 'asymmetric', 'latent_terms', 'sae_splade',
                   'pruning', 'multivector', 'ssr']),
     ('index', ['index']),

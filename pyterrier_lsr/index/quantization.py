@@ -19,7 +19,7 @@ and queried in an escaped form (:func:`pisa_term`); lowercase terms are stored a
 import math
 from typing import Dict, Mapping
 
-from ..encoding import MAX_WEIGHT, check_weights
+from ..checks import MAX_WEIGHT, check_weights
 
 __all__ = ['MAX_WEIGHT', 'quantize', 'pisa_term', 'check_vector', 'check_docno']
 

@@ -1,0 +1,172 @@
+"""The checks every surface applies to user input before any work: parameters, docnos, terms and weights.
+
+Each check returns the value in its canonical form or raises one error (``TypeError`` for the wrong type,
+``ValueError`` for a value out of range) whose message names the argument and says what is allowed, so that native
+code (PISA, BMP, Seismic) and long jobs never see an unchecked value.
+
+The rules shared by every index, store and encoder:
+
+* **docnos** are non-empty ``str`` without surrounding whitespace, line breaks or NUL; anything else (None, NaN,
+  pd.NA, bytes, numbers, lists) is refused rather than turned into a string, so ``1`` and ``'1'`` never collide;
+  duplicates within one collection are an error naming the first one (:class:`UniqueDocnos`);
+* **terms** are non-empty ``str`` without whitespace or NUL;
+* **weights** are finite numbers in ``[0, MAX_WEIGHT]``.
+"""
+import math
+import numbers
+from typing import Dict, Iterable, Mapping, Optional, Sequence
+
+import numpy as np
+
+# The largest term weight (model units) that an index, a query or a query table accepts. PISA repeats a query term
+# int(w * scale) times (a weight of 1e7 runs for minutes, inf aborts the process) and stores impacts as 32-bit
+# integers. No model comes near it: log(1 + relu(x)) of any float32 logit is below 89, BM25's idf is below 20 for a
+# billion documents, and Latent Terms' summed activations of a 256-token text stay in the hundreds at most.
+MAX_WEIGHT = 1000.0
+
+__all__ = ['MAX_WEIGHT', 'WeightError', 'check_int', 'check_float', 'check_choice', 'check_bool', 'check_str',
+           'check_docno', 'UniqueDocnos', 'check_docnos', 'check_term', 'check_weights', 'check_vector', 'is_missing']
+
+
+def is_missing(value) -> bool:
+    """None, NaN, pd.NA, NaT: a value that is not there."""
+    if value is None:
+        return True
+    if isinstance(value, float):
+        return math.isnan(value)
+    try:
+        import pandas as pd
+        return value is pd.NA or value is pd.NaT
+    except ImportError:  # pragma: no cover - pandas is a dependency
+        return False
+
+
+def check_int(name: str, value, minimum: Optional[int] = None, maximum: Optional[int] = None) -> int:
+    """``value`` as an ``int`` in ``[minimum, maximum]`` (either bound optional); bools and floats are refused."""
+    if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+        raise TypeError(f'{name} must be an integer, got {type(value).__name__} {value!r:.40}')
+    value = int(value)
+    if (minimum is not None and value < minimum) or (maximum is not None and value > maximum):
+        raise ValueError(f'{name} must be {_range(minimum, maximum)}, got {value}')
+    return value
+
+
+def check_float(name: str, value, minimum: Optional[float] = None, maximum: Optional[float] = None,
+                exclusive_minimum: bool = False, exclusive_maximum: bool = False) -> float:
+    """``value`` as a finite ``float`` in the range (bounds optional, inclusive unless said); bools refused."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Real):
+        raise TypeError(f'{name} must be a number, got {type(value).__name__} {value!r:.40}')
+    value = float(value)
+    low = minimum is not None and (value <= minimum if exclusive_minimum else value < minimum)
+    high = maximum is not None and (value >= maximum if exclusive_maximum else value > maximum)
+    if not math.isfinite(value) or low or high:
+        bounds = _range(minimum, maximum, exclusive_minimum, exclusive_maximum)
+        raise ValueError(f'{name} must be a finite number{" " + bounds if bounds != "any" else ""}, got {value}')
+    return value
+
+
+def check_choice(name: str, value, choices: Sequence):
+    """``value`` if it is one of ``choices``."""
+    try:
+        ok = value in choices
+    except TypeError:  # unhashable
+        ok = False
+    if not ok:
+        raise ValueError(f'{name} must be one of {", ".join(repr(c) for c in choices)}; got {value!r:.60}')
+    return value
+
+
+def check_bool(name: str, value) -> bool:
+    if not isinstance(value, (bool, np.bool_)):
+        raise TypeError(f'{name} must be True or False, got {type(value).__name__} {value!r:.40}')
+    return bool(value)
+
+
+def check_str(name: str, value, allow_empty: bool = False) -> str:
+    if not isinstance(value, str):
+        raise TypeError(f'{name} must be a string, got {type(value).__name__} {value!r:.40}')
+    if not allow_empty and not value:
+        raise ValueError(f'{name} must be a non-empty string')
+    return value
+
+
+def _range(minimum, maximum, exclusive_minimum=False, exclusive_maximum=False) -> str:
+    low = None if minimum is None else f'{">" if exclusive_minimum else ">="} {minimum}'
+    high = None if maximum is None else f'{"<" if exclusive_maximum else "<="} {maximum}'
+    if low and high:
+        return f'{low} and {high}'
+    return low or high or 'any'
+
+
+def check_docno(docno, where: str = 'docno') -> str:
+    """``docno`` if it is a non-empty ``str`` an index can store (one per line), else an error naming it."""
+    if is_missing(docno):
+        raise ValueError(f'{where} is missing ({docno!r}); every document needs a docno')
+    if not isinstance(docno, str):
+        raise TypeError(f'{where} {docno!r:.60} is a {type(docno).__name__}; docnos must be strings '
+                        '(convert them yourself, e.g. df.docno.astype(str), so that 1 and "1" cannot collide)')
+    if not docno or docno != docno.strip() or any(c in docno for c in '\n\r\x00'):
+        raise ValueError(f'{where} {docno!r:.60} is empty, has surrounding whitespace or contains a line break or '
+                         'NUL, which an index cannot store')
+    return str(docno)
+
+
+class UniqueDocnos:
+    """Checks docnos one by one (:func:`check_docno`) and refuses the first duplicate, naming it."""
+
+    def __init__(self, where: str = 'the collection'):
+        self.seen = set()
+        self.where = where
+
+    def add(self, docno) -> str:
+        docno = check_docno(docno)
+        if docno in self.seen:
+            raise ValueError(f'docno {docno!r} occurs twice in {self.where}; docnos must be unique')
+        self.seen.add(docno)
+        return docno
+
+
+def check_docnos(docnos: Iterable, where: str = 'the collection') -> list:
+    """Every docno checked, unique; the first duplicate is an error naming it."""
+    unique = UniqueDocnos(where)
+    return [unique.add(d) for d in docnos]
+
+
+class WeightError(ValueError, TypeError):
+    """A ``{term: weight}`` vector an index cannot store: not a mapping, a term that is not a non-empty string without
+    whitespace or NUL, or a weight that is not a number in ``[0, MAX_WEIGHT]``.  Both a ``ValueError`` and a
+    ``TypeError`` (like numpy's ``AxisError``), so callers catching either see it."""
+
+
+def check_term(term, where: str = 'term') -> str:
+    if not isinstance(term, str) or not term or any(c.isspace() or c == '\x00' for c in term):
+        raise WeightError(f'{where}: term {term!r:.60} is not a non-empty string without whitespace or NUL')
+    return term
+
+
+def check_weights(weights, where: str = 'query weights') -> Dict[str, float]:
+    """``weights`` as a new ``{term: float}`` dict, or :class:`WeightError` naming ``where`` and the bad term
+    (NaN, infinities, negatives, strings and booleans are refused; see :data:`MAX_WEIGHT` for why there is a cap:
+    PISA repeats a query term ``int(w * scale)`` times, so an unbounded weight hangs or exhausts memory)."""
+    if not isinstance(weights, Mapping):
+        raise WeightError(f'{where}: must be a {{term: weight}} mapping, got {type(weights).__name__}')
+    checked = {}
+    for term, weight in weights.items():
+        check_term(term, where)
+        if isinstance(weight, bool) or not isinstance(weight, (int, float, np.integer, np.floating)):
+            raise WeightError(
+                f'{where}: the weight of term {term!r} is {type(weight).__name__} {weight!r:.40}, not a number'
+            )
+        if not 0 <= weight <= MAX_WEIGHT:  # also False for NaN
+            raise WeightError(
+                f'{where}: the weight of term {term!r} is {weight!r}; weights must lie in [0, {MAX_WEIGHT:g}]'
+            )
+        checked[term] = float(weight)
+    return checked
+
+
+def check_vector(vector, where: str) -> Dict[str, float]:
+    """Like :func:`check_weights`; a missing vector (None/NaN) is an empty one."""
+    if is_missing(vector):
+        return {}
+    return check_weights(vector, where)

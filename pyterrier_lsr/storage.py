@@ -1,0 +1,250 @@
+"""The one place that writes, replaces and removes files and folders: atomic writes and the artifact guard.
+
+Every folder pyterrier-lsr builds (an index, a multi-vector store, a model folder, a checkpoint, a cache, a
+distributed output) is an *artifact*: it carries a marker file (:data:`MARKER`) naming its type, written inside the
+folder before the folder appears under its final name.  The rules every writer follows through this module:
+
+* **validate first**: callers check their inputs before calling :func:`build_folder` (it refuses the target folder
+  before any work, too);
+* **build beside**: a folder is filled under a hidden temporary sibling name (same file system, so the final rename is
+  atomic); a failure removes the temporary folder and leaves the old artifact as it was;
+* **swap atomically**: the old folder is renamed aside, the new one into place, the old one removed;
+* **replace only our own**: an existing folder is replaced (or removed) only when its marker names the same artifact
+  type; an empty folder counts as free; any other folder is refused, whatever files it holds.
+
+Files are written to a temporary sibling, flushed and ``fsync``-ed, then renamed over the target, and the directory
+entry is synced, so a crash leaves either the old file or the new one, never half of one.
+"""
+import errno
+import fcntl
+import json
+import os
+import shutil
+import uuid
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Callable, Iterator, Optional, Union
+
+MARKER = '.lsr-artifact.json'
+
+PathLike = Union[str, Path]
+
+__all__ = ['MARKER', 'artifact_type', 'is_artifact', 'write_file', 'write_bytes', 'write_text', 'write_json',
+           'read_json', 'build_folder', 'replace_folder', 'remove_artifact', 'mark', 'move_file', 'temporary_sibling',
+           'remove_temporary']
+
+
+def _fsync_dir(folder: Path) -> None:
+    try:
+        fd = os.open(folder, os.O_RDONLY)
+    except OSError:  # some file systems do not open directories; the rename itself is still atomic
+        return
+    try:
+        os.fsync(fd)
+    except OSError:
+        pass
+    finally:
+        os.close(fd)
+
+
+def temporary_sibling(path: PathLike, purpose: str = 'tmp') -> Path:
+    """A fresh hidden name next to ``path`` (same folder, so a rename onto ``path`` is atomic)."""
+    path = Path(path)
+    return path.with_name(f'.{path.name}.{purpose}-{uuid.uuid4().hex[:8]}')
+
+
+def write_file(path: PathLike, write: Callable[[Path], None]) -> Path:
+    """``write(tmp)`` fills a temporary sibling of ``path``, which is then synced and renamed onto ``path``; on
+    failure the temporary file is removed and ``path`` is untouched.  Returns ``path``."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = temporary_sibling(path)
+    try:
+        write(tmp)
+        with open(tmp, 'rb+') as f:
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    finally:
+        if tmp.exists():
+            tmp.unlink()
+    _fsync_dir(path.parent)
+    return path
+
+
+def write_bytes(path: PathLike, data: bytes) -> Path:
+    return write_file(path, lambda tmp: tmp.write_bytes(data))
+
+
+def write_text(path: PathLike, text: str) -> Path:
+    return write_file(path, lambda tmp: tmp.write_text(text, encoding='utf8'))
+
+
+def write_json(path: PathLike, obj, indent: Optional[int] = 1) -> Path:
+    return write_text(path, json.dumps(obj, indent=indent))
+
+
+def read_json(path: PathLike, what: Optional[str] = None, expect: type = dict):
+    """``path``'s JSON, or a ``ValueError`` naming the file (missing, not JSON, or not of type ``expect``)."""
+    path = Path(path)
+    what = what or str(path)
+    try:
+        value = json.loads(path.read_text(encoding='utf8'))
+    except FileNotFoundError:
+        raise FileNotFoundError(f'{what}: missing ({path})') from None
+    except (ValueError, UnicodeDecodeError) as ex:
+        raise ValueError(f'{what}: {path} is not valid JSON ({ex})') from None
+    if expect is not None and not isinstance(value, expect):
+        raise ValueError(f'{what}: {path} must hold a JSON {expect.__name__}, got {type(value).__name__}')
+    return value
+
+
+def move_file(source: PathLike, target: PathLike) -> Path:
+    """Renames a file we wrote (e.g. a completed ``.partial`` cache file) onto ``target`` atomically."""
+    target = Path(target)
+    os.replace(source, target)
+    _fsync_dir(target.parent)
+    return target
+
+
+# -- artifacts ---------------------------------------------------------------------------------------------------
+def artifact_type(path: PathLike) -> Optional[str]:
+    """The artifact type recorded in ``path``'s marker, or ``None`` when ``path`` is not one of ours."""
+    marker = Path(path) / MARKER
+    if not marker.is_file():
+        return None
+    try:
+        value = json.loads(marker.read_text(encoding='utf8'))
+    except (ValueError, UnicodeDecodeError, OSError):
+        return None
+    kind = value.get('artifact') if isinstance(value, dict) else None
+    return kind if isinstance(kind, str) else None
+
+
+def is_artifact(path: PathLike, kind: str) -> bool:
+    """Whether ``path`` is a folder marked as our artifact of type ``kind``."""
+    return Path(path).is_dir() and artifact_type(path) == kind
+
+
+def mark(folder: PathLike, kind: str) -> None:
+    """Marks ``folder`` (one we are building) as an artifact of type ``kind``."""
+    write_json(Path(folder) / MARKER, {'artifact': kind, 'writer': 'pyterrier-lsr'})
+
+
+def _check_replaceable(path: Path, kind: str, overwrite: bool, what: str) -> bool:
+    """Whether ``path`` holds something to replace; raises unless it may be replaced."""
+    if not path.exists() and not path.is_symlink():
+        return False
+    if path.is_symlink() or not path.is_dir():
+        raise FileExistsError(f'{path} exists and is not a folder; refusing to replace it')
+    if not any(path.iterdir()):
+        return True
+    if not overwrite:
+        raise FileExistsError(f'{path} already exists; pass overwrite=True to replace it')
+    found = artifact_type(path)
+    if found != kind:
+        found_text = f'a pyterrier-lsr {found}' if found else f'not a pyterrier-lsr {what}'
+        raise FileExistsError(f'{path} is {found_text} (no {MARKER} naming {kind!r}); refusing to replace it: '
+                              'choose another path or remove it yourself')
+    return True
+
+
+@contextmanager
+def _lock(path: Path) -> Iterator[None]:
+    """An exclusive, non-blocking lock for writing ``path``: a second writer fails at once.  The lock file lives
+    next to ``path`` only while the write lasts."""
+    lock_path = path.parent / f'.{path.name}.lock'
+    while True:
+        f = open(lock_path, 'a+')
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            f.close()
+            raise RuntimeError(f'another process is writing {path}; wait for it to finish') from None
+        try:  # the holder before us may have removed the file after we opened it: lock the file that is there
+            same = os.fstat(f.fileno()).st_ino == os.stat(lock_path).st_ino
+        except FileNotFoundError:
+            same = False
+        if same:
+            break
+        f.close()
+    try:
+        yield
+    finally:
+        try:
+            lock_path.unlink()
+        except FileNotFoundError:
+            pass
+        f.close()
+
+
+def _swap(tmp: Path, path: Path, replace: bool) -> None:
+    if replace:
+        old = temporary_sibling(path, 'old')
+        os.rename(path, old)
+        try:
+            os.rename(tmp, path)
+        except BaseException:
+            os.rename(old, path)
+            raise
+        shutil.rmtree(old, ignore_errors=True)
+    else:
+        try:
+            os.rename(tmp, path)
+        except OSError as ex:  # someone created it meanwhile
+            if ex.errno in (errno.EEXIST, errno.ENOTEMPTY):
+                raise FileExistsError(f'{path} appeared while it was being built; nothing was replaced') from None
+            raise
+    _fsync_dir(path.parent)
+
+
+@contextmanager
+def build_folder(path: PathLike, kind: str, overwrite: bool = False, what: Optional[str] = None) -> Iterator[Path]:
+    """Yields an empty temporary sibling of ``path`` to fill; when the block succeeds the folder is marked as an
+    artifact of type ``kind`` and swapped into place atomically; when it fails it is removed and ``path`` is left as
+    it was.  An existing non-empty ``path`` is replaced only with ``overwrite`` and only if it is our artifact of the
+    same type (checked before the block runs, and again before the swap)."""
+    path = Path(path).absolute()
+    what = what or kind
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _lock(path):
+        _check_replaceable(path, kind, overwrite, what)
+        tmp = temporary_sibling(path, 'building')
+        tmp.mkdir()
+        try:
+            yield tmp
+            mark(tmp, kind)
+            _swap(tmp, path, _check_replaceable(path, kind, overwrite, what))
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+
+
+def replace_folder(source: PathLike, path: PathLike, kind: str, overwrite: bool = True) -> Path:
+    """Moves a folder we built (``source``, on the same file system) to ``path`` as an artifact of type ``kind``,
+    replacing only our own artifact of that type there."""
+    source, path = Path(source), Path(path).absolute()
+    with _lock(path):
+        replace = _check_replaceable(path, kind, overwrite, kind)
+        mark(source, kind)
+        _swap(source, path, replace)
+    return path
+
+
+def remove_artifact(path: PathLike, kind: str) -> bool:
+    """Removes ``path`` if it is our artifact of type ``kind`` (or an empty folder); returns whether it existed.
+    Refuses any other folder."""
+    path = Path(path)
+    if not path.exists():
+        return False
+    _check_replaceable(path, kind, True, kind)
+    shutil.rmtree(path)
+    return True
+
+
+def remove_temporary(path: PathLike) -> None:
+    """Removes a temporary file or folder this process made (:func:`temporary_sibling`, ``tempfile``), if present."""
+    path = Path(path)
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path, ignore_errors=True)
+    elif path.exists() or path.is_symlink():
+        path.unlink()

@@ -1,0 +1,115 @@
+"""The core I/O and validation layer: atomic writes, the artifact guard, the shared checks."""
+import json
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from pyterrier_lsr import checks, storage
+
+
+def test_write_json_is_atomic_and_leaves_no_temporary(tmp_path):
+    target = tmp_path / 'a.json'
+    storage.write_json(target, {'x': 1})
+    assert json.loads(target.read_text()) == {'x': 1}
+
+    def fail(tmp):
+        tmp.write_text('half')
+        raise OSError('disk full')
+    with pytest.raises(OSError, match='disk full'):
+        storage.write_file(target, fail)
+    assert json.loads(target.read_text()) == {'x': 1}
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['a.json']
+
+
+def test_read_json_names_the_file(tmp_path):
+    (tmp_path / 'bad.json').write_text('{')
+    with pytest.raises(ValueError, match='bad.json'):
+        storage.read_json(tmp_path / 'bad.json')
+    (tmp_path / 'list.json').write_text('[]')
+    with pytest.raises(ValueError, match='JSON dict'):
+        storage.read_json(tmp_path / 'list.json')
+
+
+def test_build_folder_replaces_only_our_artifact_of_the_same_type(tmp_path):
+    target = tmp_path / 'out'
+    with storage.build_folder(target, 'demo') as tmp:
+        (tmp / 'data').write_text('1')
+    assert storage.is_artifact(target, 'demo') and (target / 'data').read_text() == '1'
+    with pytest.raises(FileExistsError, match='overwrite'):
+        with storage.build_folder(target, 'demo'):
+            pass
+    with storage.build_folder(target, 'demo', overwrite=True) as tmp:
+        (tmp / 'data').write_text('2')
+    assert (target / 'data').read_text() == '2'
+    # another artifact type, and a user folder that merely holds our file names, are refused before any work
+    with pytest.raises(FileExistsError, match='demo'):
+        with storage.build_folder(target, 'other', overwrite=True):
+            raise AssertionError('the block must not run')
+    user = tmp_path / 'user'
+    user.mkdir()
+    (user / 'lsr.json').write_text('{}')
+    (user / storage.MARKER).write_text('not json')
+    with pytest.raises(FileExistsError, match='refusing'):
+        with storage.build_folder(user, 'demo', overwrite=True):
+            raise AssertionError('the block must not run')
+    assert (user / 'lsr.json').exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['out', 'user']  # no lock file, no temporary left
+
+
+def test_a_failed_build_keeps_the_old_artifact(tmp_path):
+    target = tmp_path / 'out'
+    with storage.build_folder(target, 'demo') as tmp:
+        (tmp / 'data').write_text('old')
+    with pytest.raises(RuntimeError):
+        with storage.build_folder(target, 'demo', overwrite=True) as tmp:
+            (tmp / 'data').write_text('new')
+            raise RuntimeError('interrupted')
+    assert (target / 'data').read_text() == 'old'
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['out']
+
+
+def test_remove_artifact_refuses_user_folders(tmp_path):
+    user = tmp_path / 'user'
+    user.mkdir()
+    (user / 'notes.txt').write_text('mine')
+    with pytest.raises(FileExistsError):
+        storage.remove_artifact(user, 'demo')
+    assert (user / 'notes.txt').exists()
+    with storage.build_folder(tmp_path / 'ours', 'demo') as tmp:
+        (tmp / 'x').write_text('')
+    assert storage.remove_artifact(tmp_path / 'ours', 'demo') and not (tmp_path / 'ours').exists()
+
+
+def test_parameter_checks_name_the_argument():
+    assert checks.check_int('k', np.int64(3), 1) == 3
+    for bad in [True, 2.0, '3']:
+        with pytest.raises(TypeError, match='k must be an integer'):
+            checks.check_int('k', bad, 1)
+    with pytest.raises(ValueError, match=r'threads must be >= 1 and <= 64, got -1'):
+        checks.check_int('threads', -1, 1, 64)
+    assert checks.check_float('b', 1, 0, 1) == 1.0
+    for bad in [float('nan'), float('inf'), -0.1]:
+        with pytest.raises(ValueError, match='b must be a finite number'):
+            checks.check_float('b', bad, 0, 1)
+    with pytest.raises(ValueError, match='> 0'):
+        checks.check_float('temperature', 0, 0, exclusive_minimum=True)
+    with pytest.raises(ValueError, match="mode must be one of 'single', 'multi'"):
+        checks.check_choice('mode', ['single'], ('single', 'multi'))
+
+
+@pytest.mark.parametrize('docno', [None, float('nan'), pd.NA, pd.NaT, b'd1', 1, ['d1'], '', ' d1', 'd\n1', 'd\x001'])
+def test_docnos_are_non_empty_strings(docno):
+    with pytest.raises((TypeError, ValueError)):
+        checks.check_docno(docno)
+
+
+def test_duplicate_docnos_are_refused_naming_the_first():
+    assert checks.check_docnos(['a', np.str_('b')]) == ['a', 'b']
+    with pytest.raises(ValueError, match="'b' occurs twice"):
+        checks.check_docnos(['a', 'b', 'c', 'b', 'a'])
+
+
+def test_terms_with_nul_are_refused():
+    with pytest.raises(checks.WeightError, match='NUL'):
+        checks.check_weights({'a\x00b': 1.0})
