@@ -2,7 +2,7 @@ from setuptools import find_packages, setup
 
 setup(
     name='pyterrier-lsr',
-    version='0.2.0',
+    version='0.3.0',
     description='Learned sparse retrieval (SPLADE and friends) as PyTerrier transformers, indexed with PISA',
     long_description=open('README.md', encoding='utf8').read(),
     long_description_content_type='text/markdown',

@@ -139,6 +139,7 @@ def speed(configs, rounds: int):
 def output_agreement(model_path: str, n_docs: int, batch_size: int) -> dict:
     """Our fp32 vectors vs pyterrier-splade's fp32 vectors on the same documents."""
     import pyterrier_lsr
+    from pyterrier_lsr.index import quantize
     import pyterrier_splade
     import torch
 
@@ -160,7 +161,7 @@ def output_agreement(model_path: str, n_docs: int, batch_size: int) -> dict:
                 [max_diff] + [abs(theirs_vec.get(t, 0.0) - mine.get(t, 0.0)) for t in theirs_vec.keys() | mine.keys()]
             )
             their_impacts = {ours.terms[c]: trunc[c].item() for c in cols if trunc[c] > 0}
-            our_impacts = pyterrier_lsr.quantize(mine, SCALE)
+            our_impacts = quantize(mine, SCALE)
             impacts += len(their_impacts.keys() | our_impacts.keys())
             impact_mismatches += sum(
                 their_impacts.get(t) != our_impacts.get(t) for t in their_impacts.keys() | our_impacts.keys()

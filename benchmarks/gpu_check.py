@@ -59,7 +59,8 @@ def one_ray_worker(name, docs, batch_size):
 
 
 def agreement(name, docs, batch_size):
-    from pyterrier_lsr import Splade, quantize
+    from pyterrier_lsr import Splade
+    from pyterrier_lsr.index import quantize
     texts = [d['text'] for d in docs[:1000]]
     fp32 = Splade.from_pretrained(name, device='cuda', precision='fp32', batch_size=batch_size).encode(texts)
     bf16 = Splade.from_pretrained(name, device='cuda', precision='bf16', batch_size=batch_size).encode(texts)

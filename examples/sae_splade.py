@@ -95,7 +95,8 @@ def measure(splade, corpus, topics, qrels, path: Path, repeats: int = 3) -> dict
     import pyterrier as pt
     from pyterrier.measures import AP, R, nDCG
 
-    from pyterrier_lsr import LsrIndex, SpladeIndexer, quantize
+    from pyterrier_lsr import LsrIndex, SpladeIndexer
+    from pyterrier_lsr.index import quantize
     start = time.time()
     index = SpladeIndexer(path, splade, overwrite=True, verbose=False).index(corpus)
     index_seconds = time.time() - start

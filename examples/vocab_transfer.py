@@ -96,7 +96,8 @@ def adapt(model, tokenizer, texts, output: Path, args, steps: int, lr: float) ->
 
 def domain_arm(arm: str, args, corpus, topics, qrels, examples):
     """SPLADE-tiny, original or Vaswani-extended vocabulary: transfer -> MLM adaptation -> SPLADE training."""
-    from pyterrier_lsr import Splade, extend_vocabulary, transfer_vocabulary
+    from pyterrier_lsr import Splade
+    from pyterrier_lsr.models.vocab_transfer import extend_vocabulary, transfer_vocabulary
 
     splade = Splade.from_pretrained(resolve_model(args.model))
     texts = [d['text'] for d in corpus]
@@ -185,7 +186,8 @@ def bpe_arm(arm: str, args, corpus, topics, qrels, examples):
     """Tiny cased-BPE backbone pre-trained as an MLM (cached under --output), then original vs transferred."""
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
-    from pyterrier_lsr import SpladeModel, train_byte_level_bpe, train_wordpiece, transfer_vocabulary
+    from pyterrier_lsr.models import SpladeModel
+    from pyterrier_lsr.models.vocab_transfer import train_byte_level_bpe, train_wordpiece, transfer_vocabulary
 
     kind, variant = arm.split('-')
     texts = [d['text'] for d in corpus]

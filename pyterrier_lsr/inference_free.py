@@ -5,59 +5,50 @@ publish — or a sentence-transformers sparse model whose query route is a ``Spa
 a masked-LM transformer folder), read without importing sentence-transformers.
 """
 import json
-from typing import Optional
+from pathlib import Path
+from typing import Dict, List, Optional, Sequence
 
-from .encoders import Splade
-from .loading import load_model, local_folder
+from .encoders import TorchSparseModel, check_tokenizer
 from .models.splade import SpladeModel
 from .query import WEIGHTS_FILE, StaticQueryEncoder, static_module_folder
 
-__all__ = ['InferenceFreeSplade', 'load_model']  # load_model: its old home, kept for one release
+__all__ = ['InferenceFreeSplade']
 
 
-class InferenceFreeSplade(Splade):
-    """:class:`Splade` whose :meth:`query_encoder` is a :class:`StaticQueryEncoder` (no transformer at query time)."""
+class InferenceFreeSplade(TorchSparseModel):
+    """SPLADE documents (``model``) and a :class:`StaticQueryEncoder` query side (``query_side``): no transformer runs
+    at query time.  Other arguments: see :class:`~pyterrier_lsr.encoders.TorchSparseModel`."""
     kind = 'inference-free'
+    display = 'inference-free SPLADE'
 
     def __init__(self, model: SpladeModel, tokenizer, query_side: StaticQueryEncoder, **kwargs):
         super().__init__(model, tokenizer, **kwargs)
         self.query_side = query_side
 
-    def query_encoder(self, batch_size: Optional[int] = None, verbose: bool = False) -> StaticQueryEncoder:
-        return self.query_side
+    def encode_queries(self, texts: Sequence, batch_size: Optional[int] = None,
+                       verbose: bool = False) -> List[Dict[str, float]]:
+        return self.query_side.encode(texts)
 
-    def save_pretrained(self, path: str):
+    def write_folder(self, folder: Path):
         """HF model folder + tokenizer + ``idf.json``."""
-        super().save_pretrained(path)
-        self.query_side.save_pretrained(path)
+        self._check_model()
+        self.model.save_pretrained(str(folder))
+        self.query_side.save_pretrained(str(folder))
 
     @classmethod
-    def from_pretrained(cls, name_or_path: str, **kwargs) -> 'InferenceFreeSplade':
-        """Loads an OpenSearch-style folder/hub name (HF model + ``idf.json``) or a sentence-transformers doc-only
-        layout. ``kwargs`` go to :class:`Splade`."""
+    def load_folder(cls, folder: Path, **kwargs) -> 'InferenceFreeSplade':
+        """An OpenSearch-style folder (HF model + ``idf.json``) or a sentence-transformers doc-only layout; ``kwargs``
+        go to :class:`~pyterrier_lsr.encoders.TorchSparseModel`."""
         from transformers import AutoTokenizer
-        folder = local_folder(name_or_path)
         doc_folder = folder
         if not (folder / WEIGHTS_FILE).exists():
             found = [p.parent for p in sorted(folder.rglob('config.json'))
                      if p.parent != folder and 'model_type' in json.loads(p.read_text())]
             if not found or static_module_folder(folder) is None:
-                raise FileNotFoundError(f'{name_or_path} has neither {WEIGHTS_FILE} nor a sentence-transformers '
+                raise FileNotFoundError(f'{folder} has neither {WEIGHTS_FILE} nor a sentence-transformers '
                                         'SparseStaticEmbedding query module')
             doc_folder = found[0]
         tokenizer = AutoTokenizer.from_pretrained(str(doc_folder))
         model = SpladeModel.from_pretrained(str(doc_folder), special_token_ids=tokenizer.all_special_ids)
-        query_side = StaticQueryEncoder.from_pretrained(str(folder))
-        return cls(model, tokenizer, query_side, name=str(name_or_path), **kwargs)
-
-
-def __getattr__(name):
-    # train_inference_free moved to pyterrier_lsr.train (training sits above the wrappers); its old home still works
-    # for one release.
-    if name == 'train_inference_free':
-        import warnings
-        warnings.warn('pyterrier_lsr.inference_free.train_inference_free moved to pyterrier_lsr.train',
-                      DeprecationWarning, stacklevel=2)
-        from .train.inference_free import train_inference_free
-        return train_inference_free
-    raise AttributeError(f'module {__name__!r} has no attribute {name!r}')
+        check_tokenizer(tokenizer, model.vocab_size, folder)
+        return cls(model, tokenizer, StaticQueryEncoder.from_pretrained(str(folder)), **kwargs)

@@ -21,16 +21,15 @@ the documents contributes (almost) nothing.  Query weights: PISA repeats a query
 """
 import hashlib
 import json
-import warnings
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Sequence
 
 import numpy as np
-import pyterrier as pt
 import torch
 from tqdm.auto import tqdm
 
-from .encoders import Splade
+from .checks import check_choice, check_float, check_str
+from .encoders import TorchSparseModel
 from .encoding import autocast, length_sorted_batches, to_dicts
 from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
 from .models.features import MODES, DenseFeatures, LatentTermsModel, load_dense
@@ -44,28 +43,33 @@ KIND = 'latent-terms'
 __all__ = ['LatentTerms', 'cache_key', 'cached_embeddings', 'MODES']
 
 
-class LatentTerms(Splade):
-    """A dense bi-encoder + a trained SAE, through the shared :class:`~pyterrier_lsr.Splade` wrapper (encoders,
-    scorer) with BM25 scoring recorded in its indexes.
+class LatentTerms(TorchSparseModel):
+    """A dense bi-encoder + a trained SAE, through the shared torch-model wrapper (encoders, scorer), with BM25
+    scoring recorded in its indexes.
 
     Args:
         dense: name or folder of the dense model (HF ``AutoModel``), e.g. ``'all-MiniLM-L6-v2'`` (offline).
         sae: a trained :class:`~pyterrier_lsr.models.sae.SparseAutoencoder` over this model's vectors in this mode
-            (``None``: embedding only, see :func:`~pyterrier_lsr.build_latent_terms`).
+            (``None``: embedding only, see :func:`~pyterrier_lsr.train.build_latent_terms`).
         mode: ``'single'`` (mean-pooled text embedding) or ``'multi'`` (token embeddings, latents summed).
         sqrt_tf: square-root the summed activations (the replication's term frequencies).
         k1, b: BM25 parameters its indexes score with (``k1`` on the float TF scale).
-        device, max_length, batch_size, precision, name: as for :class:`~pyterrier_lsr.Splade`.
+        device, max_length, batch_size, precision, name: as for :class:`~pyterrier_lsr.encoders.TorchSparseModel`.
+        include_dense: whether a saved folder holds a copy of the dense model under ``dense/`` (self-contained);
+            by default it does unless the dense model is an offline short name (which resolves to an installed
+            package anywhere), so a folder never depends on a relative path or the network.
     """
     kind = KIND
+    display = 'Latent Terms'
+    terms_namespace = 'latent'
 
     def __init__(self, dense: str = 'all-MiniLM-L6-v2', sae: Optional[SparseAutoencoder] = None, mode: str = 'single',
                  sqrt_tf: bool = False, k1: float = 1.5, b: float = 0.75, device=None, max_length: int = 256,
-                 batch_size: int = 32, precision: Optional[str] = None, name: Optional[str] = None):
-        if mode not in MODES:
-            raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
-        if not (k1 >= 0 and 0 <= b <= 1):
-            raise ValueError(f'BM25 needs k1 >= 0 and 0 <= b <= 1, got k1={k1}, b={b}')
+                 batch_size: int = 32, precision: Optional[str] = None, name: Optional[str] = None,
+                 include_dense: Optional[bool] = None):
+        check_choice('mode', mode, MODES)
+        k1, b = check_float('k1', k1, 0), check_float('b', b, 0, 1)
+        self.include_dense = include_dense
         self.dense_name = str(dense)
         model, tokenizer = load_dense(self.dense_name)
         super().__init__(None, tokenizer, device, max_length, batch_size, precision, name or self.dense_name)
@@ -88,40 +92,39 @@ class LatentTerms(Splade):
     def scoring(self) -> dict:
         return {'kind': 'bm25', 'k1': self.k1, 'b': self.b}
 
-    @property
-    def settings(self) -> dict:
-        return {'kind': KIND, 'dense': self.dense_name, 'mode': self.mode, 'sqrt_tf': self.sqrt_tf,
-                'max_length': self.max_length, 'k1': self.k1, 'b': self.b}
+    def _includes_dense(self) -> bool:
+        return self.include_dense if self.include_dense is not None else self.dense_name not in OFFLINE_MODELS
 
-    def save_pretrained(self, path, include_dense: Optional[bool] = None):
-        """Writes ``config.json`` (``lsr``: kind, dense model, mode, sqrt_tf, max_length, k1, b) and the SAE under
-        ``sae/``.  With ``include_dense`` a copy of the dense model goes under ``dense/`` and the folder is
-        self-contained; by default it is included unless the dense model is an offline short name (which resolves
-        to an installed package anywhere), so a folder never depends on a relative path or the network."""
-        if self.sae is None:
-            raise ValueError('this LatentTerms has no SAE yet (train one with build_latent_terms or set_sae)')
-        path = Path(path)
-        path.mkdir(parents=True, exist_ok=True)
-        settings = self.settings
-        if include_dense if include_dense is not None else self.dense_name not in OFFLINE_MODELS:
-            self.features.dense.save_pretrained(path / DENSE_FOLDER)
-            self.tokenizer.save_pretrained(path / DENSE_FOLDER)
-            settings['dense'] = DENSE_FOLDER
-        self.sae.save_pretrained(path / SAE_FOLDER)
-        (path / CONFIG_FILE).write_text(json.dumps({CONFIG_KEY: settings}, indent=1))
+    def settings(self) -> dict:
+        """``lsr`` in ``config.json``: kind, dense model, mode, sqrt_tf, max_length, k1, b."""
+        return dict(super().settings(), dense=DENSE_FOLDER if self._includes_dense() else self.dense_name,
+                    mode=self.mode, sqrt_tf=self.sqrt_tf, max_length=self.max_length, k1=self.k1, b=self.b)
+
+    def write_folder(self, folder: Path):
+        """The SAE under ``sae/`` and, when included, the dense model under ``dense/``."""
+        self._check_model()
+        if self._includes_dense():
+            self.features.dense.save_pretrained(folder / DENSE_FOLDER)
+            self.tokenizer.save_pretrained(folder / DENSE_FOLDER)
+        self.sae.save_pretrained(folder / SAE_FOLDER)
 
     @classmethod
-    def from_pretrained(cls, path, **kwargs) -> 'LatentTerms':
+    def load_folder(cls, folder: Path, **kwargs) -> 'LatentTerms':
         """Loads a folder written by :meth:`save_pretrained`; ``kwargs`` (device, batch_size...) override settings."""
-        path = Path(path)
-        settings = model_settings(path)
+        settings = model_settings(folder)
         if settings.get('kind') != KIND:
-            raise ValueError(f'{path} is not a Latent Terms folder ({CONFIG_FILE} has no {CONFIG_KEY}.kind = {KIND!r})')
-        settings = {k: v for k, v in settings.items() if k != 'kind'}
+            raise ValueError(f'{folder} is not a Latent Terms folder ({CONFIG_FILE} has no {CONFIG_KEY}.kind = '
+                             f'{KIND!r})')
+        known = ('dense', 'mode', 'sqrt_tf', 'max_length', 'k1', 'b')
+        missing = [k for k in known if k not in settings]
+        if missing:
+            raise ValueError(f'{folder}/{CONFIG_FILE}: {CONFIG_KEY} lacks {missing}')
+        settings = {k: settings[k] for k in known}
+        check_str(f'{folder}/{CONFIG_FILE}: {CONFIG_KEY}.dense', settings['dense'])
         if settings['dense'] == DENSE_FOLDER:
-            settings['dense'] = str(path / DENSE_FOLDER)
+            settings['dense'] = str(folder / DENSE_FOLDER)
         settings.update(kwargs)
-        return cls(sae=SparseAutoencoder.from_pretrained(path / SAE_FOLDER), name=str(path), **settings)
+        return cls(sae=SparseAutoencoder.from_pretrained(folder / SAE_FOLDER), **settings)
 
     @torch.inference_mode()
     def embed(self, texts: Sequence, path=None, verbose: bool = False):
@@ -167,23 +170,6 @@ class LatentTerms(Splade):
     def _check_model(self):
         if self.model is None:
             raise ValueError('this LatentTerms has no SAE yet (train one with build_latent_terms or set_sae)')
-
-    def indexer(self, path, scale: float = 100., **kwargs):
-        """Deprecated: use ``SpladeIndexer(path, latent_terms)``."""
-        warnings.warn('LatentTerms.indexer is deprecated; use SpladeIndexer(path, latent_terms)', DeprecationWarning,
-                      stacklevel=2)
-        from .index import SpladeIndexer  # deprecated alias: see ALLOWED_UPWARD in tests/test_layers.py
-        self._check_model()
-        return SpladeIndexer(path, self, scale=scale, **kwargs)
-
-    def retriever(self, index, k1: Optional[float] = None, b: Optional[float] = None, num_results: int = 1000,
-                  **params) -> pt.Transformer:
-        """Deprecated: ``LsrIndex(path).retriever()`` retrieves with the BM25 settings the index recorded."""
-        warnings.warn('LatentTerms.retriever(index) is deprecated; use index.retriever() (LsrIndex(path).retriever())',
-                      DeprecationWarning, stacklevel=2)
-        from .index import LsrIndex  # deprecated alias: see ALLOWED_UPWARD in tests/test_layers.py
-        index = LsrIndex(index.path if isinstance(index, LsrIndex) else index, self)
-        return index.retriever(num_results, k1=k1, b=b, **params)
 
     def __repr__(self):
         return f'LatentTerms({self.dense_name!r}, mode={self.mode!r}, sqrt_tf={self.sqrt_tf})'

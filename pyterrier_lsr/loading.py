@@ -8,11 +8,11 @@ OpenSearch doc-only model (``idf.json``) or a sentence-transformers sparse model
 query module is ``inference-free``; any other masked-LM folder is ``splade``.
 """
 import importlib
-import json
 import os
 from pathlib import Path
 from typing import List, Union
 
+from . import storage
 from .offline import resolve_model
 
 CONFIG_FILE = 'config.json'
@@ -46,23 +46,19 @@ def model_settings(folder: Union[str, Path]) -> dict:
     config = Path(folder) / CONFIG_FILE
     if not config.is_file():
         return {}
-    try:
-        settings = json.loads(config.read_text()).get(CONFIG_KEY) or {}
-    except ValueError as ex:
-        raise ValueError(f'{config} is not valid JSON: {ex}') from None
+    settings = storage.read_json(config, 'the model configuration').get(CONFIG_KEY) or {}
     if not isinstance(settings, dict):
         raise ValueError(f'{config}: "{CONFIG_KEY}" must be an object, got {settings!r}')
     return settings
 
 
 def update_settings(folder: Union[str, Path], **settings):
-    """Sets ``settings`` in the ``lsr`` block of ``folder/config.json`` (the rest of the file kept), atomically."""
+    """Sets ``settings`` in the ``lsr`` block of ``folder/config.json`` (the rest of the file kept; created when the
+    folder has none), atomically: the one way any model folder's settings are written."""
     config_file = Path(folder) / CONFIG_FILE
-    config = json.loads(config_file.read_text())
+    config = storage.read_json(config_file, 'the model configuration') if config_file.is_file() else {}
     config[CONFIG_KEY] = dict(config.get(CONFIG_KEY) or {}, **settings)
-    tmp = config_file.with_name(f'.{CONFIG_FILE}.tmp')
-    tmp.write_text(json.dumps(config, indent=2))
-    os.replace(tmp, config_file)
+    storage.write_json(config_file, config, indent=2)
 
 
 def _files(folder: Path) -> List[str]:
@@ -88,6 +84,7 @@ def model_class(kind: str) -> type:
 
 
 def load_model(name_or_path: Union[str, Path], **kwargs):
-    """Any model of the project from its folder or hub name; ``kwargs`` (device, batch_size, precision...) go to
-    the model class."""
-    return model_class(model_kind(name_or_path)).from_pretrained(str(name_or_path), **kwargs)
+    """Any model of the project from its folder, offline short name or hub name (resolved once, here, for every
+    kind); ``kwargs`` (device, batch_size, precision...) go to the model class."""
+    folder = local_folder(name_or_path)
+    return model_class(model_kind(folder)).from_pretrained(folder, name=str(name_or_path), **kwargs)

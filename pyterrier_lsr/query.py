@@ -15,7 +15,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 import torch
 from torch import nn
 
-from .encoders import SparseTextEncoder
+from .base import SparseTextEncoder
 from .checks import check_weights
 from .encoding import as_text, is_blank
 from .loading import local_folder

@@ -1,14 +1,15 @@
-"""SAE-SPLADE through the shared :class:`~pyterrier_lsr.Splade` wrapper, and its interpretability helpers.
+"""SAE-SPLADE through the shared torch-model wrapper, and its interpretability helpers.
 
 The model itself (backbone + SAE encoder + α) is :class:`pyterrier_lsr.models.sae_splade.SaeSpladeModel`; stage 1
 (the token-state SAE) is :func:`pyterrier_lsr.train.train_token_sae`.
 """
+from pathlib import Path
 from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
-from .encoders import Splade
+from .encoders import TorchSparseModel
 from .encoding import is_blank, length_sorted_batches
 from .models.features import load_dense
 from .models.sae import SparseAutoencoder
@@ -17,18 +18,21 @@ from .models.sae_splade import DEFAULT_ALPHA, KIND, SaeSpladeModel, structural_t
 __all__ = ['SaeSplade', 'latent_top_words', 'explain']
 
 
-class SaeSplade(Splade):
-    """:class:`~pyterrier_lsr.Splade` over an :class:`SaeSpladeModel`: the same encoders, scorer, indexer and training
-    loop, with latent ids (``l<id>``) as terms, plus interpretability helpers."""
+class SaeSplade(TorchSparseModel):
+    """An :class:`SaeSpladeModel` (backbone + SAE encoder + α) and its tokenizer: SPLADE's encoders, scorer, indexer
+    and training loop, with latent ids (``l<id>``) as terms, plus interpretability helpers.  Arguments: see
+    :class:`~pyterrier_lsr.encoders.TorchSparseModel`."""
     kind = KIND
+    display = 'SAE-SPLADE'
+    terms_namespace = 'latent'
 
     @classmethod
-    def from_pretrained(cls, path: str, **kwargs) -> 'SaeSplade':
-        """Loads a folder written by :meth:`save_pretrained`; ``kwargs`` go to :class:`~pyterrier_lsr.Splade`."""
+    def load_folder(cls, folder: Path, **kwargs) -> 'SaeSplade':
+        """Loads a folder written by :meth:`save_pretrained`; ``kwargs``: runtime options."""
         from transformers import AutoTokenizer
-        tokenizer = AutoTokenizer.from_pretrained(str(path))
-        model = SaeSpladeModel.from_pretrained(path, structural_token_ids(tokenizer))
-        return cls(model, tokenizer, name=str(path), **kwargs)
+        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        model = SaeSpladeModel.from_pretrained(folder, structural_token_ids(tokenizer))
+        return cls(model, tokenizer, **kwargs)
 
     @classmethod
     def from_backbone(cls, backbone: str, sae: SparseAutoencoder, alpha: float = DEFAULT_ALPHA,
@@ -38,11 +42,11 @@ class SaeSplade(Splade):
         model, tokenizer = load_dense(backbone)
         return cls(SaeSpladeModel(model, sae, structural_token_ids(tokenizer), alpha), tokenizer, **kwargs)
 
-    def save_pretrained(self, path: str):
-        """Writes one folder (backbone, tokenizer, SAE, settings); an unnamed model is then named by ``path``
-        (a named one keeps its name, so that saving a copy, e.g. into an index, does not rename it)."""
-        super().save_pretrained(path)
-        self.name = self.name or str(path)
+    def write_folder(self, folder: Path):
+        """One folder: backbone, tokenizer, SAE, settings."""
+        self._check_model()
+        self.model.save_pretrained(folder)
+        self.tokenizer.save_pretrained(str(folder))
 
     def top_words(self, texts: Sequence, latents: Optional[Sequence[int]] = None, n: int = 10,
                   batch_size: Optional[int] = None) -> Dict[int, List[Tuple[str, float]]]:

@@ -24,7 +24,6 @@ A model folder is the encoder's folder (see :class:`~pyterrier_lsr.multivector.M
 :class:`~pyterrier_lsr.models.sae.SparseAutoencoder` folder), with ``kind: ssr`` and the poolings in ``config.json``
 under ``lsr``, so :func:`~pyterrier_lsr.load_model` (and an index's stored copy) reloads it.
 """
-import json
 from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
@@ -34,11 +33,12 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 import torch
 
-from .encoders import SparseTextEncoder
+from .base import SparseModel
+from .checks import check_choice
 from .encoding import to_dicts
 from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
 from .models.sae import SAEConfig, SparseAutoencoder, latent_term_names, train_sae
-from .multivector import MaxSimIndex, MultiVector, _write_atomic
+from .multivector import MaxSimIndex, MultiVector
 
 SAE_FOLDER = 'sae'
 POOLINGS = ('max', 'sum')
@@ -59,7 +59,7 @@ def pool_codes(indices: torch.Tensor, values: torch.Tensor, owner: torch.Tensor,
     return out.view(n_texts, n_latents)
 
 
-class SSR:
+class SSR(SparseModel):
     """A multi-vector encoder + a TopK SAE over its token embeddings; hands out PyTerrier encoders (see the module
     docs for the scoring rule).  Index with ``SpladeIndexer(path, ssr)``; ``LsrIndex(path).retriever()`` is the single
     stage and :meth:`reranked` adds exact MaxSim.
@@ -72,7 +72,8 @@ class SSR:
     """
 
     kind = 'ssr'
-    scoring = {'kind': 'dot'}
+    display = 'SSR'
+    terms_namespace = 'latent'
 
     def __init__(self, encoder: MultiVector, sae: SparseAutoencoder, doc_pooling: str = 'max',
                  query_pooling: str = 'sum', name: Optional[str] = None):
@@ -80,9 +81,8 @@ class SSR:
             raise ValueError(f'the SAE reads {sae.config.d_in}-d vectors, the encoder gives {encoder.dim}-d')
         if sae.config.batch_topk:
             raise ValueError('SSR needs a per-token TopK SAE (batch_topk=False)')
-        for pooling in (doc_pooling, query_pooling):
-            if pooling not in POOLINGS:
-                raise ValueError(f'pooling must be one of {POOLINGS}, got {pooling!r}')
+        check_choice('doc_pooling', doc_pooling, POOLINGS)
+        check_choice('query_pooling', query_pooling, POOLINGS)
         self.encoder = encoder
         self.sae = sae.to(encoder.device).eval()
         self.doc_pooling = doc_pooling
@@ -108,18 +108,17 @@ class SSR:
                                 self.terms))
         return out
 
-    def encode(self, texts: Sequence, query: bool = False, verbose: bool = False) -> List[Dict[str, float]]:
-        """Texts (documents by default) to ``{'l<id>': weight}``; blank texts give ``{}``."""
+    def _encode(self, texts: Sequence, query: bool, verbose: bool) -> List[Dict[str, float]]:
         vectors, offsets = self.encoder.embed(texts, query=query, verbose=verbose)
         return self.encode_vectors(vectors, offsets, query=query)
 
-    def doc_encoder(self, text_field: str = 'text', verbose: bool = False) -> SparseTextEncoder:
-        """Transformer adding ``toks`` from ``text_field``."""
-        return _SSREncoder(self, text_field, 'toks', False, verbose)
+    def encode_docs(self, texts: Sequence, batch_size: Optional[int] = None,
+                    verbose: bool = False) -> List[Dict[str, float]]:
+        return self._encode(texts, False, verbose)
 
-    def query_encoder(self, verbose: bool = False) -> SparseTextEncoder:
-        """Transformer adding ``query_toks`` from ``query``."""
-        return _SSREncoder(self, 'query', 'query_toks', True, verbose)
+    def encode_queries(self, texts: Sequence, batch_size: Optional[int] = None,
+                       verbose: bool = False) -> List[Dict[str, float]]:
+        return self._encode(texts, True, verbose)
 
     def reranked(self, index, store: MaxSimIndex, depth: int = 100, **params) -> pt.Transformer:
         """Two stages: the top ``depth`` of the single stage (``index``: an :class:`~pyterrier_lsr.LsrIndex` of this
@@ -127,26 +126,23 @@ class SSR:
         through the transformer once; its token embeddings serve both stages."""
         return _TwoStage(self, index.toks_retriever(num_results=depth, **params), store)
 
-    def save_pretrained(self, path):
-        """The encoder's folder + ``sae/``; our settings (kind, poolings) go into its ``config.json`` under ``lsr``."""
-        path = Path(path)
-        self.encoder.save_pretrained(path)
-        self.sae.save_pretrained(path / SAE_FOLDER)
-        config = json.loads((path / CONFIG_FILE).read_text())
-        config[CONFIG_KEY] = {'kind': self.kind, 'doc_pooling': self.doc_pooling, 'query_pooling': self.query_pooling}
-        _write_atomic(path / CONFIG_FILE, lambda tmp: tmp.write_text(json.dumps(config, indent=2)))
-        self.name = self.name or str(path)
+    def settings(self) -> dict:
+        return dict(super().settings(), doc_pooling=self.doc_pooling, query_pooling=self.query_pooling)
+
+    def write_folder(self, folder: Path):
+        """The encoder's folder + ``sae/``; the settings (kind, poolings) go into its ``config.json`` under ``lsr``."""
+        self.encoder.save_pretrained(folder)
+        self.sae.save_pretrained(folder / SAE_FOLDER)
 
     @classmethod
-    def from_pretrained(cls, path, **kwargs) -> 'SSR':
+    def load_folder(cls, folder: Path, **kwargs) -> 'SSR':
         """Loads a folder written by :meth:`save_pretrained`; ``kwargs`` go to :meth:`MultiVector.from_pretrained`."""
-        path = Path(path)
-        settings = model_settings(path)
+        settings = model_settings(folder)
         if settings.get('kind') != 'ssr':
-            raise ValueError(f'{path} is not an SSR folder ({CONFIG_FILE} has no {CONFIG_KEY}.kind = "ssr")')
-        encoder = MultiVector.from_pretrained(path, **kwargs)
-        sae = SparseAutoencoder.from_pretrained(path / SAE_FOLDER, device=encoder.device)
-        return cls(encoder, sae, settings['doc_pooling'], settings['query_pooling'], name=str(path))
+            raise ValueError(f'{folder} is not an SSR folder ({CONFIG_FILE} has no {CONFIG_KEY}.kind = "ssr")')
+        encoder = MultiVector.from_pretrained(folder, **kwargs)
+        sae = SparseAutoencoder.from_pretrained(folder / SAE_FOLDER, device=encoder.device)
+        return cls(encoder, sae, settings.get('doc_pooling', 'max'), settings.get('query_pooling', 'sum'))
 
     def __repr__(self):
         return (f'SSR({self.name or "<model>"!r}, latents={self.sae.n_latents}, k={self.sae.config.k}, '
@@ -169,21 +165,6 @@ class _TwoStage(pt.Transformer):
         vectors = torch.from_numpy(vectors)
         queries = {qid: vectors[offsets[i]:offsets[i + 1]] for i, qid in enumerate(inp['qid'])}
         return self.store.rescore(candidates.drop(columns=['query_toks'], errors='ignore'), candidates['qid'], queries)
-
-
-class _SSREncoder(SparseTextEncoder):
-    def __init__(self, ssr: SSR, text_field: str, out_field: str, query: bool, verbose: bool):
-        self.ssr = ssr
-        self.text_field = text_field
-        self.out_field = out_field
-        self.query = query
-        self.verbose = verbose
-
-    def encode(self, texts: Sequence) -> List[Dict[str, float]]:
-        return self.ssr.encode(texts, query=self.query, verbose=self.verbose)
-
-    def __repr__(self):
-        return f'SSREncoder({self.ssr!r}, {self.text_field!r} -> {self.out_field!r})'
 
 
 def train_ssr_sae(vectors: np.ndarray, sae: Optional[dict] = None, max_train_vectors: Optional[int] = 200_000,

@@ -14,8 +14,9 @@ Guarantees checked:
   finite float;
 * 4 threads calling the same transformer give exactly the sequential results.
 
-A new transformer (index retrievers included) gets a line in ``test_conformance.py``; add a kind to ``KINDS`` if its
-input is new.
+Retrievers (one query in, a ranking out) have their own guarantees: :func:`check_retriever`.  A new transformer gets a
+line in ``test_conformance.py`` (every model kind, every engine's retrievers); add a kind to ``KINDS`` if its input is
+new.
 """
 import math
 from concurrent.futures import ThreadPoolExecutor
@@ -138,6 +139,70 @@ def check_transformer(transformer: pt.Transformer, inputs_kind: str, threads: in
     expected = [transformer(row) for row in rows]
     with ThreadPoolExecutor(threads) as pool:
         results = list(pool.map(lambda _: [transformer(row) for row in rows], range(threads)))
+    for result in results:
+        for got, want in zip(result, expected):
+            pd.testing.assert_frame_equal(got, want, obj=f'{name} from {threads} threads')
+
+
+def check_retriever(retriever: pt.Transformer, inputs_kind: str, num_results: int, samples=None, threads: int = 4):
+    """The guarantees of a retriever (one query in, up to ``num_results`` ranked documents out), fed frames of
+    ``inputs_kind`` (``'query'`` for text, ``'query_toks'`` for vectors; ``samples``: 4 input values, default the
+    module's texts or vectors):
+
+    * ``qid, docno, score, rank`` plus the input's other columns (not ``query_toks``), in that order, on every frame,
+      the empty one included, as ``pt.inspect`` reports; at most ``num_results`` rows per query, ranks 0, 1, ... in
+      descending score order, finite scores, ``str`` docnos, no docno twice for a query;
+    * a query that matches nothing (an empty vector, a blank text) gives no rows, and other queries are unaffected;
+    * a missing input column is a validation error; a non-dict vector a ``TypeError``, a NaN weight a ``ValueError``;
+    * two rows with the same qid are answered independently (no cross-join), and 4 threads give the sequential
+      results exactly.
+    """
+    columns, fields, values = KINDS[inputs_kind]
+    name = repr(retriever)
+    frame = _frame(inputs_kind, samples if samples is not None else _samples(inputs_kind)[:4])
+    out = retriever(frame)
+    extra = [c for c in frame.columns if c not in ('qid', 'query_toks')]
+    assert list(out.columns)[:1] == ['qid'] and {'docno', 'score', 'rank'} <= set(out.columns), \
+        f'{name}: columns {list(out.columns)}'
+    assert set(extra) <= set(out.columns) and 'query_toks' not in out.columns, f'{name}: columns {list(out.columns)}'
+    assert len(out), f'{name} retrieved nothing for {frame}'
+    for qid, group in out.groupby('qid', sort=False):
+        assert len(group) <= num_results, f'{name}: {len(group)} rows for {qid}, num_results={num_results}'
+        assert list(group['rank']) == list(range(len(group))), f'{name}: ranks {list(group["rank"])}'
+        scores = list(group['score'])
+        assert scores == sorted(scores, reverse=True) and all(math.isfinite(s) for s in scores), f'{name}: {scores}'
+        assert group['docno'].map(type).eq(str).all() and group['docno'].is_unique, f'{name}: docnos of {qid}'
+    assert pt.inspect.transformer_outputs(retriever, columns) == list(out.columns), f'{name}: pt.inspect outputs'
+    empty = retriever(frame.iloc[:0])
+    assert len(empty) == 0 and list(empty.columns) == list(out.columns), f'{name}: empty frame columns'
+    for field in fields:
+        with pytest.raises(pt.validate.InputValidationError):
+            retriever(frame.drop(columns=[field]))
+
+    # nothing to match: no rows for that query, the same rows for the others
+    nothing = frame.copy()
+    nothing[fields[0]] = pd.Series([frame[fields[0]][0], {} if values == 'vector' else ' ', *frame[fields[0]][2:]],
+                                   dtype=object)
+    got = retriever(nothing)
+    assert 'q1' not in set(got['qid']), f'{name}: rows for a query that matches nothing'
+    pd.testing.assert_frame_equal(got.reset_index(drop=True),
+                                  out[out['qid'] != 'q1'].reset_index(drop=True), obj=f'{name} other queries')
+    if values == 'vector':
+        for wrong in ['nuclear physics', 5]:
+            with pytest.raises(TypeError):
+                retriever(frame.assign(query_toks=[wrong] * len(frame)))
+        with pytest.raises(ValueError, match='nuclear'):
+            retriever(frame.assign(query_toks=[{'nuclear': float('nan')}] * len(frame)))
+
+    # the same qid twice: each row answered on its own
+    twice = pd.concat([frame.iloc[[0]], frame.iloc[[1]].assign(qid='q0')], ignore_index=True)
+    alone = len(retriever(frame.iloc[[0]])) + len(retriever(frame.iloc[[1]]))
+    assert len(retriever(twice)) == alone, f'{name}: two rows with one qid were not answered independently'
+
+    rows = [frame.iloc[[i]].reset_index(drop=True) for i in range(len(frame))]
+    expected = [retriever(row) for row in rows]
+    with ThreadPoolExecutor(threads) as pool:
+        results = list(pool.map(lambda _: [retriever(row) for row in rows], range(threads)))
     for result in results:
         for got, want in zip(result, expected):
             pd.testing.assert_frame_equal(got, want, obj=f'{name} from {threads} threads')

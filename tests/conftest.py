@@ -52,7 +52,7 @@ def make_tiny(dropout: float = 0.1):
     import torch
     from transformers import BertConfig, BertForMaskedLM, BertTokenizerFast
 
-    from pyterrier_lsr import SpladeModel
+    from pyterrier_lsr.models import SpladeModel
     letters = 'abcdefghijklmnopqrstuvwxyz'
     vocab = ['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'] + TINY_WORDS + list(letters) + ['##' + c for c in letters]
     tokenizer = BertTokenizerFast(vocab={t: i for i, t in enumerate(vocab)}, do_lower_case=True)

@@ -4,13 +4,15 @@ import copy
 import pandas as pd
 import pyterrier as pt
 import pytest
-from conformance import TEXTS, check_transformer
+from conformance import TEXTS, check_retriever, check_transformer
 
-from pyterrier_lsr import (AsymmetricSplade, IDFQueryEncoder, InferenceFreeSplade, Prune, SaeSplade, SaeSpladeModel,
-                           Splade, StaticQueryEncoder)
-from pyterrier_lsr.latent_terms import LatentTerms
+from pyterrier_lsr import (AsymmetricSplade, IDFQueryEncoder, InferenceFreeSplade, Prune, SaeSplade, Splade,
+                           StaticQueryEncoder)
+from pyterrier_lsr import SSR, LatentTerms, LsrIndex, MultiVector, SparseModel, SpladeIndexer
+from pyterrier_lsr.index.engines import ENGINES, get_engine
+from pyterrier_lsr.loading import MODEL_KINDS, model_class
 from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
-from pyterrier_lsr.models.sae_splade import structural_token_ids
+from pyterrier_lsr.models.sae_splade import SaeSpladeModel, structural_token_ids
 
 
 def idf(splade):
@@ -25,6 +27,11 @@ def sae_splade(tiny):
     mlm, tokenizer = tiny[0].mlm, tiny[1]
     sae = SparseAutoencoder(SAEConfig(d_in=32, n_latents=64, k=4, seed=1))
     return SaeSplade(SaeSpladeModel(mlm.bert, sae, structural_token_ids(tokenizer)), tokenizer, batch_size=2)
+
+
+def ssr():
+    encoder = MultiVector.from_backbone('all-MiniLM-L6-v2', dim=16, device='cpu', batch_size=2)
+    return SSR(encoder, SparseAutoencoder(SAEConfig(d_in=16, n_latents=32, k=4, seed=1)))
 
 
 def latent_terms():
@@ -54,6 +61,11 @@ CASES = {  # name -> (fixtures, factory, inputs kind)
     'SaeSplade.query_encoder': ('tiny', lambda t: sae_splade(t).query_encoder(), 'query'),
     'LatentTerms.doc_encoder': (None, lambda: latent_terms().doc_encoder(), 'doc'),
     'LatentTerms.query_encoder': (None, lambda: latent_terms().query_encoder(), 'query'),
+    'SSR.doc_encoder': (None, lambda: ssr().doc_encoder(), 'doc'),
+    'SSR.query_encoder': (None, lambda: ssr().query_encoder(), 'query'),
+    'SSR.scorer': (None, lambda: ssr().scorer(), 'result'),
+    'MaxSimScorer': (None, lambda: MultiVector.from_backbone('all-MiniLM-L6-v2', dim=16, device='cpu').scorer(),
+                     'result'),
 }
 
 
@@ -72,3 +84,36 @@ def test_splade_is_a_transformer_that_encodes_or_scores_by_columns(splade):
     assert 'toks' in splade(frame.drop(columns=['query'])).columns
     with pytest.raises(pt.validate.InputValidationError):
         splade(frame.drop(columns=['query', 'text']))
+
+
+def test_every_registered_kind_implements_the_one_contract():
+    for kind in MODEL_KINDS:
+        cls = model_class(kind)
+        assert issubclass(cls, SparseModel) and cls.kind == kind, kind
+        assert not cls.__abstractmethods__, f'{kind} leaves {sorted(cls.__abstractmethods__)} unimplemented'
+
+
+CORPUS = [{'docno': f'd{i}', 'text': text} for i, text in enumerate(TEXTS * 3)]
+
+
+@pytest.fixture(scope='module')
+def indexes(splade, tmp_path_factory):
+    """One SPLADE index with every engine, and a Latent Terms (BM25-scored) index."""
+    folder = tmp_path_factory.mktemp('conformance')
+    dot = SpladeIndexer(folder / 'dot.lsr', splade, engines=sorted(ENGINES), verbose=False).index(CORPUS)
+    bm25 = SpladeIndexer(folder / 'bm25.lsr', latent_terms(), verbose=False).index(CORPUS)
+    return {'dot': dot, 'bm25': bm25}
+
+
+RETRIEVERS = [(scoring, engine, side) for scoring in ('dot', 'bm25') for engine in sorted(ENGINES)
+              for side in ('query', 'query_toks') if scoring in get_engine(engine).scorings]
+
+
+@pytest.mark.parametrize('scoring, engine, side', RETRIEVERS)
+def test_retriever_conformance(scoring, engine, side, indexes):
+    index = LsrIndex(indexes[scoring].path)  # reopened: the model comes from the index's own copy
+    if side == 'query':
+        check_retriever(index.retriever(num_results=3, engine=engine), 'query', 3)
+    else:  # the conformance vectors' words are no latent ids: real query vectors of this model keep it meaningful
+        toks = list(index.model().query_encoder()(pd.DataFrame({'qid': 'q', 'query': TEXTS[:4]}))['query_toks'])
+        check_retriever(index.toks_retriever(num_results=3, engine=engine), 'query_toks', 3, samples=toks)

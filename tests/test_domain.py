@@ -260,7 +260,7 @@ def test_heldout_scores_and_keyword_queries(tiny, corpus):
     alone = domain_module.heldout_scores(splade.model, splade.tokenizer, heldout[1:], docs, _config(), ['d9'])
     assert alone['heldout_mrr'] == 0 and alone['heldout_first_mrr'] > 0
     # a doc-only query side (a trainable static table) scores the same way
-    from pyterrier_lsr import StaticQueryWeights
+    from pyterrier_lsr.query import StaticQueryWeights
     table = domain_module.heldout_scores(splade.model, splade.tokenizer, heldout, docs, _config(), ['d6'],
                                          StaticQueryWeights(splade.tokenizer))
     assert set(table) == set(s) and 0 < table['heldout_ndcg'] <= 1
@@ -318,7 +318,8 @@ def test_cli_domain_adapt_on_a_folder(corpus, tmp_path, capsys):
 def test_vt_splade_warmup_trains_only_the_added_words_first(tiny, corpus, tmp_path, monkeypatch):
     import shutil
 
-    from pyterrier_lsr import Splade, extend_vocabulary, load_model, transfer_vocabulary
+    from pyterrier_lsr import Splade, load_model
+    from pyterrier_lsr.models.vocab_transfer import extend_vocabulary, transfer_vocabulary
     from pyterrier_lsr.train.systems import vt_splade
     model, tokenizer = tiny
     corpus = [{**d, 'text': d['text'] + ' Plasma spectra of a magnetron.'} for d in corpus]  # 3 words to add
@@ -363,7 +364,8 @@ def test_vt_splade_warmup_trains_only_the_added_words_first(tiny, corpus, tmp_pa
 def test_query_side_adapts_an_sae_splade_and_keeps_its_kind(tiny, corpus, tmp_path, monkeypatch):
     """An SAE-SPLADE model's queries adapt against its indexed documents: the result holds two SAE-SPLADE models,
     saves and reloads as such, and an index of the starting model serves its adapted queries."""
-    from pyterrier_lsr import AsymmetricSplade, SaeSplade, SaeSpladeModel, SpladeIndexer, load_model
+    from pyterrier_lsr import AsymmetricSplade, SaeSplade, SpladeIndexer, load_model
+    from pyterrier_lsr.models.sae_splade import SaeSpladeModel
     from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
     from pyterrier_lsr.models.sae_splade import structural_token_ids
     mlm, tokenizer = tiny[0].mlm, tiny[1]

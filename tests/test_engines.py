@@ -5,7 +5,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pyterrier_lsr import LsrIndex, SpladeIndexer, quantize
+from pyterrier_lsr import LsrIndex, SpladeIndexer
+from pyterrier_lsr.index import quantize
 from pyterrier_lsr.index import VectorStore, VectorWriter, get_engine
 from pyterrier_lsr.index.engines.glue import require
 

@@ -10,7 +10,10 @@ import pandas as pd
 import pytest
 import torch
 
-from pyterrier_lsr import Prune, Splade, SpladeModel, StaticQueryEncoder, encode_texts, prune
+from pyterrier_lsr import Prune, Splade, StaticQueryEncoder
+from pyterrier_lsr.encoding import encode_texts
+from pyterrier_lsr.models import SpladeModel
+from pyterrier_lsr.pruning import prune
 from pyterrier_lsr.checks import MAX_WEIGHT
 from pyterrier_lsr.models.splade import ModelLoadError
 from pyterrier_lsr.offline import resolve_model

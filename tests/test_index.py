@@ -4,7 +4,8 @@ from pathlib import Path
 import pandas as pd
 import pytest
 
-from pyterrier_lsr import LsrIndex, SpladeIndexer, quantize
+from pyterrier_lsr import LsrIndex, SpladeIndexer
+from pyterrier_lsr.index import quantize
 
 QUERIES = pd.DataFrame(
     {

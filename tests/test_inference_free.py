@@ -2,16 +2,9 @@ import pandas as pd
 import pytest
 import torch
 
-from pyterrier_lsr import (
-    IDFQueryEncoder,
-    InferenceFreeSplade,
-    LsrIndex,
-    Splade,
-    SpladeIndexer,
-    StaticQueryEncoder,
-    StaticQueryWeights,
-    load_model,
-)
+from pyterrier_lsr import (IDFQueryEncoder, InferenceFreeSplade, LsrIndex, Splade, SpladeIndexer, StaticQueryEncoder,
+                           load_model)
+from pyterrier_lsr.query import StaticQueryWeights
 from pyterrier_lsr.train import train_inference_free
 from pyterrier_lsr.train import TrainConfig, batch_loss, flops
 
@@ -35,8 +28,8 @@ def test_static_query_weights_are_learned(tiny, tmp_path):
     trained = train_inference_free(splade, data, tmp_path, config, weights, verbose=False)
     assert total_loss() < 0.8 * start
     assert not torch.equal(weights.weight.detach(), before)
-    assert isinstance(trained.query_encoder(), StaticQueryEncoder)
-    vec = trained.query_encoder().encode(['nuclear reactor'])[0]
+    assert isinstance(trained.query_side, StaticQueryEncoder)
+    vec = trained.query_encoder()(pd.DataFrame({'qid': ['1'], 'query': ['nuclear reactor']}))['query_toks'][0]
     assert set(vec) == {'nuclear', 'reactor'} and vec['nuclear'] == pytest.approx(
         torch.relu(weights.weight)[tokenizer.convert_tokens_to_ids('nuclear')].item()
     )

@@ -13,14 +13,12 @@ PACKAGE = Path(__file__).resolve().parent.parent / 'pyterrier_lsr'
 # Lowest first. A module may import its own layer and lower ones only.
 LAYERS = [
     ('base', ['offline', 'checks', 'storage', 'encoding', 'quiet', 'collections', 'models']),
-    ('wrappers', ['encoders', 'loading', 'query', 'inference_free', 'asymmetric', 'latent_terms', 'sae_splade',
+    ('wrappers', ['base', 'encoders', 'loading', 'query', 'inference_free', 'asymmetric', 'latent_terms', 'sae_splade',
                   'pruning', 'multivector', 'ssr']),
     ('index', ['index']),
     ('train', ['train']),
     ('applications', ['report', 'cli', 'distributed', '__init__']),
 ]
-# Deprecated aliases kept for one release; each imports upward lazily, inside the deprecated function.
-ALLOWED_UPWARD = {('latent_terms', 'index'), ('inference_free', 'train')}
 PURE_TORCH_FORBIDDEN = ('pyterrier', 'pyterrier_alpha', 'pyterrier_pisa', 'pandas', 'ir_datasets')
 
 
@@ -77,9 +75,8 @@ def test_no_upward_import(path):
             continue
         if source == '__init__':
             continue
-        upward = layer_of(target) > layer_of(source)
-        allowed = (source.split('.')[0], target.split('.')[0]) in ALLOWED_UPWARD
-        assert not upward or allowed, f'pyterrier_lsr.{source} imports pyterrier_lsr.{target} from a higher layer'
+        assert layer_of(target) <= layer_of(source), \
+            f'pyterrier_lsr.{source} imports pyterrier_lsr.{target} from a higher layer'
 
 
 @pytest.mark.parametrize('path', [p for p in MODULES if p.relative_to(PACKAGE).parts[0] == 'models'],
@@ -101,8 +98,7 @@ def test_no_import_cycle():
             target = target.rpartition('.')[0]
         return target or None
 
-    edges = {s: {r for t in targets if (r := resolve(t)) and r != s
-                 and (s.split('.')[0], r.split('.')[0]) not in ALLOWED_UPWARD} for s, targets in graph.items()}
+    edges = {s: {r for t in targets if (r := resolve(t)) and r != s} for s, targets in graph.items()}
     # A package imports its own submodules to re-export them: not a circle back to the package.
     edges = {s: {t for t in ts if not (s == '__init__' or t.startswith(s + '.'))} for s, ts in edges.items()}
     state, stack = {}, []

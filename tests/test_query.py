@@ -5,7 +5,8 @@ import pandas as pd
 import pyterrier as pt
 import pytest
 
-from pyterrier_lsr import IDFQueryEncoder, SpladeIndexer, StaticQueryEncoder, idf
+from pyterrier_lsr import IDFQueryEncoder, SpladeIndexer, StaticQueryEncoder
+from pyterrier_lsr.query import idf
 
 TOY = ['the cat sat', 'the dog', 'a cat', None]
 

@@ -81,7 +81,8 @@ def test_index_names_key_on_model_content_and_docs(splade, tmp_path):
 
 
 def test_every_model_kind_and_engine(tiny, tmp_path, vaswani_docs):
-    from pyterrier_lsr import SaeSplade, SaeSpladeModel
+    from pyterrier_lsr import SaeSplade
+    from pyterrier_lsr.models.sae_splade import SaeSpladeModel
     from pyterrier_lsr.latent_terms import LatentTerms
     from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
     from pyterrier_lsr.models.sae_splade import structural_token_ids

@@ -193,7 +193,7 @@ def test_ssr_end_to_end_and_round_trip(minilm, vaswani_docs, tmp_path):
     res = index.retriever(num_results=10)(topics)
     assert len(res) == 20
     # PISA's scores are the dot products of the quantized query and document vectors
-    queries = dict(zip(topics['qid'], ssr.encode(topics['query'].tolist(), query=True)))
+    queries = dict(zip(topics['qid'], ssr.encode_queries(topics['query'].tolist())))
     by_docno = {d['docno']: t for d, t in zip(docs, doc_toks)}
     for row in res.itertuples():
         expected = sum(int(w * 100) * int(by_docno[row.docno].get(t, 0) * 100) for t, w in queries[row.qid].items())
@@ -212,7 +212,7 @@ def test_ssr_end_to_end_and_round_trip(minilm, vaswani_docs, tmp_path):
     assert json.loads((tmp_path / 'model' / 'config.json').read_text())['lsr']['doc_pooling'] == 'max'
     loaded = load_model(tmp_path / 'model', device='cpu')
     assert isinstance(loaded, SSR)
-    assert loaded.encode(topics['query'].tolist(), query=True) == [pytest.approx(t, abs=1e-5) for t in queries.values()]
+    assert loaded.encode_queries(topics['query'].tolist()) == [pytest.approx(t, abs=1e-5) for t in queries.values()]
     # The index reopened alone reloads its stored copy of the model and retrieves the same.
     assert LsrIndex(index.path).retriever(num_results=10)(topics)[['qid', 'docno']].values.tolist() == \
         res[['qid', 'docno']].values.tolist()

@@ -4,8 +4,9 @@ BERT / RoBERTa / ModernBERT masked LMs, APC and the MLM adaptation. Tiny random 
 import pytest
 import torch
 
-from pyterrier_lsr import (Splade, extend_vocabulary, sparsemax, train_byte_level_bpe, train_wordpiece,
-                           transfer_vocabulary)
+from pyterrier_lsr import Splade
+from pyterrier_lsr.models.vocab_transfer import (extend_vocabulary, sparsemax, train_byte_level_bpe, train_wordpiece,
+                                                 transfer_vocabulary)
 from pyterrier_lsr.models.heads import calibrate_activation
 from pyterrier_lsr.models.vocab_transfer import find_overlap, normalize_token, tokenizer_style
 

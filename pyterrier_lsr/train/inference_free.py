@@ -12,7 +12,7 @@ def train_inference_free(splade, examples, output_dir, config=None, query_weight
                          learn_query_weights: bool = True, **train_kwargs) -> InferenceFreeSplade:
     """Doc-only training with the bundled loop: documents through ``splade``'s model, queries through a static table.
 
-    ``query_weights`` (a :class:`~pyterrier_lsr.StaticQueryWeights`) defaults to ones; pass one initialised from idf
+    ``query_weights`` (a :class:`~.query.StaticQueryWeights`) defaults to ones; pass one initialised from idf
     for the usual IDF query side. With ``learn_query_weights=False`` it stays fixed. FLOPS applies to documents only
     (``lambda_q`` is forced to 0). Returns the trained model with its query side, ready to save.
     """

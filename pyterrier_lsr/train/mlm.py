@@ -25,7 +25,7 @@ def mask_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, special_i
 
 def train_mlm(mlm: torch.nn.Module, tokenizer, texts: Sequence[str], output_dir, config: TrainConfig = None,
               mask_rate: float = 0.3, max_length: int = 128, resume: bool = False, verbose: bool = True) -> List[dict]:
-    """Trains ``mlm`` (an HF ``*ForMaskedLM`` or a :class:`~pyterrier_lsr.SpladeModel` around one) in place with the
+    """Trains ``mlm`` (an HF ``*ForMaskedLM`` or a :class:`~.models.SpladeModel` around one) in place with the
     masked-LM loss on ``texts`` (shuffled each epoch) and returns the metrics log (``loss``, ``accuracy`` of the
     masked predictions). Of ``config`` only the optimization fields are read (steps, batch_size, grad_accum, lr,
     weight_decay, warmup_steps, max_grad_norm, bf16, seed, log_every, save_every); checkpoints hold the masked LM.
