@@ -17,6 +17,7 @@ import numbers
 from typing import Dict, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
+import pandas as pd
 
 # The largest term weight (model units) that an index, a query or a query table accepts. PISA repeats a query term
 # int(w * scale) times (a weight of 1e7 runs for minutes, inf aborts the process) and stores impacts as 32-bit
@@ -29,16 +30,13 @@ __all__ = ['MAX_WEIGHT', 'WeightError', 'check_int', 'check_float', 'check_choic
 
 
 def is_missing(value) -> bool:
-    """None, NaN, pd.NA, NaT: a value that is not there."""
-    if value is None:
-        return True
-    if isinstance(value, float):
-        return math.isnan(value)
-    try:
-        import pandas as pd
-        return value is pd.NA or value is pd.NaT
-    except ImportError:  # pragma: no cover - pandas is a dependency
-        return False
+    """None, NaN (float or numpy) and pandas' NA/NaT: a value that is not there."""
+    return (
+        value is None
+        or value is pd.NA
+        or value is pd.NaT
+        or (isinstance(value, (float, np.floating)) and math.isnan(value))
+    )
 
 
 def check_int(name: str, value, minimum: Optional[int] = None, maximum: Optional[int] = None) -> int:

@@ -5,14 +5,13 @@ own longest text only; results come back in input order.  Models are any ``nn.Mo
 ``(input_ids, attention_mask)`` to a batch x vocabulary tensor of non-negative weights.
 """
 
-import math
 from contextlib import nullcontext
 from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence
 
-import numpy as np
-import pandas as pd
 import torch
 from tqdm.auto import tqdm
+
+from .checks import is_missing
 
 
 PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
@@ -38,16 +37,6 @@ def resolve_precision(precision: Optional[str], device: torch.device) -> str:
 def autocast(device: torch.device, precision: str):
     dtype = PRECISIONS[precision]
     return nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
-
-
-def is_missing(value) -> bool:
-    """None, NaN (float or numpy) and pandas' NA/NaT: a missing value, not a text."""
-    return (
-        value is None
-        or value is pd.NA
-        or value is pd.NaT
-        or (isinstance(value, (float, np.floating)) and math.isnan(value))
-    )
 
 
 def as_text(value, position: Optional[int] = None) -> str:

@@ -72,8 +72,9 @@ def model_kind(name_or_path: Union[str, Path]) -> str:
         files = _files(folder)
         foreign_doc_only = 'idf.json' in files or any('SparseStaticEmbedding' in f for f in files)
         kind = 'inference-free' if foreign_doc_only else 'splade'
-    if kind not in MODEL_KINDS:
-        raise ValueError(f'{name_or_path}: unknown model kind {kind!r}; known kinds: {sorted(MODEL_KINDS)}')
+    if not isinstance(kind, str) or kind not in MODEL_KINDS:
+        raise ValueError(f'{folder / CONFIG_FILE}: unknown model kind {kind!r} under {CONFIG_KEY!r}; known kinds: '
+                         f'{sorted(MODEL_KINDS)}')
     return kind
 
 

@@ -5,9 +5,9 @@ maximum; ``Prune(threshold=0.5)`` keeps weights >= 0.5. Rules combine (a term mu
 weights are always dropped; pruning never adds or changes a weight. Ties at the ``top_n`` cut are broken by term
 string so results are deterministic.
 
-Rules are validated when a :class:`Prune` is made (``top_n`` an int >= 0, ``ratio`` in [0, 1], ``threshold`` a
-finite number >= 0), and vectors when pruned: a NaN or infinite weight, a non-number weight or a non-dict vector
-raises an error naming the term or row (a missing vector, None/NaN, counts as empty).
+Rules are validated when a :class:`Prune` is made or :func:`prune` is called (``top_n`` an int >= 0, ``ratio`` in
+[0, 1], ``threshold`` a finite number >= 0), and vectors when pruned: a NaN or infinite weight, a non-number weight
+or a non-dict vector raises an error naming the term or row (a missing vector, None/NaN, counts as empty).
 """
 import math
 import numbers
@@ -17,14 +17,24 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
-from .encoding import is_missing
+from .checks import check_choice, check_float, check_int, is_missing
 
 FIELDS = ('toks', 'query_toks')
+
+
+def check_rules(top_n: Optional[int], ratio: Optional[float], threshold: Optional[float]):
+    """The rules, checked (one error naming the bad one); at least one must be given."""
+    if top_n is None and ratio is None and threshold is None:
+        raise ValueError('give at least one of top_n, ratio, threshold')
+    return (None if top_n is None else check_int('top_n', top_n, 0),
+            None if ratio is None else check_float('ratio', ratio, 0, 1),
+            None if threshold is None else check_float('threshold', threshold, 0))
 
 
 def prune(vector: Dict[str, float], top_n: Optional[int] = None, ratio: Optional[float] = None,
           threshold: Optional[float] = None) -> Dict[str, float]:
     """One vector, pruned by the rules given (see the module docs)."""
+    top_n, ratio, threshold = check_rules(top_n, ratio, threshold)
     for term, weight in vector.items():
         if isinstance(weight, bool) or not isinstance(weight, numbers.Real) or not math.isfinite(weight):
             raise ValueError(f'cannot prune the weight {weight!r} of term {term!r}: weights must be finite numbers')
@@ -50,17 +60,10 @@ class Prune(pt.Transformer):
 
     def __init__(self, top_n: Optional[int] = None, ratio: Optional[float] = None, threshold: Optional[float] = None,
                  fields: Optional[Sequence[str]] = None):
-        if top_n is None and ratio is None and threshold is None:
-            raise ValueError('give at least one of top_n, ratio, threshold')
-        if top_n is not None and (isinstance(top_n, bool) or not isinstance(top_n, numbers.Integral) or top_n < 0):
-            raise ValueError(f'top_n must be an int >= 0, got {top_n!r}')
-        for name, value, high, bounds in (('ratio', ratio, 1., 'in [0, 1]'),
-                                          ('threshold', threshold, math.inf, '>= 0')):
-            if value is not None and (isinstance(value, bool) or not isinstance(value, numbers.Real)
-                                      or not 0 <= value <= high or not math.isfinite(value)):
-                raise ValueError(f'{name} must be a finite number {bounds}, got {value!r}')
-        self.top_n, self.ratio, self.threshold = top_n, ratio, threshold
-        self.fields = list(fields) if fields is not None else None
+        self.top_n, self.ratio, self.threshold = check_rules(top_n, ratio, threshold)
+        if isinstance(fields, str):  # a list of the string's characters is never meant
+            fields = [fields]
+        self.fields = None if fields is None else [check_choice('fields', f, FIELDS) for f in fields]
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         fields = self.fields or [f for f in FIELDS if f in inp.columns]

@@ -96,3 +96,34 @@ def test_save_pretrained_replaces_only_its_own_model_folder(tiny, tmp_path):
 def test_labels_are_short_and_name_the_method(splade):
     assert splade.label == f'SPLADE ({splade.short_name})'
     assert _latent_terms().label == 'Latent Terms (all-MiniLM-L6-v2)'
+
+
+@pytest.mark.parametrize('kind', [['splade'], 5, 'nonsense'])
+def test_a_tampered_kind_is_one_clear_error(kind, tiny, tmp_path):
+    import json
+    Splade(*tiny).save_pretrained(tmp_path / 'm')
+    config = json.loads((tmp_path / 'm' / 'config.json').read_text())
+    config['lsr']['kind'] = kind
+    (tmp_path / 'm' / 'config.json').write_text(json.dumps(config))
+    with pytest.raises(ValueError, match='config.json: unknown model kind'):
+        load_model(tmp_path / 'm')
+
+
+def test_settings_that_would_empty_every_output_are_refused(tiny):
+    from pyterrier_lsr import Prune
+    from pyterrier_lsr.models.heads import rescale_head
+    from pyterrier_lsr.pruning import prune
+    with pytest.raises(ValueError, match='max_length'):
+        Splade(*tiny, max_length=2)
+    for rules in [{'top_n': -1}, {'threshold': float('nan')}, {'ratio': -0.1}]:
+        with pytest.raises(ValueError, match=list(rules)[0]):
+            prune({'a': 1.0}, **rules)
+    with pytest.raises(ValueError, match='fields'):
+        Prune(top_n=1, fields=['text'])
+    assert Prune(top_n=1, fields='toks').fields == ['toks']
+    with pytest.raises(ValueError, match='k must be a finite number'):
+        rescale_head(Splade(*tiny).model, float('inf'))
+    with pytest.raises(ValueError, match='alpha'):
+        SaeSpladeModel(tiny[0].mlm.bert, SparseAutoencoder(SAEConfig(d_in=32, n_latents=8, k=2)), alpha=-1.)
+    with pytest.raises(TypeError, match='SAEConfig.k must be an integer'):
+        SAEConfig(d_in=32, k='4')

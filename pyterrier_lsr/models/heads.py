@@ -11,6 +11,7 @@ import torch
 from torch import nn
 
 from .pooling import max_pooled_logits
+from ..checks import check_float
 from .splade import SpladeModel, quiet_loading
 
 # Our "auto" reference: the standard deviation of per-token MLM logits of a BERT-style head. The offline
@@ -77,9 +78,7 @@ def rescale_head(model: SpladeModel, k: Union[float, str], tokenizer=None, texts
         if tokenizer is None or not len(texts):
             raise ValueError('rescale_head(model, "auto") needs tokenizer= and sample texts=')
         k = head_report(model, tokenizer, texts)['auto_factor']
-    k = float(k)
-    if not k > 0:
-        raise ValueError(f'k must be > 0, got {k}')
+    k = check_float('k', k, 0, exclusive_minimum=True)
     model.settings['head_scale'] = float(model.settings['head_scale']) * k
     return k
 

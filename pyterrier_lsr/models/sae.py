@@ -8,7 +8,6 @@ replaces the batch (Bussmann et al., 2024).
 
 A saved SAE is a folder: ``sae_config.json`` + ``sae.safetensors`` (see :meth:`SparseAutoencoder.save_pretrained`).
 """
-import json
 import math
 import time
 from dataclasses import asdict, dataclass, fields
@@ -19,6 +18,9 @@ import numpy as np
 import torch
 from torch import nn
 from tqdm.auto import tqdm
+
+from .. import storage
+from ..checks import check_bool, check_float, check_int
 
 CONFIG_FILE = 'sae_config.json'
 WEIGHTS_FILE = 'sae.safetensors'
@@ -44,10 +46,20 @@ class SAEConfig:
     seed: int = 0
 
     def __post_init__(self):
-        if not 0 < self.k <= self.n_latents:
-            raise ValueError(f'need 0 < k <= n_latents, got k={self.k}, n_latents={self.n_latents}')
+        # checked here, so a config read from a tampered or hand-written sae.json fails naming its field
+        self.d_in = check_int('SAEConfig.d_in', self.d_in, 1)
+        self.n_latents = check_int('SAEConfig.n_latents', self.n_latents, 1)
+        self.k = check_int('SAEConfig.k', self.k, 1, self.n_latents)
+        self.batch_topk = check_bool('SAEConfig.batch_topk', self.batch_topk)
         if self.k_aux is None:
             self.k_aux = min(max(self.d_in // 2, 1), self.n_latents)
+        self.k_aux = check_int('SAEConfig.k_aux', self.k_aux, 1, self.n_latents)
+        self.aux_coef = check_float('SAEConfig.aux_coef', self.aux_coef, 0)
+        self.dead_after = check_int('SAEConfig.dead_after', self.dead_after, 1)
+        self.lr = check_float('SAEConfig.lr', self.lr, 0, exclusive_minimum=True)
+        self.batch_size = check_int('SAEConfig.batch_size', self.batch_size, 1)
+        self.epochs = check_int('SAEConfig.epochs', self.epochs, 1)
+        self.seed = check_int('SAEConfig.seed', self.seed)
 
 
 class SparseAutoencoder(nn.Module):
@@ -162,7 +174,7 @@ class SparseAutoencoder(nn.Module):
         from safetensors.torch import save_file
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
-        (path / CONFIG_FILE).write_text(json.dumps(asdict(self.config), indent=1))
+        storage.write_json(path / CONFIG_FILE, asdict(self.config))
         save_file({name: t.detach().contiguous().cpu() for name, t in self.state_dict().items()},
                   str(path / WEIGHTS_FILE))
 
@@ -170,7 +182,7 @@ class SparseAutoencoder(nn.Module):
     def from_pretrained(cls, path, device=None) -> 'SparseAutoencoder':
         from safetensors.torch import load_file
         path = Path(path)
-        settings = json.loads((path / CONFIG_FILE).read_text())
+        settings = storage.read_json(path / CONFIG_FILE, 'the SAE configuration')
         known = {f.name for f in fields(SAEConfig)}
         model = cls(SAEConfig(**{k: v for k, v in settings.items() if k in known}))
         model.load_state_dict(load_file(str(path / WEIGHTS_FILE)))

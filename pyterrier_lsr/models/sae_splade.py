@@ -39,6 +39,7 @@ from torch import nn
 
 from .features import DenseFeatures
 from .sae import SparseAutoencoder, latent_term_names
+from ..checks import check_float
 from .splade import CONFIG_KEY
 
 KIND = 'sae-splade'
@@ -78,7 +79,8 @@ class SaeSpladeModel(nn.Module):
         self.features = DenseFeatures(backbone, 'multi', skip_ids=skip_ids, frozen=False)
         self.sae = sae
         sae.W_dec.requires_grad_(False)  # unused: only the encoder part is fine-tuned
-        self.alpha = nn.Parameter(torch.tensor(float(alpha)))
+        # α > 0: the weights are α log(1 + z); a negative α makes every weight negative and every vector empty
+        self.alpha = nn.Parameter(torch.tensor(check_float('alpha', alpha, 0, exclusive_minimum=True)))
         if threshold is not None and threshold.shape != (sae.n_latents,):
             raise ValueError(f'threshold must have one value per latent ({sae.n_latents}), '
                              f'got shape {tuple(threshold.shape)}')
