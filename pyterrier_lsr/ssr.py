@@ -34,11 +34,12 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 import torch
 
+from . import storage
 from .encoders import SparseTextEncoder
 from .encoding import to_dicts
 from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
 from .models.sae import SAEConfig, SparseAutoencoder, latent_term_names, train_sae
-from .multivector import MaxSimIndex, MultiVector, _write_atomic
+from .multivector import MaxSimIndex, MultiVector
 
 SAE_FOLDER = 'sae'
 POOLINGS = ('max', 'sum')
@@ -134,7 +135,7 @@ class SSR:
         self.sae.save_pretrained(path / SAE_FOLDER)
         config = json.loads((path / CONFIG_FILE).read_text())
         config[CONFIG_KEY] = {'kind': self.kind, 'doc_pooling': self.doc_pooling, 'query_pooling': self.query_pooling}
-        _write_atomic(path / CONFIG_FILE, lambda tmp: tmp.write_text(json.dumps(config, indent=2)))
+        storage.write_json(path / CONFIG_FILE, config, indent=2)
         self.name = self.name or str(path)
 
     @classmethod
