@@ -48,21 +48,39 @@ def test_an_old_format_index_gets_a_clear_version_error(tmp_path):
         LsrIndex(folder).num_docs()
 
 
-@pytest.mark.parametrize('victim', ['lsr.json', 'df.json', 'vectors/vectors.json'])
-def test_an_edited_metadata_file_is_refused_naming_it(tmp_path, victim):
+def test_an_edited_lsr_json_is_refused_naming_it(tmp_path):
     index = build(tmp_path / 'x.lsr')
-    path = index.path / victim
-    data = json.loads(path.read_text())
-    if victim == 'lsr.json':
-        data['scale'] = 1000.
-    elif victim == 'df.json':
-        data['alpha'] = 1
-    else:  # a shortened shard with re-recorded sizes
-        data['shards'][0]['num_docs'] -= 1
-        data['num_docs'] -= 1
-    path.write_text(json.dumps(data))
-    with pytest.raises(ValueError, match=victim.replace('.', r'\.')):
+    meta = json.loads((index.path / 'lsr.json').read_text())
+    (index.path / 'lsr.json').write_text(json.dumps(dict(meta, scale=1000.)))
+    with pytest.raises(ValueError, match=r'lsr\.json is missing or was edited'):
         LsrIndex(index.path).num_docs()
+
+
+def test_a_same_size_edit_of_df_json_is_refused_naming_it(tmp_path):
+    index = build(tmp_path / 'x.lsr')
+    path = index.path / 'df.json'
+    text = path.read_text()
+    edited = text.replace('"alpha": 6', '"alpha": 5')
+    assert edited != text and len(edited) == len(text)
+    path.write_text(edited)
+    with pytest.raises(ValueError, match=r'df\.json \(content differs'):
+        LsrIndex(index.path).document_frequencies()
+
+
+def test_a_shortened_shard_with_rerecorded_sizes_is_refused(tmp_path):
+    index = build(tmp_path / 'x.lsr')
+    shard = index.path / 'vectors' / 'part-00000.parquet'
+    shard.write_bytes(shard.read_bytes()[:-8])
+    size = shard.stat().st_size
+    manifest = json.loads((index.path / 'vectors' / 'vectors.json').read_text())
+    manifest['shards'][0]['bytes'] = size
+    (index.path / 'vectors' / 'vectors.json').write_text(json.dumps(manifest))
+    meta = json.loads((index.path / 'lsr.json').read_text())
+    meta['files']['vectors/part-00000.parquet']['bytes'] = size
+    meta['files']['vectors/vectors.json']['bytes'] = (index.path / 'vectors' / 'vectors.json').stat().st_size
+    (index.path / 'lsr.json').write_text(json.dumps(meta))
+    with pytest.raises(ValueError, match=r'lsr\.json is missing or was edited'):
+        LsrIndex(index.path).vectors()
 
 
 @pytest.mark.parametrize('content', ['{not json', '[1, 2]', '{"alpha": [1]}'])
