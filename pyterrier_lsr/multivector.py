@@ -9,6 +9,9 @@ exactly, so it suits small corpora (Vaswani: ~0.6M tokens, ~0.3 GB in memory).  
 ``maxsim_store``, see :mod:`pyterrier_lsr.storage`): its inputs are checked before anything is written, it is built
 beside its final name and swapped in, and ``overwrite`` replaces only another store.  Results keep one ranking per
 input row, so two queries sharing a qid are never joined with each other's documents.
+
+One concept (the multi-vector encoder and its exact MaxSim store), kept in one module past 450 lines because the store,
+its retrievers and its k-means baseline share the segment-max kernels and the store layout checks.
 """
 import time
 from pathlib import Path

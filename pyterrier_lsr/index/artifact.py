@@ -39,6 +39,7 @@ from ..quiet import quiet_native
 from .engines import ENGINES, get_engine
 from .integrity import check_files, check_meta, check_scoring, record_files
 from .quantization import quantize
+from .retrievers import QueryToksRetriever, Retriever
 from .vectors import VectorStore, VectorWriter
 
 META_FILE = 'lsr.json'
@@ -231,10 +232,10 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         impl = get_engine(engine)
         if self.scoring['kind'] not in impl.scorings:
             raise ValueError(f'the {engine} engine cannot score a {self.scoring["kind"]!r} index')
-        stamp = self._stamp
+        build = str(self._stamp.get('build'))
         with quiet_native(params.get('verbose', False)):
             inner = impl.retriever(self, self.path / impl.subfolder, num_results, **params)
-        return QueryToksRetriever(inner, self, engine, stamp)
+        return QueryToksRetriever(inner, self, engine, build)
 
     def retriever(self, num_results: int = 1000, engine: str = 'pisa', query_encoder: pt.Transformer = None,
                   **params) -> pt.Transformer:
@@ -381,44 +382,6 @@ class _Building:
 
     def vectors(self) -> VectorStore:
         return VectorStore(self.folder / VECTORS_FOLDER)
-
-
-class QueryToksRetriever(pt.Transformer):
-    """Validates ``query_toks`` (naming the query and value of any bad weight), runs an engine, and returns
-    ``qid, docno, score, rank`` plus the input's other columns (not ``query_toks``)."""
-
-    def __init__(self, engine_retriever: pt.Transformer, index: LsrIndex, engine: str, stamp: dict):
-        self.engine_retriever = engine_retriever
-        self.index = index
-        self.engine = engine
-        self.stamp = stamp
-
-    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        pta.validate.query_frame(inp, extra_columns=['query_toks'])
-        if self.index._marker() != self.stamp:  # the engine holds the files of the build it was opened on
-            raise RuntimeError(f'{self.index.path} was rebuilt after this retriever was made; make a new one '
-                               '(index.retriever() or index.toks_retriever())')
-        columns = [c for c in inp.columns if c != 'query_toks'] + ['docno', 'score', 'rank']
-        if not len(inp):
-            return pd.DataFrame(columns=columns)
-        toks = [dict(check_vector(q, f'query {qid!r}')) for qid, q in zip(inp['qid'], inp['query_toks'])]
-        out = self.engine_retriever(inp.assign(query_toks=toks))
-        return out.drop(columns=['query_toks'], errors='ignore')[columns]
-
-    def __repr__(self):
-        return f'{self.engine.upper()}({self.index.path.name})'
-
-
-class Retriever(pt.Compose):
-    """A query encoder composed with an index's retriever, named ``Splade('x') on PISA(index)`` after the model (or
-    the query encoder): a default ``pt.Experiment`` name that ``save_dir`` accepts (no ``>>``, no path)."""
-
-    def __init__(self, name, *transformers: pt.Transformer):
-        super().__init__(*transformers)
-        self.name = name
-
-    def __repr__(self):
-        return f'{self.name!r} on {self._transformers[-1]!r}'
 
 
 class SpladeIndexer(pt.Indexer):
