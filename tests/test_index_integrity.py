@@ -195,3 +195,18 @@ def test_index_takes_a_dataframe_and_refuses_a_string(tmp_path):
         build(tmp_path / 'y.lsr', 'docno,toks')
     with pytest.raises(TypeError, match='document 1 is a str'):
         build(tmp_path / 'z.lsr', [DOCS[0], 'd1'])
+
+
+def test_a_rebuild_by_another_process_is_noticed(tmp_path):
+    import os
+    import subprocess
+    import sys
+    path = tmp_path / 'x.lsr'
+    reader = build(path)
+    assert reader.num_docs() == 6
+    script = (f'import sys; sys.path.insert(0, {os.getcwd()!r})\n'
+              'from pyterrier_lsr import SpladeIndexer\n'
+              'SpladeIndexer(sys.argv[1], verbose=False, overwrite=True).index('
+              '[{"docno": "z", "toks": {"alpha": 1.0}}])\n')
+    subprocess.run([sys.executable, '-c', script, str(path)], check=True, timeout=300)
+    assert reader.num_docs() == 1 and reader.vectors().docnos() == ['z']
