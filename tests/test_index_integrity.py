@@ -167,9 +167,11 @@ def test_adding_an_engine_rebuilds_beside_and_keeps_the_rest(tmp_path):
     index = build(tmp_path / 'x.lsr')
     reader = LsrIndex(index.path)
     before = reader.build_id()
+    retriever = reader.toks_retriever(num_results=3)
     vectors = (index.path / 'vectors' / 'part-00000.parquet').stat().st_ino
     index.build_engine('bmp')
-    assert reader.build_id() != before and 'bmp' in reader.meta['engines']
+    assert 'bmp' in reader.meta['engines']  # the reader sees the new lsr.json
+    assert reader.build_id() == before and len(retriever(QUERY))  # the documents did not change: still valid
     assert (index.path / 'vectors' / 'part-00000.parquet').stat().st_ino == vectors  # hard-linked, not rewritten
     reader.verify()
     assert [p.name for p in tmp_path.iterdir()] == ['x.lsr']  # nothing left beside it

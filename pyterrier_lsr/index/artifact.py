@@ -15,7 +15,8 @@ An index folder holds
 * the engines' files: PISA's at the root, others in their own subfolder (see :mod:`.engines`).
 
 Writes go through :func:`pyterrier_lsr.storage.build_folder`: an index is built in a temporary sibling folder and
-swapped into place only when complete (adding an engine builds a new folder too, hard-linking the unchanged files);
+swapped into place only when complete (adding an engine builds a new folder too, hard-linking the unchanged files, and
+keeps the build id, so retrievers made before stay valid);
 ``overwrite`` replaces only a folder marked as a pyterrier-lsr index (or an empty one); a failed rebuild leaves the
 old index as it was; a concurrent writer fails with a clear error.  An :class:`LsrIndex` object compares the marker's
 build id on every use, so it never serves metadata or a model cached from a folder that was rebuilt since.
@@ -137,7 +138,8 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         raise FileNotFoundError(f'no pyterrier-lsr index at {self.path} (no {storage.MARKER} marking one)')
 
     def build_id(self) -> str:
-        """The id of the build now at ``path`` (it changes whenever the folder is rebuilt or an engine is added)."""
+        """The id of the build now at ``path``: it changes whenever the documents are indexed again, not when an engine
+        is added (the files of the other engines, and of the model, stay the same)."""
         return str(self._marker().get('build'))
 
     @property
@@ -155,7 +157,8 @@ class LsrIndex(pta.Artifact, pt.Indexer):
                                  f'reads version {FORMAT_VERSION}: rebuild the index')
             check_meta(meta, file, ENGINES)
             check_files(self.path, meta['files'])
-            if self._model_from_index:  # a model loaded from the previous build is not this build's
+            rebuilt = self._stamp is not None and marker.get('build') != self._stamp.get('build')
+            if rebuilt and self._model_from_index:  # a model loaded from the previous build is not this build's
                 self._model, self._model_from_index = None, False
             self._meta, self._stamp = meta, marker
         return self._meta
@@ -354,7 +357,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
             new = dict(meta, engines={**meta['engines'], name: None})
             with quiet_native():
                 new['engines'][name] = engine.build(_Building(tmp, new), tmp / engine.subfolder, **params)
-            _write_meta(tmp, new)
+            _write_meta(tmp, new, build=stamp.get('build'))
         self._meta = None
         return self
 
@@ -362,12 +365,13 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         return f'LsrIndex({str(self.path)!r})'
 
 
-def _write_meta(folder: Path, meta: dict) -> None:
-    """Records every file of ``folder`` in ``lsr.json``, writes it, and marks the folder with a new build id and the
-    digest of ``lsr.json`` (see :mod:`.integrity`)."""
+def _write_meta(folder: Path, meta: dict, build: Optional[str] = None) -> None:
+    """Records every file of ``folder`` in ``lsr.json``, writes it, and marks the folder with the build id (a new one
+    unless given) and the digest of ``lsr.json`` (see :mod:`.integrity`)."""
     meta['files'] = record_files(folder, leave_out={META_FILE})
     storage.write_json(folder / META_FILE, meta)
-    storage.mark(folder, INDEX_KIND, build=uuid.uuid4().hex, meta_sha256=storage.file_digest(folder / META_FILE))
+    storage.mark(folder, INDEX_KIND, build=build or uuid.uuid4().hex,
+                 meta_sha256=storage.file_digest(folder / META_FILE))
 
 
 class _Building:
