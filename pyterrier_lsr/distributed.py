@@ -12,15 +12,18 @@ Each shard's texts go through ``model.encode`` in groups of ``chunk_size`` docum
 default), and ``shard_size`` is a multiple of ``chunk_size``: with the same settings and device, the vectors are
 bit-identical to a single process's. ``num_workers=0`` runs the same shards in this process, without Ray.
 
-The folder must be visible to every worker (one machine, or a shared filesystem on a cluster); so must the model
-folder (a model object is saved into ``<folder>/model`` first). Actors are restarted and their shard retried up to
-``max_retries`` times when their process dies; after that, or on an error inside ``encode``, the job stops with an
-error naming the shard, and a re-run resumes from the shards already written.
+The folder is our artifact (marked ``encoded_vectors``, see :mod:`pyterrier_lsr.storage`): a new or empty folder is
+marked when a job starts, and a folder holding anything else is refused, so no user file is overwritten or removed;
+the shards a job wrote are the ones its ``part-<i>.json`` records name. The folder must be visible to every worker
+(one machine, or a shared filesystem on a cluster); so must the model folder (a model object is saved into
+``<folder>/model`` first, replaced only when the model's weights or configuration changed). Actors are restarted and
+their shard retried up to ``max_retries`` times when their process dies; after that, or on an error inside
+``encode``, the job stops with an error naming the shard, and a re-run resumes from the shards already written.
 """
 import hashlib
 import json
 import os
-import shutil
+import re
 import time
 import warnings
 from glob import glob
@@ -29,12 +32,16 @@ from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from tqdm.auto import tqdm
 
-from .index.quantization import check_docno, check_vector
-from .index.vectors import VectorStore, shard_name, write_json_atomic, write_manifest, write_shard
+from . import storage
+from .checks import UniqueDocnos, check_int, check_vector
+from .index.vectors import VectorStore, shard_name, write_manifest, write_shard
 from .loading import load_model, local_folder
 
 JOB_FILE = 'encode.json'
 MODEL_FOLDER = 'model'
+VECTORS_KIND = 'encoded_vectors'
+MODEL_KIND = 'encoded_vectors.model'
+SHARD_RECORD = re.compile(r'part-(\d{5})\.json')
 
 __all__ = ['encode', 'index', 'read_corpus']
 
@@ -77,11 +84,15 @@ def _read_files(files: Sequence[str], text_field: str) -> Iterator[dict]:
 
 def _shards(docs: Iterable[dict], text_field: str, shard_size: int) -> Iterator[Tuple[int, List[str], list]]:
     number, docnos, texts = 0, [], []
-    for doc in docs:
+    unique = UniqueDocnos('the corpus')
+    for position, doc in enumerate(docs):
+        if not isinstance(doc, dict):
+            raise TypeError(f'document {position} is a {type(doc).__name__}, not a dict with "docno" and '
+                            f'"{text_field}"')
         missing = [c for c in ('docno', text_field) if c not in doc]
         if missing:
-            raise KeyError(f'documents must have columns {missing}; got {sorted(doc)}')
-        docnos.append(check_docno(doc['docno']))
+            raise KeyError(f'documents must have columns {missing}; document {position} has {sorted(doc)}')
+        docnos.append(unique.add(doc['docno']))
         texts.append(doc[text_field])
         if len(docnos) == shard_size:
             yield number, docnos, texts
@@ -106,11 +117,17 @@ def _written(folder: Path, number: int, digest: str) -> Optional[dict]:
     record = _shard_record(folder, number)
     if not record.is_file():
         return None
-    saved = json.loads(record.read_text())
-    path = folder / saved['entry']['file']
-    if saved.get('digest') != digest or not path.is_file() or path.stat().st_size != saved['entry']['bytes']:
+    try:
+        saved = storage.read_json(record, 'shard record')
+    except ValueError:  # cut short or edited: the shard is encoded again
         return None
-    return saved['entry']
+    entry = saved.get('entry')
+    if not isinstance(entry, dict) or entry.get('file') != shard_name(number) or saved.get('digest') != digest:
+        return None
+    path = folder / entry['file']
+    if not path.is_file() or path.stat().st_size != entry.get('bytes'):
+        return None
+    return entry
 
 
 class ShardEncoder:
@@ -130,35 +147,36 @@ class ShardEncoder:
             vectors.extend(self.model.encode(texts[i:i + self.chunk_size]))
         vectors = [check_vector(v, f'document {d!r}') for d, v in zip(docnos, vectors)]
         entry = write_shard(self.folder, shard_name(number), docnos, vectors)
-        write_json_atomic(_shard_record(self.folder, number), {
+        storage.write_json(_shard_record(self.folder, number), {
             'entry': entry, 'digest': digest, 'seconds': time.perf_counter() - start,
             'cpu_seconds': time.process_time() - cpu, 'pid': os.getpid()})
         return entry
 
 
-def _fingerprint(folder: Path) -> str:
-    h = hashlib.sha256()
-    for path in sorted(p for p in folder.rglob('*') if p.is_file()):
-        h.update(str(path.relative_to(folder)).encode() + b'\0')
-        with open(path, 'rb') as f:
-            for block in iter(lambda: f.read(1 << 20), b''):
-                h.update(block)
-    return h.hexdigest()
+def _claim(folder: Path) -> None:
+    """Makes ``folder`` our vector folder: a new or empty one is marked; one of ours is resumed; others refused."""
+    folder.mkdir(parents=True, exist_ok=True)
+    if storage.is_artifact(folder, VECTORS_KIND):
+        return
+    if any(folder.iterdir()):
+        raise FileExistsError(f'{folder} is not a pyterrier-lsr vector folder (no {storage.MARKER} naming '
+                              f'{VECTORS_KIND!r}); refusing to write shards into it: choose a new or empty folder')
+    storage.mark(folder, VECTORS_KIND)
 
 
 def _model_folder(model, folder: Path) -> Path:
-    """A folder the workers load the model from: the model's own for a name/path, else a copy saved in ``folder``."""
+    """A folder the workers load the model from: the model's own for a name/path, else a copy saved in ``folder``
+    (kept when the model's weights and configuration are those saved before, so a resumed job's fingerprint holds)."""
     if isinstance(model, (str, Path)):
         return local_folder(model).absolute()
     target = folder / MODEL_FOLDER
-    tmp = folder / f'.{MODEL_FOLDER}.tmp-{os.getpid()}'
-    shutil.rmtree(tmp, ignore_errors=True)
-    model.save_pretrained(str(tmp))
-    if target.exists() and _fingerprint(target) == _fingerprint(tmp):
-        shutil.rmtree(tmp)
-    else:
-        shutil.rmtree(target, ignore_errors=True)
-        os.replace(tmp, target)
+    tmp = storage.temporary_sibling(target, 'saving')
+    try:
+        model.save_pretrained(str(tmp))
+        if not (storage.is_artifact(target, MODEL_KIND) and storage.model_digest(target) == storage.model_digest(tmp)):
+            storage.replace_folder(tmp, target, MODEL_KIND)
+    finally:
+        storage.remove_temporary(tmp)
     return target.absolute()
 
 
@@ -166,13 +184,13 @@ def _check_job(folder: Path, job: dict) -> None:
     """A folder holds the shards of one job: resuming with another model or other shard settings is an error."""
     path = folder / JOB_FILE
     if path.is_file():
-        before = json.loads(path.read_text())
+        before = storage.read_json(path, 'encoding job settings')
         if before != job:
             changed = sorted(k for k in set(before) | set(job) if before.get(k) != job.get(k))
             raise ValueError(f'{folder} holds shards encoded with other settings ({", ".join(changed)} differ); '
                              'remove it or choose another folder')
     else:
-        write_json_atomic(path, job)
+        storage.write_json(path, job)
 
 
 def _model_kwargs(model, model_kwargs: Optional[dict], device: str) -> dict:
@@ -245,13 +263,14 @@ def encode(corpus, model, folder, *, num_workers: Optional[int] = None, shard_si
         max_retries: restarts of a dead worker (and retries of its shard) before the job fails.
         in_flight: shards queued per worker (2 keeps each busy while the next shard is shipped).
     """
-    if chunk_size < 1 or shard_size < 1 or shard_size % chunk_size:
+    check_int('chunk_size', chunk_size, 1)
+    if check_int('shard_size', shard_size, 1) % chunk_size:
         raise ValueError(f'shard_size ({shard_size}) must be a positive multiple of chunk_size ({chunk_size})')
     folder = Path(folder).absolute()
-    folder.mkdir(parents=True, exist_ok=True)
     docs, total = read_corpus(corpus, text_field)
+    _claim(folder)
     model_path = _model_folder(model, folder)
-    _check_job(folder, {'model': _fingerprint(model_path), 'shard_size': shard_size, 'chunk_size': chunk_size,
+    _check_job(folder, {'model': storage.model_digest(model_path), 'shard_size': shard_size, 'chunk_size': chunk_size,
                         'text_field': text_field})
 
     ray = pool = started = None
@@ -306,9 +325,26 @@ def encode(corpus, model, folder, *, num_workers: Optional[int] = None, shard_si
             ray.shutdown()
     if not entries:
         raise ValueError('cannot encode an empty corpus')
-    for stale in (p for p in folder.glob('part-*') if int(p.name[5:].split('.')[0]) >= len(entries)):
-        stale.unlink()  # shards of a longer corpus encoded here before
+    _remove_stale_shards(folder, len(entries))
     return write_manifest(folder, [entries[i] for i in range(len(entries))])
+
+
+def _remove_stale_shards(folder: Path, count: int) -> None:
+    """Removes the shards numbered ``count`` and up that a job recorded here (a longer corpus encoded before), and
+    their records; files the records do not name stay."""
+    for record in sorted(folder.iterdir()):
+        match = SHARD_RECORD.fullmatch(record.name)
+        if not match or int(match[1]) < count:
+            continue
+        try:
+            entry = storage.read_json(record, 'shard record').get('entry')
+        except ValueError:
+            continue  # not a record this module wrote
+        if isinstance(entry, dict) and entry.get('file') == shard_name(int(match[1])):
+            shard = folder / entry['file']
+            if shard.is_file():
+                shard.unlink()
+            record.unlink()
 
 
 def index(corpus, model, index_path, *, scale: float = 100., engines: Sequence[str] = ('pisa',),
@@ -324,7 +360,7 @@ def index(corpus, model, index_path, *, scale: float = 100., engines: Sequence[s
     built = LsrIndex(index_path, model, scale=scale, engines=engines, overwrite=overwrite,
                      verbose=encode_kwargs.get('verbose', True)).index(_Toks(store))
     if not keep_vectors:
-        shutil.rmtree(vectors)
+        storage.remove_artifact(vectors, VECTORS_KIND)
     return built
 
 

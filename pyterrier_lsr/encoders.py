@@ -92,7 +92,12 @@ class Splade(TorchSparseModel):
     :class:`TorchSparseModel`.
     """
     kind = 'splade'
-    display = 'SPLADE'
+
+    @property
+    def display(self) -> str:
+        # a model moved to a new vocabulary records it in its settings, so the label survives saving and loading
+        settings = getattr(self.model, 'settings', None) or {}
+        return 'VT-SPLADE' if 'vocab_transfer' in settings else 'SPLADE'
 
     @classmethod
     def load_folder(cls, folder: Path, new_head: bool = False, **kwargs) -> 'Splade':

@@ -5,11 +5,14 @@ that store as the clustering baseline of :mod:`pyterrier_lsr.ssr`.
 A store (:class:`MaxSimIndex`) is a folder: ``vectors.npy`` (all documents' token embeddings, float16, grouped by
 document), ``offsets.npy`` (document ``i`` owns rows ``offsets[i]:offsets[i + 1]``), ``docnos.json`` and
 ``maxsim.json`` (settings, the encoder's name).  Search reads the vectors into memory as float32 and computes
-exactly, so it suits small corpora (Vaswani: ~0.6M tokens, ~0.3 GB in memory).
+exactly, so it suits small corpora (Vaswani: ~0.6M tokens, ~0.3 GB in memory).  A store is our artifact (marked
+``maxsim_store``, see :mod:`pyterrier_lsr.storage`): its inputs are checked before anything is written, it is built
+beside its final name and swapped in, and ``overwrite`` replaces only another store.  Results keep one ranking per
+input row, so two queries sharing a qid are never joined with each other's documents.
+
+One concept (the multi-vector encoder and its exact MaxSim store), kept in one module past 450 lines because the store,
+its retrievers and its k-means baseline share the segment-max kernels and the store layout checks.
 """
-import json
-import os
-import shutil
 import time
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
@@ -20,26 +23,28 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 import torch
 
-from .encoding import autocast, length_sorted_batches, resolve_device, resolve_precision
+from . import storage
+from .checks import check_docnos, check_int
+from .encoding import as_text, autocast, length_sorted_batches, resolve_device, resolve_precision
 from .models.multivector import SETTINGS_FILE, MultiVectorModel
 from .models.sae_splade import structural_token_ids
 
 STORE_FILE = 'maxsim.json'
+DOCNOS_FILE = 'docnos.json'
+VECTORS_FILE = 'vectors.npy'
+OFFSETS_FILE = 'offsets.npy'
 IVF_FOLDER = 'ivf'
+STORE_KIND = 'maxsim_store'
+IVF_KIND = 'maxsim_store.ivf'
 
 
-def _write_atomic(path: Path, write):
-    """``write(tmp_path)`` then rename, so a crash never leaves a half-written file under the final name."""
-    tmp = path.with_name(path.name + '.tmp')
-    write(tmp)
-    os.replace(tmp, path)
-
-
-def _save_npy(path: Path, array: np.ndarray):
+def _npy(array: np.ndarray):
+    """A writer of ``array`` in ``.npy`` format for :func:`storage.write_file` (``np.save`` on a path would append
+    ``.npy`` to the temporary name)."""
     def write(tmp):
         with open(tmp, 'wb') as f:
-            np.save(f, array)
-    _write_atomic(path, write)
+            np.save(f, array, allow_pickle=False)
+    return write
 
 
 class MultiVector:
@@ -82,7 +87,7 @@ class MultiVector:
     def from_pretrained(cls, path, **kwargs) -> 'MultiVector':
         """Loads a folder written by :meth:`save_pretrained`; ``kwargs`` override the saved lengths, device..."""
         from transformers import AutoTokenizer
-        settings = json.loads((Path(path) / SETTINGS_FILE).read_text())
+        settings = storage.read_json(Path(path) / SETTINGS_FILE, 'multi-vector settings')
         lengths = {k: settings[k] for k in ('doc_max_length', 'query_max_length') if k in settings}
         return cls(MultiVectorModel.from_pretrained(path), AutoTokenizer.from_pretrained(str(path)),
                    name=str(path), **{**lengths, **kwargs})
@@ -94,7 +99,7 @@ class MultiVector:
         self.tokenizer.save_pretrained(str(path))
         settings = {**self.model.settings, 'doc_max_length': self.doc_max_length,
                     'query_max_length': self.query_max_length}
-        _write_atomic(path / SETTINGS_FILE, lambda tmp: tmp.write_text(json.dumps(settings, indent=1)))
+        storage.write_json(path / SETTINGS_FILE, settings)
         # An unnamed encoder is now loadable from here (stores record it); a named one keeps its name, since
         # other stores may already refer to it.
         self.name = self.name or str(path)
@@ -139,14 +144,34 @@ def maxsim_rows(query: torch.Tensor, vectors: torch.Tensor, lengths: torch.Tenso
     return segment_max(vectors @ query.T, lengths).sum(-1)
 
 
-def _result_frame(rows: List[dict], inp: pd.DataFrame) -> pd.DataFrame:
-    """A ranked ``qid, docno, score, rank`` frame keeping the input's query columns (empty input: empty output)."""
+def _result_frame(rows: List[Tuple[int, str, float]], inp: pd.DataFrame) -> pd.DataFrame:
+    """``(input row, docno, score)`` results, best first per input row, as a ``qid, docno, score, rank`` frame
+    keeping each input row's query columns: rows are joined by position, never by qid (empty input: empty
+    output)."""
     columns = [c for c in inp.columns if c not in ('docno', 'score', 'rank')]
-    if not rows:
-        return pd.DataFrame({**{c: pd.Series(dtype=inp[c].dtype) for c in columns}, 'docno': pd.Series(dtype=str),
-                             'score': pd.Series(dtype=float), 'rank': pd.Series(dtype=int)})
-    res = pd.DataFrame(rows).merge(inp[columns], on='qid')
-    return pt.model.add_ranks(res.sort_values(['qid', 'score'], ascending=[True, False], kind='stable'))
+    positions = np.array([r[0] for r in rows], dtype=np.int64)
+    out = inp[columns].iloc[positions].reset_index(drop=True)
+    return out.assign(docno=pd.Series([r[1] for r in rows], dtype=object),
+                      score=np.array([r[2] for r in rows], dtype=np.float64),
+                      rank=pd.Series(positions).groupby(positions).cumcount().to_numpy(dtype=np.int64))
+
+
+def _ranked(frame: pd.DataFrame, scores: np.ndarray, groups) -> pd.DataFrame:
+    """``frame`` with ``score`` and ``rank`` (from 0 within each group, best first, ties in input order), sorted by
+    group (in order of first appearance) then rank."""
+    codes = pd.factorize(pd.Series(list(groups)))[0]
+    order = np.lexsort((np.arange(len(frame)), -scores, codes))
+    out = frame.iloc[order].reset_index(drop=True).assign(score=scores[order])
+    return out.assign(rank=pd.Series(codes[order]).groupby(codes[order]).cumcount().to_numpy(dtype=np.int64))
+
+
+def _texts(values, what: str) -> List[str]:
+    """Query or document texts: ``str`` (missing values are ``''``); bytes, lists and numbers are a ``TypeError``
+    naming the row rather than their ``repr`` encoded as text."""
+    try:
+        return [as_text(v, i) for i, v in enumerate(values)]
+    except TypeError as ex:
+        raise TypeError(f'{what}: {ex}') from None
 
 
 def _query_embeddings(encoder: MultiVector, queries: Sequence[str]) -> Dict[str, torch.Tensor]:
@@ -166,14 +191,15 @@ class MaxSimScorer(pt.Transformer):
         pta.validate.result_frame(inp, extra_columns=['query', self.text_field])
         if not len(inp):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
-        texts = inp[self.text_field].fillna('').astype(str)
+        texts = pd.Series(_texts(inp[self.text_field], f'column {self.text_field!r}'), index=inp.index)
         unique = texts.unique().tolist()
         vectors, offsets = self.encoder.embed(unique)
         vectors, lengths = torch.from_numpy(vectors), torch.from_numpy(np.diff(offsets))
         row_of = {t: i for i, t in enumerate(unique)}
-        queries = _query_embeddings(self.encoder, inp['query'].fillna('').astype(str).unique().tolist())
+        query_texts = pd.Series(_texts(inp['query'], 'column "query"'), index=inp.index)
+        queries = _query_embeddings(self.encoder, query_texts.unique().tolist())
         scores = np.zeros(len(inp))
-        for query, idx in inp.groupby(inp['query'].fillna('').astype(str)).indices.items():
+        for query, idx in inp.groupby(query_texts).indices.items():
             docs = [row_of[t] for t in texts.iloc[idx]]
             sub, sub_lengths = _gather(vectors, offsets, lengths, np.asarray(docs))
             scores[idx] = maxsim_rows(queries[query], sub, sub_lengths).numpy()
@@ -209,9 +235,10 @@ class MaxSimIndexer(pt.Indexer):
             missing = [c for c in ('docno', self.text_field) if c not in doc]
             if missing:
                 raise KeyError(f'documents must have columns {missing}; got {sorted(doc)}')
-        vectors, offsets = self.encoder.embed([d[self.text_field] for d in docs], verbose=self.verbose)
-        return MaxSimIndex.write(self.path, [str(d['docno']) for d in docs], vectors, offsets, self.encoder,
-                                 overwrite=self.overwrite)
+        docnos = check_docnos([d['docno'] for d in docs], f'the documents indexed into {self.path}')
+        vectors, offsets = self.encoder.embed(_texts([d[self.text_field] for d in docs], 'documents'),
+                                              verbose=self.verbose)
+        return MaxSimIndex.write(self.path, docnos, vectors, offsets, self.encoder, overwrite=self.overwrite)
 
 
 class MaxSimIndex:
@@ -226,11 +253,13 @@ class MaxSimIndex:
 
     def __init__(self, path, encoder: Optional[MultiVector] = None):
         self.path = Path(path)
-        if not (self.path / STORE_FILE).exists():
-            raise FileNotFoundError(f'no MaxSim store at {self.path} (missing {STORE_FILE})')
-        self.meta = json.loads((self.path / STORE_FILE).read_text())
-        self.docnos: List[str] = json.loads((self.path / 'docnos.json').read_text())
-        self.offsets = np.load(self.path / 'offsets.npy')
+        if not storage.is_artifact(self.path, STORE_KIND):
+            raise FileNotFoundError(f'no MaxSim store at {self.path} (no {storage.MARKER} naming {STORE_KIND!r}; '
+                                    'stores written before 0.3 must be written again)')
+        self.meta = storage.read_json(self.path / STORE_FILE, 'MaxSim store settings')
+        self.docnos: List[str] = storage.read_json(self.path / DOCNOS_FILE, 'MaxSim store docnos', expect=list)
+        self.offsets = _load_npy(self.path / OFFSETS_FILE)
+        _check_layout(self.path, self.meta, self.docnos, self.offsets, _load_npy(self.path / VECTORS_FILE, 'r').shape)
         self.lengths = torch.from_numpy(np.diff(self.offsets))
         self._vectors = None
         self._docids = None
@@ -239,24 +268,30 @@ class MaxSimIndex:
     @classmethod
     def write(cls, path, docnos: Sequence[str], vectors: np.ndarray, offsets: np.ndarray,
               encoder: Optional[MultiVector] = None, overwrite: bool = False) -> 'MaxSimIndex':
-        """Writes a store from embeddings already computed (e.g. :meth:`MultiVector.embed` of a corpus)."""
+        """Writes a store from embeddings already computed (e.g. :meth:`MultiVector.embed` of a corpus): the inputs
+        are checked first (docnos: non-empty unique strings; offsets: from 0, non-decreasing, ending at the number of
+        vector rows; vectors: finite), then the store is built beside ``path`` and swapped in; ``overwrite`` replaces
+        only another MaxSim store."""
         path = Path(path)
-        if path.exists() and any(path.iterdir()):
-            if not overwrite:
-                raise FileExistsError(f'{path} already exists; pass overwrite=True to replace it')
-            shutil.rmtree(path)
-        if len(offsets) != len(docnos) + 1 or offsets[-1] != len(vectors):
-            raise ValueError(f'{len(docnos)} docnos, {len(offsets)} offsets and {len(vectors)} vectors do not match')
-        if any('\n' in d for d in docnos):
-            raise ValueError('docnos must not contain newlines')
-        path.mkdir(parents=True, exist_ok=True)
-        _save_npy(path / 'vectors.npy', np.asarray(vectors, dtype=np.float16))
-        _save_npy(path / 'offsets.npy', np.asarray(offsets, dtype=np.int64))
-        _write_atomic(path / 'docnos.json', lambda tmp: tmp.write_text(json.dumps(list(docnos))))
-        meta = {'num_docs': len(docnos), 'num_tokens': int(offsets[-1]), 'dim': int(vectors.shape[1]),
+        docnos = check_docnos(docnos, f'the documents of {path}')
+        vectors = np.asarray(vectors)
+        offsets = np.asarray(offsets)
+        if vectors.ndim != 2 or not np.issubdtype(vectors.dtype, np.floating):
+            raise ValueError(f'vectors must be a 2-d float array (tokens x dim), got shape {vectors.shape} of '
+                             f'{vectors.dtype}')
+        stored = vectors.astype(np.float16)
+        if not np.isfinite(stored).all():
+            raise ValueError('vectors must be finite (and within float16 range, the stored precision)')
+        if offsets.ndim != 1 or not np.issubdtype(offsets.dtype, np.integer):
+            raise ValueError(f'offsets must be a 1-d integer array, got shape {offsets.shape} of {offsets.dtype}')
+        meta = {'num_docs': len(docnos), 'num_tokens': len(vectors), 'dim': int(vectors.shape[1]),
                 'model': getattr(encoder, 'name', None)}
-        # Written last: its presence marks a complete store.
-        _write_atomic(path / STORE_FILE, lambda tmp: tmp.write_text(json.dumps(meta, indent=1)))
+        _check_layout(path, meta, docnos, offsets, vectors.shape)
+        with storage.build_folder(path, STORE_KIND, overwrite, what='MaxSim store') as tmp:
+            storage.write_file(tmp / VECTORS_FILE, _npy(stored))
+            storage.write_file(tmp / OFFSETS_FILE, _npy(offsets.astype(np.int64)))
+            storage.write_json(tmp / DOCNOS_FILE, docnos, indent=None)
+            storage.write_json(tmp / STORE_FILE, meta)
         return cls(path, encoder)
 
     def num_docs(self) -> int:
@@ -268,7 +303,7 @@ class MaxSimIndex:
     @property
     def vectors(self) -> torch.Tensor:
         if self._vectors is None:
-            self._vectors = torch.from_numpy(np.load(self.path / 'vectors.npy').astype(np.float32))
+            self._vectors = torch.from_numpy(_load_npy(self.path / VECTORS_FILE).astype(np.float32))
         return self._vectors
 
     @property
@@ -302,18 +337,27 @@ class MaxSimIndex:
         """Re-ranks ``qid, query, docno`` (docnos of this store) by exact MaxSim from the stored vectors."""
         return _StoredScorer(self)
 
-    def rescore(self, frame: pd.DataFrame, keys: pd.Series, queries: Dict[str, torch.Tensor]) -> pd.DataFrame:
-        """``frame`` (with ``qid``, ``docno`` of this store) scored by exact MaxSim and ranked; row ``i``'s query
-        embeddings are ``queries[keys[i]]`` (keys: query texts, or qids when the embeddings are at hand)."""
+    def rescore(self, frame: pd.DataFrame, keys, queries, groups=None) -> pd.DataFrame:
+        """``frame`` (with ``qid``, ``docno`` of this store) scored by exact MaxSim and ranked.
+
+        Row ``i`` is scored with the query embeddings ``queries[keys[i]]`` (``keys``: one per row, in row order, e.g.
+        query texts, or the position of each row's query in the input when the embeddings are at hand: qids are not
+        unique keys when two input rows share one).  Ranks run within ``groups`` (one per row; default the qids)."""
+        keys = list(keys)
+        if len(keys) != len(frame):
+            raise ValueError(f'rescore needs one key per row: {len(keys)} keys for {len(frame)} rows')
+        groups = frame['qid'] if groups is None else list(groups)
+        if len(groups) != len(frame):
+            raise ValueError(f'rescore needs one group per row: {len(groups)} groups for {len(frame)} rows')
         docids = self.docids
-        missing = set(frame['docno']) - docids.keys()
+        missing = {d for d in frame['docno'] if d not in docids}
         if missing:
-            raise KeyError(f'{len(missing)} docnos are not in {self.path}, e.g. {sorted(missing)[:3]}')
+            raise KeyError(f'{len(missing)} docnos are not in {self.path}, e.g. {sorted(map(str, missing))[:3]}')
         scores = np.zeros(len(frame))
-        for key, idx in frame.groupby(keys.values).indices.items():
+        for key, idx in pd.Series(range(len(keys))).groupby(keys).indices.items():
             docs = np.array([docids[d] for d in frame['docno'].iloc[idx]], dtype=np.int64)
             scores[idx] = self.score_docs(queries[key], docs).numpy()
-        return pt.model.add_ranks(frame.assign(score=scores))
+        return _ranked(frame, scores, groups)
 
     def _top(self, scores: torch.Tensor, docs: Optional[np.ndarray], k: int) -> List[Tuple[str, float]]:
         top = scores.topk(min(k, len(scores)))
@@ -338,10 +382,9 @@ class MaxSimIndex:
         trained = time.perf_counter()
         _, codes = kmeans.index.search(vectors, 1)
         assigned = time.perf_counter()
-        folder = self.path / IVF_FOLDER
-        folder.mkdir(exist_ok=True)
-        _save_npy(folder / 'centroids.npy', kmeans.centroids.astype(np.float32))
-        _save_npy(folder / 'codes.npy', codes[:, 0].astype(np.int32))
+        with storage.build_folder(self.path / IVF_FOLDER, IVF_KIND, overwrite=True, what='k-means cells') as folder:
+            storage.write_file(folder / 'centroids.npy', _npy(kmeans.centroids.astype(np.float32)))
+            storage.write_file(folder / 'codes.npy', _npy(codes[:, 0].astype(np.int32)))
         return {'kmeans_s': trained - start, 'assign_s': assigned - trained, 'n_centroids': k}
 
     def ivf_retriever(self, ncells: int = 2, ndocs: int = 1024, num_results: int = 1000) -> pt.Transformer:
@@ -356,12 +399,46 @@ class MaxSimIndex:
         return f'MaxSimIndex({str(self.path)!r})'
 
 
+def _load_npy(path: Path, mmap_mode=None) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False, mmap_mode=mmap_mode)
+    except FileNotFoundError:
+        raise FileNotFoundError(f'{path}: missing') from None
+    except (ValueError, OSError) as ex:
+        raise ValueError(f'{path} is not a readable .npy array ({ex})') from None
+
+
+def _check_layout(path: Path, meta: dict, docnos: list, offsets: np.ndarray, vectors_shape) -> None:
+    """Raises a ``ValueError`` naming the store unless docnos, offsets and vectors describe the same documents:
+    offsets from 0, non-decreasing, ending at the number of vector rows (no offset reads past the vectors)."""
+    try:
+        check_int('num_docs', meta.get('num_docs'), 0)
+        check_int('num_tokens', meta.get('num_tokens'), 0)
+        check_int('dim', meta.get('dim'), 1)
+    except (TypeError, ValueError) as ex:
+        raise ValueError(f'{path / STORE_FILE}: {ex}') from None
+    problem = None
+    if len(docnos) != meta['num_docs']:
+        problem = f'{len(docnos)} docnos for {meta["num_docs"]} documents'
+    elif offsets.shape != (meta['num_docs'] + 1,) or not np.issubdtype(offsets.dtype, np.integer):
+        problem = f'offsets of shape {offsets.shape} ({offsets.dtype}) for {meta["num_docs"]} documents'
+    elif offsets[0] != 0 or (np.diff(offsets) < 0).any() or offsets[-1] != meta['num_tokens']:
+        problem = 'offsets must start at 0, never decrease and end at the number of token vectors'
+    elif tuple(vectors_shape) != (meta['num_tokens'], meta['dim']):
+        problem = f'vectors of shape {tuple(vectors_shape)}, expected ({meta["num_tokens"]}, {meta["dim"]})'
+    if problem:
+        raise ValueError(f'MaxSim store {path}: {problem}')
+
+
 class _Ivf:
     def __init__(self, index: MaxSimIndex):
         folder = index.path / IVF_FOLDER
         self.index = index
-        self.centroids = torch.from_numpy(np.load(folder / 'centroids.npy'))
-        self.codes = torch.from_numpy(np.load(folder / 'codes.npy').astype(np.int64))
+        centroids, codes = _load_npy(folder / 'centroids.npy'), _load_npy(folder / 'codes.npy').astype(np.int64)
+        if codes.shape != (index.meta['num_tokens'],) or codes.min(initial=0) < 0 or \
+                codes.max(initial=0) >= max(1, len(centroids)):
+            raise ValueError(f'{folder}: the cells do not match the store (rebuild them with build_ivf())')
+        self.centroids, self.codes = torch.from_numpy(centroids), torch.from_numpy(codes)
         owner = np.repeat(np.arange(index.num_docs()), np.diff(index.offsets))
         # Inverted lists: the distinct documents having a token in each cell.
         pairs = np.unique(np.stack([self.codes.numpy(), owner], 1), axis=0)
@@ -387,11 +464,12 @@ class _Retriever(pt.Transformer):
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         pta.validate.query_frame(inp, extra_columns=['query'])
-        queries = _query_embeddings(self.index.encoder, inp['query'].fillna('').astype(str).unique().tolist())
+        texts = _texts(inp['query'], 'column "query"')
+        queries = _query_embeddings(self.index.encoder, list(dict.fromkeys(texts)))
         rows = []
-        for qid, query in zip(inp['qid'], inp['query'].fillna('').astype(str)):
+        for position, query in enumerate(texts):
             if len(queries[query]):
-                rows.extend({'qid': qid, 'docno': d, 'score': s} for d, s in self.search(queries[query]))
+                rows.extend((position, d, s) for d, s in self.search(queries[query]))
         return _result_frame(rows, inp)
 
 
@@ -403,5 +481,5 @@ class _StoredScorer(pt.Transformer):
         pta.validate.result_frame(inp, extra_columns=['query'])
         if not len(inp):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
-        query_col = inp['query'].fillna('').astype(str)
-        return self.index.rescore(inp, query_col, _query_embeddings(self.index.encoder, query_col.unique().tolist()))
+        texts = _texts(inp['query'], 'column "query"')
+        return self.index.rescore(inp, texts, _query_embeddings(self.index.encoder, list(dict.fromkeys(texts))))

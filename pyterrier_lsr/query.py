@@ -5,7 +5,6 @@ saved as ``idf.json`` (``{token: weight}``), the file OpenSearch's doc-only spar
 learned and binary query sides are all a :class:`StaticQueryEncoder` with a different table;
 :class:`StaticQueryWeights` is the trainable form of the table used by doc-only training.
 """
-import json
 import math
 import os
 from collections import Counter
@@ -15,6 +14,7 @@ from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 import torch
 from torch import nn
 
+from . import storage
 from .base import SparseTextEncoder
 from .checks import check_weights
 from .encoding import as_text, is_blank
@@ -74,10 +74,7 @@ class StaticQueryEncoder(SparseTextEncoder):
         """Writes the tokenizer and ``idf.json`` into ``path`` (the OpenSearch doc-only layout)."""
         os.makedirs(path, exist_ok=True)
         self.tokenizer.save_pretrained(path)
-        target = os.path.join(path, WEIGHTS_FILE)
-        with open(target + '.tmp', 'wt', encoding='utf8') as fout:
-            json.dump(self.weights, fout, ensure_ascii=False)
-        os.replace(target + '.tmp', target)  # a reader never sees half a table
+        storage.write_json(Path(path) / WEIGHTS_FILE, self.weights, indent=None)  # a reader never sees half a table
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, **kwargs) -> 'StaticQueryEncoder':
@@ -92,8 +89,7 @@ class StaticQueryEncoder(SparseTextEncoder):
             tokenizer = AutoTokenizer.from_pretrained(str(static))
             weight = load_file(str(static / 'model.safetensors'))['weight']
             return cls.from_tensor(tokenizer, weight, **kwargs)
-        with open(folder / WEIGHTS_FILE, encoding='utf8') as fin:
-            weights = check_weights(json.load(fin), str(folder / WEIGHTS_FILE))
+        weights = check_weights(storage.read_json(folder / WEIGHTS_FILE, 'query weights'), str(folder / WEIGHTS_FILE))
         return cls(AutoTokenizer.from_pretrained(str(folder)), weights, **kwargs)
 
     @classmethod

@@ -154,8 +154,8 @@ def engine_footprint(index_path, engine: str) -> Dict[str, object]:
     meta = LsrIndex(index_path).meta
     folder = get_engine(engine).subfolder
     files = {
-        name: size
-        for name, size in meta['files'].items()
+        name: record['bytes']
+        for name, record in meta['files'].items()
         if (name.startswith(folder + '/') if folder else '/' not in name and name not in ENGINE_NEUTRAL_FILES)
     }
     return {

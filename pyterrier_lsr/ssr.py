@@ -159,12 +159,15 @@ class _TwoStage(pt.Transformer):
         pta.validate.query_frame(inp, extra_columns=['query'])
         vectors, offsets = self.ssr.encoder.embed(inp['query'].tolist(), query=True)
         toks = self.ssr.encode_vectors(vectors, offsets, query=True)
-        candidates = self.first_stage(inp.assign(query_toks=toks))
+        # rows, not qids, key the query embeddings: two input rows may share a qid
+        candidates = self.first_stage(inp.assign(query_toks=toks, _row=np.arange(len(inp))))
         if not len(candidates):
-            return candidates
+            return candidates.drop(columns=['_row'])
         vectors = torch.from_numpy(vectors)
-        queries = {qid: vectors[offsets[i]:offsets[i + 1]] for i, qid in enumerate(inp['qid'])}
-        return self.store.rescore(candidates.drop(columns=['query_toks'], errors='ignore'), candidates['qid'], queries)
+        queries = [vectors[offsets[i]:offsets[i + 1]] for i in range(len(inp))]
+        rows = candidates['_row'].tolist()
+        return self.store.rescore(candidates.drop(columns=['query_toks', '_row'], errors='ignore'), rows, queries,
+                                  groups=rows)
 
 
 def train_ssr_sae(vectors: np.ndarray, sae: Optional[dict] = None, max_train_vectors: Optional[int] = 200_000,

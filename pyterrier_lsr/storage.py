@@ -17,6 +17,7 @@ entry is synced, so a crash leaves either the old file or the new one, never hal
 """
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -30,8 +31,8 @@ MARKER = '.lsr-artifact.json'
 PathLike = Union[str, Path]
 
 __all__ = ['MARKER', 'artifact_type', 'is_artifact', 'write_file', 'write_bytes', 'write_text', 'write_json',
-           'read_json', 'build_folder', 'replace_folder', 'remove_artifact', 'mark', 'move_file', 'temporary_sibling',
-           'remove_temporary']
+           'read_json', 'build_folder', 'replace_folder', 'remove_artifact', 'mark', 'read_marker', 'move_file',
+           'temporary_sibling', 'remove_temporary', 'link_tree', 'file_digest', 'model_digest']
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -107,8 +108,9 @@ def move_file(source: PathLike, target: PathLike) -> Path:
 
 
 # -- artifacts ---------------------------------------------------------------------------------------------------
-def artifact_type(path: PathLike) -> Optional[str]:
-    """The artifact type recorded in ``path``'s marker, or ``None`` when ``path`` is not one of ours."""
+def read_marker(path: PathLike) -> Optional[dict]:
+    """The marker of ``path`` (``{'artifact': type, ...}`` plus what its writer recorded), or ``None`` when ``path``
+    carries no readable marker."""
     marker = Path(path) / MARKER
     if not marker.is_file():
         return None
@@ -116,8 +118,13 @@ def artifact_type(path: PathLike) -> Optional[str]:
         value = json.loads(marker.read_text(encoding='utf8'))
     except (ValueError, UnicodeDecodeError, OSError):
         return None
-    kind = value.get('artifact') if isinstance(value, dict) else None
-    return kind if isinstance(kind, str) else None
+    return value if isinstance(value, dict) and isinstance(value.get('artifact'), str) else None
+
+
+def artifact_type(path: PathLike) -> Optional[str]:
+    """The artifact type recorded in ``path``'s marker, or ``None`` when ``path`` is not one of ours."""
+    marker = read_marker(path)
+    return marker['artifact'] if marker else None
 
 
 def is_artifact(path: PathLike, kind: str) -> bool:
@@ -125,9 +132,10 @@ def is_artifact(path: PathLike, kind: str) -> bool:
     return Path(path).is_dir() and artifact_type(path) == kind
 
 
-def mark(folder: PathLike, kind: str) -> None:
-    """Marks ``folder`` (one we are building) as an artifact of type ``kind``."""
-    write_json(Path(folder) / MARKER, {'artifact': kind, 'writer': 'pyterrier-lsr'})
+def mark(folder: PathLike, kind: str, **info) -> None:
+    """Marks ``folder`` (one we are building) as an artifact of type ``kind``; ``info`` (JSON values) is recorded
+    with it, e.g. a build id or the digest of the artifact's own metadata file (see :func:`read_marker`)."""
+    write_json(Path(folder) / MARKER, {**info, 'artifact': kind, 'writer': 'pyterrier-lsr'})
 
 
 def _check_replaceable(path: Path, kind: str, overwrite: bool, what: str) -> bool:
@@ -200,7 +208,8 @@ def _swap(tmp: Path, path: Path, replace: bool) -> None:
 @contextmanager
 def build_folder(path: PathLike, kind: str, overwrite: bool = False, what: Optional[str] = None) -> Iterator[Path]:
     """Yields an empty temporary sibling of ``path`` to fill; when the block succeeds the folder is marked as an
-    artifact of type ``kind`` and swapped into place atomically; when it fails it is removed and ``path`` is left as
+    artifact of type ``kind`` (unless the block marked it so itself, see :func:`mark`) and swapped into place
+    atomically; when it fails it is removed and ``path`` is left as
     it was.  An existing non-empty ``path`` is replaced only with ``overwrite`` and only if it is our artifact of the
     same type (checked before the block runs, and again before the swap)."""
     path = Path(path).absolute()
@@ -212,7 +221,8 @@ def build_folder(path: PathLike, kind: str, overwrite: bool = False, what: Optio
         tmp.mkdir()
         try:
             yield tmp
-            mark(tmp, kind)
+            if artifact_type(tmp) != kind:  # the block may have marked it itself, with more information
+                mark(tmp, kind)
             _swap(tmp, path, _check_replaceable(path, kind, overwrite, what))
         finally:
             if tmp.exists():
@@ -248,3 +258,59 @@ def remove_temporary(path: PathLike) -> None:
         shutil.rmtree(path, ignore_errors=True)
     elif path.exists() or path.is_symlink():
         path.unlink()
+
+
+def link_tree(source: PathLike, target: PathLike, skip: Callable[[str], bool] = lambda name: False) -> None:
+    """Fills ``target`` (a folder being built) with hard links to ``source``'s files (copies where the file system
+    has no hard links), except the marker and the files whose relative name ``skip`` accepts.  Safe because no
+    writer here modifies a file in place: every write replaces the file by a new one."""
+    source, target = Path(source), Path(target)
+    for path in sorted(source.rglob('*')):
+        name = path.relative_to(source).as_posix()
+        if not path.is_file() or path.is_symlink() or name == MARKER or skip(name):
+            continue
+        (target / name).parent.mkdir(parents=True, exist_ok=True)
+        try:
+            os.link(path, target / name)
+        except OSError:
+            shutil.copy2(path, target / name)
+
+
+# -- digests -----------------------------------------------------------------------------------------------------
+def file_digest(path: PathLike) -> str:
+    """The sha256 of a file's bytes (hex)."""
+    h = hashlib.sha256()
+    with open(path, 'rb') as f:
+        for block in iter(lambda: f.read(1 << 20), b''):
+            h.update(block)
+    return h.hexdigest()
+
+
+# tokenizers >= 0.13 save the truncation/padding last used (runtime state) into tokenizer.json: a model that
+# encoded anything would otherwise fingerprint differently from the same model saved before.
+_RUNTIME_TOKENIZER_KEYS = ('truncation', 'padding')
+
+
+def model_digest(folder: PathLike) -> str:
+    """The sha256 of a model folder's weights and configuration (every file's name and bytes, hidden files and the
+    marker left out), ``tokenizer.json`` without its runtime truncation/padding state: equal for the same model saved
+    twice, different when any weight or setting changes."""
+    folder = Path(folder)
+    h = hashlib.sha256()
+    for path in sorted(p for p in folder.rglob('*') if p.is_file()):
+        name = path.relative_to(folder).as_posix()
+        if any(part.startswith('.') for part in Path(name).parts):
+            continue
+        h.update(name.encode('utf8') + b'\0')
+        if path.name == 'tokenizer.json':
+            try:
+                config = json.loads(path.read_text(encoding='utf8'))
+            except (ValueError, UnicodeDecodeError):
+                config = None
+            if isinstance(config, dict):
+                stable = {k: v for k, v in config.items() if k not in _RUNTIME_TOKENIZER_KEYS}
+                h.update(json.dumps(stable, sort_keys=True).encode('utf8'))
+                h.update(b'\0')
+                continue
+        h.update(file_digest(path).encode() + b'\0')
+    return h.hexdigest()

@@ -166,7 +166,7 @@ def test_unknown_and_missing_engines(engine_index, monkeypatch):
 def test_report_engine_columns(engine_index, queries):
     from pyterrier_lsr.report import engine_costs, engine_footprint
     sizes = {name: engine_footprint(engine_index.path, name)['engine_mb'] for name in ('pisa', 'bmp', 'seismic')}
-    files = engine_index.meta['files']
+    files = {name: record['bytes'] for name, record in engine_index.meta['files'].items()}
     assert sizes['bmp'] * 2 ** 20 == sum(size for name, size in files.items() if name.startswith('bmp/'))
     vectors = sum(size for name, size in files.items() if name.startswith('vectors/'))
     assert all(mb > 0 for mb in sizes.values()) and sizes['pisa'] * 2 ** 20 < sum(files.values()) - vectors

@@ -14,7 +14,7 @@ import pytest
 
 from pyterrier_lsr import LsrIndex, Prune, SpladeIndexer
 from pyterrier_lsr.index import MAX_WEIGHT
-from pyterrier_lsr.index.artifact import _write_lock
+from pyterrier_lsr.storage import _lock
 
 DOCS = [{'docno': f'd{i}', 'toks': {'alpha': 1.0 + i, 'beta': 0.5, f'only{i}': 2.0}} for i in range(6)]
 QUERY = pd.DataFrame({'qid': ['q1'], 'query_toks': [{'alpha': 1.0, 'only3': 1.0}]})
@@ -58,7 +58,7 @@ def test_failed_rebuild_leaves_the_old_index_intact(tmp_path):
 # 2. Two writers of one path both reported success.
 def test_a_second_writer_fails_clearly(tmp_path):
     path = tmp_path / 'x.lsr'
-    with _write_lock(path.absolute()):  # another writer holds the path
+    with _lock(path.absolute()):  # another writer holds the path
         with pytest.raises(RuntimeError, match='another process is writing'):
             build(path)
     assert not path.exists()

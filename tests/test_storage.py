@@ -113,3 +113,29 @@ def test_duplicate_docnos_are_refused_naming_the_first():
 def test_terms_with_nul_are_refused():
     with pytest.raises(checks.WeightError, match='NUL'):
         checks.check_weights({'a\x00b': 1.0})
+
+
+def test_a_block_may_mark_its_folder_with_more_information(tmp_path):
+    with storage.build_folder(tmp_path / 'a', 'thing') as tmp:
+        storage.mark(tmp, 'thing', build='b1')
+    assert storage.read_marker(tmp_path / 'a') == {'artifact': 'thing', 'writer': 'pyterrier-lsr', 'build': 'b1'}
+    with storage.build_folder(tmp_path / 'b', 'thing'):
+        pass
+    assert storage.read_marker(tmp_path / 'b') == {'artifact': 'thing', 'writer': 'pyterrier-lsr'}
+    (tmp_path / 'c').mkdir()
+    (tmp_path / 'c' / storage.MARKER).write_text('["not", "a", "marker"]')
+    assert storage.read_marker(tmp_path / 'c') is None and storage.artifact_type(tmp_path / 'c') is None
+
+
+def test_link_tree_links_every_file_but_the_marker_and_the_skipped(tmp_path):
+    with storage.build_folder(tmp_path / 'src', 'thing') as tmp:
+        (tmp / 'sub').mkdir()
+        (tmp / 'sub' / 'x.bin').write_bytes(b'x')
+        (tmp / 'keep.json').write_text('{}')
+        (tmp / 'old').mkdir()
+        (tmp / 'old' / 'y.bin').write_bytes(b'y')
+    with storage.build_folder(tmp_path / 'dst', 'thing') as tmp:
+        storage.link_tree(tmp_path / 'src', tmp, skip=lambda name: name.startswith('old/'))
+    found = sorted(p.relative_to(tmp_path / 'dst').as_posix() for p in (tmp_path / 'dst').rglob('*') if p.is_file())
+    assert found == [storage.MARKER, 'keep.json', 'sub/x.bin']
+    assert (tmp_path / 'dst' / 'sub' / 'x.bin').stat().st_ino == (tmp_path / 'src' / 'sub' / 'x.bin').stat().st_ino

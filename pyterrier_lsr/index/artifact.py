@@ -2,28 +2,28 @@
 
 An index folder holds
 
+* ``.lsr-artifact.json``: the marker that makes the folder our index (type ``sparse_index.lsr``, a build id, the
+  digest of ``lsr.json``; see :mod:`pyterrier_lsr.storage` and :mod:`.integrity`);
 * ``pt_meta.json``: the artifact type and format (``sparse_index`` / ``lsr``), so ``pt.Artifact.load(path)`` and the
   artifact sharing routes (``to_hf``/``from_hf``, packages) know it;
 * ``lsr.json``: ``scale``, ``num_docs``, ``scoring`` (``{"kind": "dot"}``, or ``{"kind": "bm25", "k1", "b"}`` for
-  term-frequency models such as Latent Terms), the model, the engines built, and the size of every file written at
-  build time (checked on open, so a truncated or missing file is a clear error instead of a crash);
+  term-frequency models such as Latent Terms), the model, the engines built, and the size and sha256 of every file
+  (checked on open and by :meth:`LsrIndex.verify`, see :mod:`.integrity`);
 * ``vectors/``: the documents' float vectors (:mod:`.vectors`), ``df.json``: document frequencies of quantized terms;
 * ``model/``: a copy of the model that encoded the documents, so the index reloads it from any directory, in any
   process, without the network and without ever picking up other weights;
 * the engines' files: PISA's at the root, others in their own subfolder (see :mod:`.engines`).
 
-Writes are atomic and guarded: an index is built in a temporary sibling folder and moved into place only when complete;
-``overwrite`` replaces only a folder that is a pyterrier-lsr index (or empty), and a failed rebuild leaves the old
-index as it was; a lock file next to the folder makes a concurrent writer fail with a clear error.
+Writes go through :func:`pyterrier_lsr.storage.build_folder`: an index is built in a temporary sibling folder and
+swapped into place only when complete (adding an engine builds a new folder too, hard-linking the unchanged files, and
+keeps the build id, so retrievers made before stay valid);
+``overwrite`` replaces only a folder marked as a pyterrier-lsr index (or an empty one); a failed rebuild leaves the
+old index as it was; a concurrent writer fails with a clear error.  An :class:`LsrIndex` object compares the marker's
+build id on every use, so it never serves metadata or a model cached from a folder that was rebuilt since.
 """
-import fcntl
-import json
-import os
-import shutil
 import uuid
-import warnings
 from collections import Counter
-from contextlib import contextmanager
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Sequence
 
@@ -33,81 +33,43 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 from tqdm.auto import tqdm
 
+from .. import storage
+from ..checks import UniqueDocnos, check_float, check_int, check_vector
 from ..loading import load_model
 from ..quiet import quiet_native
-from .engines import get_engine
-from .quantization import check_docno, check_vector, quantize
-from .vectors import VectorStore, VectorWriter, write_json_atomic
+from .engines import ENGINES, get_engine
+from .integrity import check_files, check_meta, check_scoring, record_files
+from .quantization import quantize
+from .retrievers import QueryToksRetriever, Retriever
+from .vectors import VectorStore, VectorWriter
 
 META_FILE = 'lsr.json'
 DF_FILE = 'df.json'
 VECTORS_FOLDER = 'vectors'
 MODEL_FOLDER = 'model'
 PT_META_FILE = 'pt_meta.json'
-FORMAT_VERSION = 2
+# 3: the marker (.lsr-artifact.json) and the sha256 of every file; indexes of format 2 carry neither.
+FORMAT_VERSION = 3
+INDEX_KIND = 'sparse_index.lsr'
 
-__all__ = ['LsrIndex', 'SpladeIndexer']
+__all__ = ['LsrIndex', 'SpladeIndexer', 'is_lsr_index']
 
 
 def is_lsr_index(path) -> bool:
-    path = Path(path)
-    if (path / PT_META_FILE).is_file():
-        try:
-            meta = json.loads((path / PT_META_FILE).read_text())
-        except ValueError:
-            return False
-        return meta.get('type') == LsrIndex.ARTIFACT_TYPE and meta.get('format') == LsrIndex.ARTIFACT_FORMAT
-    return (path / META_FILE).is_file()
+    """Whether ``path`` is a folder marked as a pyterrier-lsr index (never judged by the files it holds)."""
+    return storage.is_artifact(path, INDEX_KIND)
 
 
-def _file_sizes(folder: Path) -> Dict[str, int]:
-    return {str(p.relative_to(folder)): p.stat().st_size for p in sorted(folder.rglob('*')) if p.is_file()}
-
-
-@contextmanager
-def _write_lock(path: Path):
-    """An exclusive, non-blocking lock on ``.<name>.lock`` next to ``path``: a second writer fails at once."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path.parent / f'.{path.name}.lock', 'w') as f:
-        try:
-            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise RuntimeError(f'another process is writing {path}; wait for it to finish') from None
-        try:
-            yield
-        finally:
-            fcntl.flock(f, fcntl.LOCK_UN)
-
-
-@contextmanager
-def atomic_folder(path: Path, overwrite: bool, what: str = 'index'):
-    """Yields a temporary sibling of ``path`` to fill; moves it to ``path`` when the block succeeds, removes it when
-    it fails. An existing ``path`` is replaced only with ``overwrite`` and only if it is empty or an index."""
-    path = Path(path).absolute()
-    with _write_lock(path):
-        if path.exists() and not path.is_dir():
-            raise FileExistsError(f'{path} exists and is not a folder')
-        existing = path.exists() and any(path.iterdir())
-        if existing and not overwrite:
-            raise FileExistsError(f'{path} already exists; pass overwrite=True to replace it (or reuse it: '
-                                  'LsrIndex(path).built())')
-        if existing and not is_lsr_index(path):
-            raise FileExistsError(f'{path} is not a pyterrier-lsr {what} (no {PT_META_FILE}/{META_FILE}); '
-                                  'refusing to replace it: choose another path or remove it yourself')
-        tmp = path.parent / f'.{path.name}.building-{uuid.uuid4().hex[:8]}'
-        tmp.mkdir()
-        try:
-            yield tmp
-            if path.exists():
-                old = path.parent / f'.{path.name}.old-{uuid.uuid4().hex[:8]}'
-                os.rename(path, old)
-                os.rename(tmp, path)
-                shutil.rmtree(old, ignore_errors=True)
-            else:
-                os.rename(tmp, path)
-        finally:
-            if tmp.exists():
-                shutil.rmtree(tmp, ignore_errors=True)
+def _documents(it):
+    """The documents of ``index(it)``: a DataFrame's rows as dicts (iterating a frame would yield its column names),
+    or the iterable itself; strings and single dicts are refused."""
+    if isinstance(it, pd.DataFrame):
+        columns = list(it.columns)
+        return (dict(zip(columns, row)) for row in it.itertuples(index=False, name=None)), len(it)
+    if isinstance(it, (str, bytes, Mapping)) or not isinstance(it, Iterable):
+        raise TypeError(f'index() takes an iterable of documents (dicts with "docno" and "toks" or text) or a '
+                        f'DataFrame, got {type(it).__name__}')
+    return it, (len(it) if hasattr(it, '__len__') else None)
 
 
 class LsrIndex(pta.Artifact, pt.Indexer):
@@ -134,17 +96,13 @@ class LsrIndex(pta.Artifact, pt.Indexer):
 
     def __init__(self, path, model=None, *, scale: float = 100., engines: Sequence[str] = ('pisa',),
                  overwrite: bool = False, save_model: bool = True, scoring: Optional[dict] = None,
-                 text_field: str = 'text', batch_size: int = 1024, verbose: bool = True, encoder=None):
+                 text_field: str = 'text', batch_size: int = 1024, verbose: bool = True):
         super().__init__(path)
-        if encoder is not None:  # the 0.1 keyword, kept for one release
-            warnings.warn('LsrIndex(path, encoder=...) is deprecated; pass model=', DeprecationWarning, stacklevel=2)
-            model = encoder
         self.save_model = save_model
         self._scoring = scoring
         self._model = model
-        self._scale = float(scale)
-        if not self._scale > 0 or self._scale == float('inf'):
-            raise ValueError(f'scale must be a finite number > 0, got {scale}')
+        self._model_from_index = False
+        self._scale = check_float('scale', scale, 0, exclusive_minimum=True)
         if isinstance(engines, str):
             engines = (engines,)
         for name in engines:
@@ -152,33 +110,64 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         self.new_engines = tuple(engines)
         self.overwrite = overwrite
         self.text_field = text_field
-        if batch_size < 1:
-            raise ValueError(f'batch_size must be >= 1, got {batch_size}')
-        self.batch_size = batch_size
+        self.batch_size = check_int('batch_size', batch_size, 1)
         self.verbose = verbose
         self._meta = None
+        self._stamp = None  # the marker the cached metadata (and a model loaded from the index) belong to
 
     # -- reading -------------------------------------------------------------------------------------------------
     def built(self) -> bool:
         """Whether an index exists at ``path`` (the re-runnable pattern: ``index if index.built() else build``)."""
-        return (self.path / META_FILE).is_file()
+        return is_lsr_index(self.path) or (self.path / META_FILE).is_file()
+
+    def _marker(self) -> dict:
+        marker = storage.read_marker(self.path)
+        if marker is not None and marker['artifact'] == INDEX_KIND:
+            return marker
+        if (self.path / META_FILE).is_file():
+            try:
+                version = storage.read_json(self.path / META_FILE, 'index metadata').get('version')
+            except ValueError:
+                version = None
+            if version != FORMAT_VERSION:
+                raise ValueError(f'{self.path} is an index of format version {version} (an older pyterrier-lsr); '
+                                 f'this version reads version {FORMAT_VERSION}: rebuild it (old indexes carry no '
+                                 f'{storage.MARKER}, so remove the folder yourself; overwrite=True will not)')
+            raise ValueError(f'{self.path} has a {META_FILE} but no {storage.MARKER} marking it as a pyterrier-lsr '
+                             'index; rebuild it')
+        raise FileNotFoundError(f'no pyterrier-lsr index at {self.path} (no {storage.MARKER} marking one)')
+
+    def build_id(self) -> str:
+        """The id of the build now at ``path``: it changes whenever the documents are indexed again, not when an engine
+        is added (the files of the other engines, and of the model, stay the same)."""
+        return str(self._marker().get('build'))
 
     @property
     def meta(self) -> dict:
-        if self._meta is None:
-            if not self.built():
-                raise FileNotFoundError(f'no pyterrier-lsr index at {self.path} (missing {META_FILE})')
-            meta = json.loads((self.path / META_FILE).read_text())
+        """``lsr.json``, checked (see :mod:`.integrity`); re-read whenever the folder was rebuilt since."""
+        marker = self._marker()
+        if self._meta is None or marker != self._stamp:
+            file = self.path / META_FILE
+            if not file.is_file() or storage.file_digest(file) != marker.get('meta_sha256'):
+                raise ValueError(f'{file} is missing or was edited after the index was built (its digest differs '
+                                 f'from the one in {storage.MARKER}); rebuild the index')
+            meta = storage.read_json(file, 'index metadata')
             if meta.get('version') != FORMAT_VERSION:
-                raise ValueError(f'{self.path} is an index of format version {meta.get("version")}; this version of '
-                                 f'pyterrier-lsr reads version {FORMAT_VERSION}: rebuild it')
-            damaged = [f'{name} ({"missing" if not (self.path / name).is_file() else "size differs"})'
-                       for name, size in meta['files'].items()
-                       if not (self.path / name).is_file() or (self.path / name).stat().st_size != size]
-            if damaged:
-                raise ValueError(f'the index at {self.path} is damaged: {", ".join(damaged[:5])}; rebuild it')
-            self._meta = meta
+                raise ValueError(f'{file}: format version {meta.get("version")!r}; this version of pyterrier-lsr '
+                                 f'reads version {FORMAT_VERSION}: rebuild the index')
+            check_meta(meta, file, ENGINES)
+            check_files(self.path, meta['files'])
+            rebuilt = self._stamp is not None and marker.get('build') != self._stamp.get('build')
+            if rebuilt and self._model_from_index:  # a model loaded from the previous build is not this build's
+                self._model, self._model_from_index = None, False
+            self._meta, self._stamp = meta, marker
         return self._meta
+
+    def verify(self) -> 'LsrIndex':
+        """Checks the digest of every file of the index (a full read); raises a ``ValueError`` naming the damaged
+        files. Opening an index checks sizes and small files only."""
+        check_files(self.path, self.meta['files'], full=True)
+        return self
 
     @property
     def scale(self) -> float:
@@ -196,43 +185,60 @@ class LsrIndex(pta.Artifact, pt.Indexer):
 
     def vectors(self) -> VectorStore:
         """The documents' float vectors, in corpus order (the engine-neutral form)."""
+        self.meta  # noqa: B018  (checks the folder first)
         return VectorStore(self.path / VECTORS_FOLDER)
 
     def document_frequencies(self) -> Dict[str, int]:
         """Number of documents in which each term has a non-zero (quantized) impact."""
-        return json.loads((self.path / DF_FILE).read_text())
+        self.meta  # noqa: B018
+        df = storage.read_json(self.path / DF_FILE, 'document frequencies')
+        for term, count in df.items():
+            if isinstance(count, bool) or not isinstance(count, int) or count < 0:
+                raise ValueError(f'{self.path / DF_FILE}: the frequency of {term!r:.40} is {count!r:.40}, not a '
+                                 'count')
+        return df
 
     def model(self):
-        """The model that encodes queries: the one given, else the copy stored in the index."""
+        """The model that encodes queries: the one given, else the copy stored in the index (its files checked
+        against their recorded digests first, so weights edited in place are noticed)."""
+        meta = self.meta
         if self._model is None:
-            recorded = self.meta.get('model')
+            recorded = meta.get('model')
             if not recorded:
                 raise ValueError(f'{self.path} records no model (built from toks); pass model= to LsrIndex')
-            self._model = load_model(self.path / recorded['path'])
+            folder = (self.path / recorded['path']).resolve()
+            if self.path.resolve() not in folder.parents:
+                raise ValueError(f'{self.path / META_FILE}: the model path {recorded["path"]!r} leads outside the '
+                                 'index')
+            check_files(self.path, meta['files'], full=True, prefix=recorded['path'].rstrip('/') + '/')
+            model = load_model(folder)
             if recorded.get('name'):  # the name it was indexed under, not the copy's folder ('model'), in reprs
-                self._model.name = recorded['name']
+                model.name = recorded['name']
+            self._model, self._model_from_index = model, True
         return self._model
 
     def pisa(self):
         """The PISA index at the root of the folder (a ``pyterrier_pisa.PisaIndex``)."""
         import pyterrier_pisa
+        self.meta  # noqa: B018
         return pyterrier_pisa.PisaIndex(str(self.path), stemmer='none', stops='none')
 
     # -- retrieval -----------------------------------------------------------------------------------------------
     def toks_retriever(self, num_results: int = 1000, engine: str = 'pisa', **params) -> pt.Transformer:
         """Retrieval for frames that already carry ``query_toks`` (floats, model units); ``params`` go to the engine
         (PISA: ``threads``, ``query_algorithm``, ``k1``/``b`` for BM25-scored indexes; see each engine)."""
-        if num_results < 1:
-            raise ValueError(f'num_results must be >= 1, got {num_results}')
-        if engine not in self.meta['engines']:
-            raise ValueError(f'{self.path} has no {engine!r} engine (built: {sorted(self.meta["engines"])}); '
+        check_int('num_results', num_results, 1)
+        meta = self.meta
+        if engine not in meta['engines']:
+            raise ValueError(f'{self.path} has no {engine!r} engine (built: {sorted(meta["engines"])}); '
                              f'add it with LsrIndex(path).build_engine({engine!r})')
         impl = get_engine(engine)
         if self.scoring['kind'] not in impl.scorings:
             raise ValueError(f'the {engine} engine cannot score a {self.scoring["kind"]!r} index')
+        build = str(self._stamp.get('build'))
         with quiet_native(params.get('verbose', False)):
             inner = impl.retriever(self, self.path / impl.subfolder, num_results, **params)
-        return QueryToksRetriever(inner, self, engine)
+        return QueryToksRetriever(inner, self, engine, build)
 
     def retriever(self, num_results: int = 1000, engine: str = 'pisa', query_encoder: pt.Transformer = None,
                   **params) -> pt.Transformer:
@@ -254,23 +260,31 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         return SpladeIndexer(self.path, model if model is not None else self._model, **kwargs)
 
     def _encoded(self, docs: Iterable[dict]):
-        """Lists of ``(docno, vector)`` pairs, one per chunk, validated. Documents carrying ``toks`` (encoded
-        upstream) are taken as they are; others are encoded from ``text_field`` in chunks by the index's model."""
+        """Lists of ``(docno, vector)`` pairs, one per chunk, validated (docnos: non-empty strings, unique).
+        Documents carrying ``toks`` (encoded upstream) are taken as they are; others are encoded from ``text_field``
+        in chunks by the index's model."""
+        unique = UniqueDocnos(f'the documents indexed into {self.path}')
+        position = 0
         for chunk in more_itertools.chunked(docs, self.batch_size):
-            encode = 'toks' not in chunk[0] and self._model is not None
+            encode = isinstance(chunk[0], Mapping) and 'toks' not in chunk[0] and self._model is not None
             field = self.text_field if encode else 'toks'
             for doc in chunk:
+                if not isinstance(doc, Mapping):
+                    raise TypeError(f'document {position} is a {type(doc).__name__}, not a dict with "docno" and '
+                                    f'"{field}"')
                 missing = [c for c in ('docno', field) if c not in doc]
                 if missing:
-                    raise KeyError(f'documents must have columns {missing}; got {sorted(doc)}')
-            docnos = [check_docno(doc['docno']) for doc in chunk]
+                    raise KeyError(f'documents must have columns {missing}; document {position} has {sorted(doc)}')
+                position += 1
+            docnos = [unique.add(doc['docno']) for doc in chunk]
             vectors = self._model.encode([doc[field] for doc in chunk]) if encode else [doc['toks'] for doc in chunk]
             yield [(docno, check_vector(vector, f'document {docno!r}')) for docno, vector in zip(docnos, vectors)]
 
     def index(self, it: Iterable[dict]) -> 'LsrIndex':
-        """Encodes (with a model) or takes ``toks`` and builds the index atomically; returns ``self``."""
-        total = len(it) if hasattr(it, '__len__') else None
-        with atomic_folder(self.path, self.overwrite) as tmp:
+        """Encodes (with a model) or takes ``toks`` of documents (an iterable of dicts, or a DataFrame) and builds
+        the index atomically; returns ``self``."""
+        it, total = _documents(it)
+        with storage.build_folder(self.path, INDEX_KIND, self.overwrite, what='index') as tmp:
             writer, df, count = VectorWriter(tmp / VECTORS_FOLDER), Counter(), 0
             # Advanced once per encoded chunk: per-document updates made the first one report the time of a whole
             # chunk per document (hours of ETA).
@@ -288,7 +302,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
                 raise ValueError(f'every one of the {count} documents is empty after quantization (all weights below '
                                  f'1/scale = {1 / self._scale:g}); nothing could be retrieved')
             writer.close()
-            write_json_atomic(tmp / DF_FILE, dict(df))
+            storage.write_json(tmp / DF_FILE, dict(df))
             self._finish(tmp, count)
         self._meta = None
         self.meta  # noqa: B018  (validates what was just written)
@@ -317,14 +331,14 @@ class LsrIndex(pta.Artifact, pt.Indexer):
                 meta['engines'][name] = engine.build(building, folder)
         # PISA keeps its settings (stemmer, stops...) in pt_meta.json: they stay, under our type and format, so the
         # folder loads as this artifact and PISA still reads its own configuration.
-        pt_meta = json.loads((tmp / PT_META_FILE).read_text()) if (tmp / PT_META_FILE).is_file() else {}
-        write_json_atomic(tmp / PT_META_FILE, dict(pt_meta, type=self.ARTIFACT_TYPE, format=self.ARTIFACT_FORMAT,
-                                                   package_hint=self.ARTIFACT_PACKAGE_HINT))
-        meta['files'] = _file_sizes(tmp)
-        write_json_atomic(tmp / META_FILE, meta)
+        pt_meta = storage.read_json(tmp / PT_META_FILE, 'PISA settings') if (tmp / PT_META_FILE).is_file() else {}
+        storage.write_json(tmp / PT_META_FILE, dict(pt_meta, type=self.ARTIFACT_TYPE, format=self.ARTIFACT_FORMAT,
+                                                    package_hint=self.ARTIFACT_PACKAGE_HINT))
+        _write_meta(tmp, meta)
 
     def build_engine(self, name: str, overwrite: bool = False, **params) -> 'LsrIndex':
-        """Builds another engine from the stored vectors (e.g. ``'bmp'``, ``'seismic'``) into its subfolder."""
+        """Builds another engine from the stored vectors (e.g. ``'bmp'``, ``'seismic'``) into its subfolder: a new
+        index folder (the other files hard-linked) swapped into place, so readers never see a half-built engine."""
         engine = get_engine(name)
         meta = self.meta
         if name in meta['engines'] and not overwrite:
@@ -333,36 +347,31 @@ class LsrIndex(pta.Artifact, pt.Indexer):
             raise ValueError(f'the {name!r} engine is built with the index; rebuild the index to change it')
         if meta['scoring']['kind'] not in engine.scorings:
             raise ValueError(f'the {name} engine cannot score a {meta["scoring"]["kind"]!r} index')
-        with _write_lock(self.path):
-            target = self.path / engine.subfolder
-            tmp = self.path / f'.{engine.subfolder}.building-{uuid.uuid4().hex[:8]}'
-            tmp.mkdir()
-            try:
-                settings = engine.build(self, tmp, **params)
-                if target.exists():
-                    shutil.rmtree(target)
-                os.rename(tmp, target)
-            finally:
-                shutil.rmtree(tmp, ignore_errors=True)
-            meta = dict(meta, engines={**meta['engines'], name: settings})
-            meta['files'] = {k: v for k, v in meta['files'].items() if not k.startswith(engine.subfolder + '/')}
-            meta['files'].update({f'{engine.subfolder}/{k}': v for k, v in _file_sizes(target).items()})
-            write_json_atomic(self.path / META_FILE, meta)
-            self._meta = None
+        stamp = self._stamp
+        with storage.build_folder(self.path, INDEX_KIND, overwrite=True, what='index') as tmp:
+            if storage.read_marker(self.path) != stamp:
+                raise RuntimeError(f'{self.path} changed while the {name} engine was being added; try again')
+            prefix = engine.subfolder + '/'
+            storage.link_tree(self.path, tmp, skip=lambda n: n == META_FILE or n.startswith(prefix))
+            (tmp / engine.subfolder).mkdir(exist_ok=True)
+            new = dict(meta, engines={**meta['engines'], name: None})
+            with quiet_native():
+                new['engines'][name] = engine.build(_Building(tmp, new), tmp / engine.subfolder, **params)
+            _write_meta(tmp, new, build=stamp.get('build'))
+        self._meta = None
         return self
 
     def __repr__(self):
         return f'LsrIndex({str(self.path)!r})'
 
 
-def check_scoring(scoring: dict) -> dict:
-    kind = scoring.get('kind') if isinstance(scoring, dict) else None
-    if kind == 'dot' and set(scoring) == {'kind'}:
-        return scoring
-    if kind == 'bm25' and set(scoring) == {'kind', 'k1', 'b'} and scoring['k1'] >= 0 and 0 <= scoring['b'] <= 1:
-        return scoring
-    raise ValueError(f"scoring must be {{'kind': 'dot'}} or {{'kind': 'bm25', 'k1': >= 0, 'b': in [0, 1]}}, "
-                     f'got {scoring!r}')
+def _write_meta(folder: Path, meta: dict, build: Optional[str] = None) -> None:
+    """Records every file of ``folder`` in ``lsr.json``, writes it, and marks the folder with the build id (a new one
+    unless given) and the digest of ``lsr.json`` (see :mod:`.integrity`)."""
+    meta['files'] = record_files(folder, leave_out={META_FILE})
+    storage.write_json(folder / META_FILE, meta)
+    storage.mark(folder, INDEX_KIND, build=build or uuid.uuid4().hex,
+                 meta_sha256=storage.file_digest(folder / META_FILE))
 
 
 class _Building:
@@ -377,40 +386,6 @@ class _Building:
 
     def vectors(self) -> VectorStore:
         return VectorStore(self.folder / VECTORS_FOLDER)
-
-
-class QueryToksRetriever(pt.Transformer):
-    """Validates ``query_toks`` (naming the query and value of any bad weight), runs an engine, and returns
-    ``qid, docno, score, rank`` plus the input's other columns (not ``query_toks``)."""
-
-    def __init__(self, engine_retriever: pt.Transformer, index: LsrIndex, engine: str):
-        self.engine_retriever = engine_retriever
-        self.index = index
-        self.engine = engine
-
-    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        pta.validate.query_frame(inp, extra_columns=['query_toks'])
-        columns = [c for c in inp.columns if c != 'query_toks'] + ['docno', 'score', 'rank']
-        if not len(inp):
-            return pd.DataFrame(columns=columns)
-        toks = [dict(check_vector(q, f'query {qid!r}')) for qid, q in zip(inp['qid'], inp['query_toks'])]
-        out = self.engine_retriever(inp.assign(query_toks=toks))
-        return out.drop(columns=['query_toks'], errors='ignore')[columns]
-
-    def __repr__(self):
-        return f'{self.engine.upper()}({self.index.path.name})'
-
-
-class Retriever(pt.Compose):
-    """A query encoder composed with an index's retriever, named ``Splade('x') on PISA(index)`` after the model (or
-    the query encoder): a default ``pt.Experiment`` name that ``save_dir`` accepts (no ``>>``, no path)."""
-
-    def __init__(self, name, *transformers: pt.Transformer):
-        super().__init__(*transformers)
-        self.name = name
-
-    def __repr__(self):
-        return f'{self.name!r} on {self._transformers[-1]!r}'
 
 
 class SpladeIndexer(pt.Indexer):

@@ -8,12 +8,13 @@ order with their row counts and byte sizes.  Shards are written under a temporar
 this form, so a corpus is encoded once; distributed writers produce shards independently (:func:`write_shard`) and one
 manifest joins them (:func:`write_manifest`).  Any Parquet reader (pandas, pyarrow, Spark) reads the shards.
 """
-import json
-import os
 from pathlib import Path
 from typing import Dict, Iterable, Iterator, List, Mapping, Sequence, Tuple
 
 import numpy as np
+
+from .. import storage
+from .integrity import safe_relative
 
 MANIFEST = 'vectors.json'
 FORMAT = 'lsr-vectors/1'
@@ -30,12 +31,6 @@ def shard_name(number: int) -> str:
     return f'part-{number:05d}.parquet'
 
 
-def write_json_atomic(path: Path, obj) -> None:
-    tmp = path.with_name(f'.{path.name}.tmp-{os.getpid()}')
-    tmp.write_text(json.dumps(obj, indent=1))
-    os.replace(tmp, path)
-
-
 def write_shard(folder, name: str, docnos: Sequence[str], vectors: Sequence[Mapping[str, float]]) -> dict:
     """Writes one shard atomically; returns its manifest entry (``file``, ``num_docs``, ``num_postings``, ``bytes``)."""
     import pyarrow as pa
@@ -44,9 +39,7 @@ def write_shard(folder, name: str, docnos: Sequence[str], vectors: Sequence[Mapp
     folder.mkdir(parents=True, exist_ok=True)
     table = pa.table({'docno': list(docnos), 'terms': [list(v.keys()) for v in vectors],
                       'weights': [list(v.values()) for v in vectors]}, schema=_schema())
-    tmp = folder / f'.{name}.tmp-{os.getpid()}'
-    pq.write_table(table, tmp)
-    os.replace(tmp, folder / name)
+    storage.write_file(folder / name, lambda tmp: pq.write_table(table, tmp))
     return {'file': name, 'num_docs': len(docnos), 'num_postings': int(sum(len(v) for v in vectors)),
             'bytes': (folder / name).stat().st_size}
 
@@ -55,7 +48,7 @@ def write_manifest(folder, shards: List[dict]) -> 'VectorStore':
     """Joins shards (in corpus order) into a vector folder; checks that each is present with its recorded size."""
     folder = Path(folder)
     _check_shards(folder, shards)
-    write_json_atomic(folder / MANIFEST, {'format': FORMAT, 'num_docs': sum(s['num_docs'] for s in shards),
+    storage.write_json(folder / MANIFEST, {'format': FORMAT, 'num_docs': sum(s['num_docs'] for s in shards),
                                           'shards': shards})
     return VectorStore(folder)
 
@@ -95,9 +88,14 @@ class VectorStore:
         self.folder = Path(folder)
         if not (self.folder / MANIFEST).exists():
             raise FileNotFoundError(f'no vectors at {self.folder} (missing {MANIFEST})')
-        self.manifest = json.loads((self.folder / MANIFEST).read_text())
+        self.manifest = storage.read_json(self.folder / MANIFEST, 'vector manifest')
         if self.manifest.get('format') != FORMAT:
             raise ValueError(f'{self.folder / MANIFEST}: unknown format {self.manifest.get("format")!r}')
+        shards = self.manifest.get('shards')
+        if not isinstance(shards, list) or not all(_is_entry(s) for s in shards) or \
+                self.manifest.get('num_docs') != sum(s['num_docs'] for s in shards):
+            raise ValueError(f'{self.folder / MANIFEST}: "shards" must list entries with a file name inside the '
+                             'folder and integer num_docs and bytes adding up to "num_docs"')
 
     @property
     def num_docs(self) -> int:
@@ -149,6 +147,12 @@ class VectorStore:
     def verify(self) -> None:
         """Raises if a shard is missing or its size differs from the manifest's."""
         _check_shards(self.folder, self.manifest['shards'])
+
+
+def _is_entry(shard) -> bool:
+    return isinstance(shard, dict) and safe_relative(shard.get('file')) and all(
+        isinstance(shard.get(k), int) and not isinstance(shard.get(k), bool) and shard[k] >= 0
+        for k in ('num_docs', 'bytes'))
 
 
 def _check_shards(folder: Path, shards: Iterable[dict]) -> None:

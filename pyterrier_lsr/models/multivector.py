@@ -13,7 +13,6 @@ augmentation (the backbone, all-MiniLM-L6-v2, has no such embeddings trained), p
 A model folder is the backbone's HF folder + ``projection.safetensors`` + ``multivector.json`` (our settings);
 the wrapper (:class:`pyterrier_lsr.multivector.MultiVector`) adds the tokenizer.
 """
-import json
 from pathlib import Path
 from typing import Optional, Sequence, Tuple
 
@@ -22,6 +21,8 @@ import torch.nn.functional as F
 from torch import nn
 
 # The shared token-state extraction of Latent Terms and SAE-SPLADE (normalised token states + their mask).
+from .. import storage
+from ..checks import check_int
 from .features import DenseFeatures
 
 KIND = 'multivector'
@@ -91,20 +92,26 @@ class MultiVectorModel(nn.Module):
         path = Path(path)
         path.mkdir(parents=True, exist_ok=True)
         self.backbone.save_pretrained(str(path))
-        tmp = path / (PROJECTION_FILE + '.tmp')
-        save_file({'weight': self.projection.weight.detach().contiguous().cpu()}, str(tmp))
-        tmp.replace(path / PROJECTION_FILE)
-        tmp = path / (SETTINGS_FILE + '.tmp')
-        tmp.write_text(json.dumps(self.settings, indent=1))
-        tmp.replace(path / SETTINGS_FILE)
+        weight = self.projection.weight.detach().contiguous().cpu()
+        storage.write_file(path / PROJECTION_FILE, lambda tmp: save_file({'weight': weight}, str(tmp)))
+        storage.write_json(path / SETTINGS_FILE, self.settings)
 
     @classmethod
     def from_pretrained(cls, path) -> 'MultiVectorModel':
         from safetensors.torch import load_file
         from transformers import AutoModel
         path = Path(path)
-        settings = json.loads((path / SETTINGS_FILE).read_text())
+        settings = storage.read_json(path / SETTINGS_FILE, 'multi-vector settings')
         if settings.get('kind') != KIND:
             raise ValueError(f'{path} holds a {settings.get("kind")!r} model, not {KIND!r}')
+        skip_ids = settings.get('skip_ids')
+        try:
+            check_int('dim', settings.get('dim'), 1)
+            if not isinstance(skip_ids, list):
+                raise TypeError(f'skip_ids must be a list of token ids, got {skip_ids!r:.40}')
+            for i in skip_ids:
+                check_int('skip_ids', i, 0)
+        except (TypeError, ValueError) as ex:
+            raise ValueError(f'{path / SETTINGS_FILE}: {ex}') from None
         projection = load_file(str(path / PROJECTION_FILE))['weight']
         return cls(AutoModel.from_pretrained(str(path)), settings['dim'], settings['skip_ids'], projection).eval()

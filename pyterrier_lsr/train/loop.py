@@ -7,8 +7,9 @@ distillation losses plus FLOPS regularization; logs metrics to ``metrics.csv``/`
 exactly as an uninterrupted run would (same seed => same weights). The optimization machinery itself,
 :func:`run_loop`, runs any ``loss_fn(batch, step)`` (the MLM adaptation of :mod:`.mlm` reuses it).
 
-Checkpoints are written into a hidden temporary sibling (``.checkpoint-<step>.tmp``) and renamed into place when
-complete, so a ``checkpoint-<step>`` folder is always whole. ``trainer_state.pt`` holds tensors, numbers, strings,
+Checkpoints are built beside their final name and swapped into place when complete
+(:func:`pyterrier_lsr.storage.build_folder`, marked ``checkpoint``), so a ``checkpoint-<step>`` folder is always whole
+and saving a step again replaces only our own checkpoint. ``trainer_state.pt`` holds tensors, numbers, strings,
 lists and dicts only (torch's RNG state is a tensor) and is read with ``torch.load(weights_only=True)``: a checkpoint
 cannot run code. Resume takes the newest checkpoint that loads, warning about newer ones that do not, and refuses a
 ``TrainConfig`` that differs from the saved one unless ``resume='force'``.
@@ -16,10 +17,8 @@ cannot run code. Resume takes the newest checkpoint that loads, warning about ne
 
 import csv
 import json
-import os
 import random
 import re
-import shutil
 import time
 import warnings
 from dataclasses import asdict, dataclass, field
@@ -29,11 +28,13 @@ from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence,
 import torch
 from tqdm.auto import tqdm
 
+from .. import storage
 from . import distributed as dist
 from . import losses as L
 from .data import Example
 
 STATE_FILE = 'trainer_state.pt'
+CHECKPOINT_KIND = 'checkpoint'
 CHECKPOINT_NAME = re.compile(r'checkpoint-(\d+)')
 STATE_KEYS = {'step', 'optimizer', 'scheduler', 'model', 'extra', 'torch_rng', 'config', 'log'}
 # Fields that change logging and saving only: a resumed run may change them without resume='force'.
@@ -198,14 +199,12 @@ def batch_loss(model, tokenizer, batch: List[Example], config: TrainConfig, step
 
 
 def _save(model, tokenizer, optimizer, scheduler, step: int, path: Path, config: TrainConfig, log: list, extra):
-    tmp = path.with_name(f'.{path.name}.tmp')
-    shutil.rmtree(tmp, ignore_errors=True)  # left over by a save that died
-    tmp.mkdir(parents=True)
-    model.save_pretrained(str(tmp))
-    if tokenizer is not None:
-        tokenizer.save_pretrained(str(tmp))
-    torch.save(
-        {
+    # Saving a step again (a rerun) replaces our checkpoint only once the new one is whole.
+    with storage.build_folder(path, CHECKPOINT_KIND, overwrite=True, what='checkpoint') as tmp:
+        model.save_pretrained(str(tmp))
+        if tokenizer is not None:
+            tokenizer.save_pretrained(str(tmp))
+        state = {
             'step': step,
             'optimizer': optimizer.state_dict(),
             'scheduler': scheduler.state_dict(),
@@ -214,17 +213,8 @@ def _save(model, tokenizer, optimizer, scheduler, step: int, path: Path, config:
             'torch_rng': torch.get_rng_state(),
             'config': asdict(config),
             'log': log,
-        },
-        tmp / STATE_FILE,
-    )
-    if path.exists():  # saving a step again (a rerun): the old folder stays whole until the new one is in place
-        old = path.with_name(f'.{path.name}.old')
-        shutil.rmtree(old, ignore_errors=True)
-        os.replace(path, old)
-        os.replace(tmp, path)
-        shutil.rmtree(old)
-    else:
-        os.replace(tmp, path)
+        }
+        storage.write_file(tmp / STATE_FILE, lambda file: torch.save(state, file))
 
 
 def _checkpoints(output_dir) -> List[Path]:
@@ -237,6 +227,12 @@ def _load_state(checkpoint: Path) -> dict:
     state = torch.load(checkpoint / STATE_FILE, weights_only=True, map_location='cpu')
     if not isinstance(state, dict) or not STATE_KEYS <= set(state):
         raise ValueError(f'{STATE_FILE} lacks {sorted(STATE_KEYS - set(state if isinstance(state, dict) else ()))}')
+    step = state['step']
+    if isinstance(step, bool) or not isinstance(step, int) or step < 0 or f'checkpoint-{step}' != checkpoint.name:
+        raise ValueError(f'{STATE_FILE} records step {step!r:.40}; a checkpoint named {checkpoint.name} must record '
+                         f'step {checkpoint.name.split("-")[1]}')
+    if not isinstance(state['config'], dict) or not isinstance(state['log'], list):
+        raise ValueError(f'{STATE_FILE}: "config" must be a dict and "log" a list')
     return state
 
 

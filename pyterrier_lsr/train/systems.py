@@ -18,7 +18,7 @@ import pyterrier as pt
 
 from ..encoders import Splade
 from ..index import LsrIndex
-from ..index.vectors import write_json_atomic
+from ..storage import write_json
 from ..loading import load_model
 from ..models.heads import calibrate_activation
 from ..models.vocab_transfer import extend_vocabulary, new_rows_only, transfer_vocabulary
@@ -132,7 +132,7 @@ def adapted(start: Callable[[], Splade], corpus: Sequence[dict], folder, config:
     else:
         if system is not None:
             Path(folder).mkdir(parents=True, exist_ok=True)
-            write_json_atomic(Path(folder) / SYSTEM_FILE, system)
+            write_json(Path(folder) / SYSTEM_FILE, system)
         splade = domain_adapt(start(), corpus, folder, config, cache_dir, verbose=verbose, documents=documents)[0]
     splade.name = str(folder)  # named by its folder on the first run and after reloading alike
     return splade

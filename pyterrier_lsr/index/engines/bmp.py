@@ -36,7 +36,7 @@ import warnings
 import numpy as np
 import pyterrier as pt
 
-from ..vectors import write_json_atomic
+from ...storage import write_json
 from .glue import Timer, ToksSearcher, check_threads, quantized_csr, require
 
 INDEX_FILE = 'index.bmp'
@@ -107,7 +107,7 @@ class BmpEngine:
                 indexer.add_document(f'{SENTINEL_DOCNO} {pad}', {})
             indexer.add_document(SENTINEL_DOCNO, SENTINEL_DOC)
             indexer.finish()
-            write_json_atomic(folder / TERMS_FILE, dict(zip(terms, _kth_impacts(ids, levels, len(terms)).tolist())))
+            write_json(folder / TERMS_FILE, dict(zip(terms, _kth_impacts(ids, levels, len(terms)).tolist())))
         return {'block_size': block_size, 'compress_range': compress_range, 'max_impact': max_impact,
                 'largest_impact': largest, 'impact_factor': factor, 'build_seconds': round(timer.seconds, 3)}
 

@@ -10,7 +10,7 @@ import numpy as np
 import pandas as pd
 import pyterrier as pt
 
-from ..vectors import write_json_atomic
+from ...storage import write_json
 
 __all__ = ['require', 'quantized_csr', 'ToksSearcher', 'write_terms', 'read_terms', 'check_threads']
 
@@ -47,7 +47,7 @@ def quantized_csr(index) -> Tuple[List[str], List[str], np.ndarray, np.ndarray, 
 
 
 def write_terms(folder: Path, terms: Sequence[str]) -> None:
-    write_json_atomic(Path(folder) / TERMS_FILE, list(terms))
+    write_json(Path(folder) / TERMS_FILE, list(terms))
 
 
 def read_terms(folder: Path) -> Dict[str, int]:

@@ -1,0 +1,47 @@
+"""The retrievers an :class:`~pyterrier_lsr.LsrIndex` hands out: the checked ``query_toks`` boundary in front of an
+engine, and a query encoder composed with it under a short, ``save_dir``-safe name."""
+import pandas as pd
+import pyterrier as pt
+import pyterrier_alpha as pta
+
+from ..checks import check_vector
+
+__all__ = ['QueryToksRetriever', 'Retriever']
+
+
+class QueryToksRetriever(pt.Transformer):
+    """Validates ``query_toks`` (naming the query and value of any bad weight), runs an engine, and returns
+    ``qid, docno, score, rank`` plus the input's other columns (not ``query_toks``)."""
+
+    def __init__(self, engine_retriever: pt.Transformer, index, engine: str, build_id: str):
+        self.engine_retriever = engine_retriever
+        self.index = index
+        self.engine = engine
+        self.build_id = build_id
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        pta.validate.query_frame(inp, extra_columns=['query_toks'])
+        if self.index.build_id() != self.build_id:  # the engine holds the files of the build it was opened on
+            raise RuntimeError(f'{self.index.path} was rebuilt after this retriever was made; make a new one '
+                               '(index.retriever() or index.toks_retriever())')
+        columns = [c for c in inp.columns if c != 'query_toks'] + ['docno', 'score', 'rank']
+        if not len(inp):
+            return pd.DataFrame(columns=columns)
+        toks = [dict(check_vector(q, f'query {qid!r}')) for qid, q in zip(inp['qid'], inp['query_toks'])]
+        out = self.engine_retriever(inp.assign(query_toks=toks))
+        return out.drop(columns=['query_toks'], errors='ignore')[columns]
+
+    def __repr__(self):
+        return f'{self.engine.upper()}({self.index.path.name})'
+
+
+class Retriever(pt.Compose):
+    """A query encoder composed with an index's retriever, named ``Splade('x') on PISA(index)`` after the model (or
+    the query encoder): a default ``pt.Experiment`` name that ``save_dir`` accepts (no ``>>``, no path)."""
+
+    def __init__(self, name, *transformers: pt.Transformer):
+        super().__init__(*transformers)
+        self.name = name
+
+    def __repr__(self):
+        return f'{self.name!r} on {self._transformers[-1]!r}'
