@@ -144,7 +144,7 @@ class ShardEncoder:
         start, cpu = time.perf_counter(), time.process_time()
         vectors = []
         for i in range(0, len(texts), self.chunk_size):
-            vectors.extend(self.model.encode(texts[i:i + self.chunk_size]))
+            vectors.extend(self.model.encode_docs(texts[i:i + self.chunk_size]))
         vectors = [check_vector(v, f'document {d!r}') for d, v in zip(docnos, vectors)]
         entry = write_shard(self.folder, shard_name(number), docnos, vectors)
         storage.write_json(_shard_record(self.folder, number), {

@@ -24,8 +24,10 @@ import pyterrier_alpha as pta
 import torch
 
 from . import storage
+from .base import MODEL_ARTIFACT
 from .checks import check_docnos, check_int
 from .encoding import as_text, autocast, length_sorted_batches, resolve_device, resolve_precision
+from .loading import local_folder
 from .models.multivector import SETTINGS_FILE, MultiVectorModel
 from .models.sae_splade import structural_token_ids
 
@@ -84,25 +86,30 @@ class MultiVector:
         return cls(model, tokenizer, **kwargs)
 
     @classmethod
-    def from_pretrained(cls, path, **kwargs) -> 'MultiVector':
-        """Loads a folder written by :meth:`save_pretrained`; ``kwargs`` override the saved lengths, device..."""
+    def from_pretrained(cls, name_or_path, **kwargs) -> 'MultiVector':
+        """Loads a folder written by :meth:`save_pretrained` (or an offline or hub name of one, resolved as for every
+        model kind); ``kwargs`` override the saved lengths, device..."""
         from transformers import AutoTokenizer
-        settings = storage.read_json(Path(path) / SETTINGS_FILE, 'multi-vector settings')
+        folder = local_folder(name_or_path)
+        settings = storage.read_json(folder / SETTINGS_FILE, 'multi-vector settings')
         lengths = {k: settings[k] for k in ('doc_max_length', 'query_max_length') if k in settings}
-        return cls(MultiVectorModel.from_pretrained(path), AutoTokenizer.from_pretrained(str(path)),
-                   name=str(path), **{**lengths, **kwargs})
+        return cls(MultiVectorModel.from_pretrained(folder), AutoTokenizer.from_pretrained(str(folder)),
+                   name=str(name_or_path), **{**lengths, **kwargs})
 
-    def save_pretrained(self, path):
+    def save_pretrained(self, path, overwrite: bool = True) -> Path:
+        """Writes the folder atomically, replacing only a model folder of ours (as every model kind does); the
+        encoder keeps its name."""
+        with storage.build_folder(path, MODEL_ARTIFACT, overwrite=overwrite, what='model folder') as tmp:
+            self.write_folder(tmp)
+        return Path(path)
+
+    def write_folder(self, folder: Path):
         """Backbone HF folder + tokenizer + ``projection.safetensors`` + ``multivector.json`` (with the lengths)."""
-        path = Path(path)
-        self.model.save_pretrained(path)
-        self.tokenizer.save_pretrained(str(path))
+        self.model.save_pretrained(folder)
+        self.tokenizer.save_pretrained(str(folder))
         settings = {**self.model.settings, 'doc_max_length': self.doc_max_length,
                     'query_max_length': self.query_max_length}
-        storage.write_json(path / SETTINGS_FILE, settings)
-        # An unnamed encoder is now loadable from here (stores record it); a named one keeps its name, since
-        # other stores may already refer to it.
-        self.name = self.name or str(path)
+        storage.write_json(Path(folder) / SETTINGS_FILE, settings)
 
     @torch.inference_mode()
     def embed(self, texts: Sequence, query: bool = False, verbose: bool = False) -> Tuple[np.ndarray, np.ndarray]:

@@ -131,7 +131,7 @@ class SSR(SparseModel):
 
     def write_folder(self, folder: Path):
         """The encoder's folder + ``sae/``; the settings (kind, poolings) go into its ``config.json`` under ``lsr``."""
-        self.encoder.save_pretrained(folder)
+        self.encoder.write_folder(folder)
         self.sae.save_pretrained(folder / SAE_FOLDER)
 
     @classmethod

@@ -277,7 +277,8 @@ class LsrIndex(pta.Artifact, pt.Indexer):
                     raise KeyError(f'documents must have columns {missing}; document {position} has {sorted(doc)}')
                 position += 1
             docnos = [unique.add(doc['docno']) for doc in chunk]
-            vectors = self._model.encode([doc[field] for doc in chunk]) if encode else [doc['toks'] for doc in chunk]
+            texts = [doc[field] for doc in chunk]
+            vectors = self._model.encode_docs(texts) if encode else texts
             yield [(docno, check_vector(vector, f'document {docno!r}')) for docno, vector in zip(docnos, vectors)]
 
     def index(self, it: Iterable[dict]) -> 'LsrIndex':
