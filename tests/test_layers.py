@@ -17,7 +17,7 @@ LAYERS = [
                   'pruning', 'multivector', 'ssr']),
     ('index', ['index']),
     ('train', ['train']),
-    ('applications', ['report', 'cli', 'distributed', '__init__']),
+    ('applications', ['report', 'cli', 'systems', 'distributed', '__init__']),
 ]
 # Deprecated aliases kept for one release; each imports upward lazily, inside the deprecated function.
 ALLOWED_UPWARD = {('latent_terms', 'index'), ('inference_free', 'train')}

@@ -209,7 +209,7 @@ class _SystemBuilder:
 
         kind = TYPE_ALIASES.get(spec.get('type'), spec.get('type', 'lsr'))
         if kind == 'bm25':
-            from ..train.systems import bm25
+            from ..index.bm25 import bm25
 
             retriever = bm25(self.workdir / f'bm25.{self.docs_tag}.pisa', self.corpus(), num_results=self.num_results)
             return [System(spec['name'], retriever, str(retriever.index.path), stemmer='porter2')]

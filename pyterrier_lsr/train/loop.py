@@ -81,6 +81,8 @@ class TrainConfig:
 def micro_batches(examples, batch_size: int, seed: int) -> Iterator[List[Example]]:
     """Micro-batches: reshuffled epochs (seeded) for a sequence, one pass in order for a stream."""
     if isinstance(examples, Sequence):
+        if len(examples) < batch_size:  # no whole batch: the epochs below would yield nothing, forever
+            raise ValueError(f'need at least batch_size={batch_size} examples, got {len(examples)}')
         epoch = 0
         while True:
             order = list(range(len(examples)))

@@ -13,24 +13,21 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
-import pandas as pd
-import pyterrier as pt
-
 from ..encoders import Splade
 from ..index import LsrIndex
-from ..index.vectors import write_json_atomic
+from ..index.bm25 import BM25, bm25
 from ..loading import load_model
 from ..models.heads import calibrate_activation
 from ..models.vocab_transfer import extend_vocabulary, new_rows_only, transfer_vocabulary
 from ..quiet import quiet_native
 from ..sae_splade import SaeSplade
-from .domain import DomainConfig, domain_adapt, logged_config
-from .sae import build_latent_terms, train_token_sae
+from ..storage import read_json, write_json
+from ..train.domain import DONE_FILE, DomainConfig, domain_adapt, logged_config
+from ..train.sae import build_latent_terms, train_token_sae
 
 __all__ = ['BM25', 'bm25', 'sparse_index', 'latent_terms_index', 'adapted', 'new_head_splade', 'vt_splade',
            'sae_splade']
 
-DONE_FILE = 'domain_adapt.json'
 SYSTEM_FILE = 'system.json'
 # Latent Terms as in the README (multi-vector MiniLM, BM25 over square-rooted latent frequencies).
 LATENT_TERMS = dict(mode='multi', sae={'n_latents': 16384, 'k': 16}, sqrt_tf=True, k1=0.9, b=0.4)
@@ -43,37 +40,14 @@ def _texts(corpus: Sequence[dict]) -> list:
     return [d['text'] for d in corpus]
 
 
-class BM25(pt.Transformer):
-    """BM25 retrieval from a PISA text index (``pyterrier_pisa``'s, ``params`` go to its ``bm25()``), named by its
-    folder in experiment tables."""
-
-    def __init__(self, index, **params):
-        self.index = index
-        with quiet_native(params.get('verbose', False)):  # PISA prepares its BM25 files on first use, loudly
-            self.retriever = index.bm25(**params)
-
-    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        return self.retriever(inp)
-
-    def __repr__(self):
-        return f'BM25({Path(str(self.index.path)).name})'
-
-
-def bm25(path, corpus: Sequence[dict], verbose: bool = False, **params) -> BM25:
-    """:class:`BM25` over a PISA index of ``corpus``'s text at ``path``, built if absent."""
-    import pyterrier_pisa
-    index = pyterrier_pisa.PisaIndex(str(path), text_field='text')
-    if not index.built():
-        with quiet_native(verbose):
-            index.index(iter(corpus))
-    return BM25(index, verbose=verbose, **params)
-
-
 def sparse_index(path, model, corpus: Sequence[dict], verbose: bool = False, **kwargs) -> LsrIndex:
     """An :class:`~pyterrier_lsr.LsrIndex` of ``corpus`` encoded by ``model``, built if absent (``kwargs``: scale,
     engines... of a new index)."""
     index = LsrIndex(path, model, verbose=verbose, **kwargs)
-    return index if index.built() else index.index(iter(corpus))
+    if index.built():
+        return index
+    with quiet_native(verbose):  # the engines' native build logs
+        return index.index(iter(corpus))
 
 
 def latent_terms_index(path, corpus: Sequence[dict], dense: str = 'all-MiniLM-L6-v2', cache_dir=None,
@@ -84,8 +58,9 @@ def latent_terms_index(path, corpus: Sequence[dict], dense: str = 'all-MiniLM-L6
     if index.built():
         return index
     cache_dir = cache_dir if cache_dir is not None else f'{path}.cache'
-    return build_latent_terms(corpus, path, dense, cache_dir=cache_dir, verbose=verbose,
-                              **{**LATENT_TERMS, **settings})[1]
+    with quiet_native(verbose):
+        return build_latent_terms(corpus, path, dense, cache_dir=cache_dir, verbose=verbose,
+                                  **{**LATENT_TERMS, **settings})[1]
 
 
 def _finished(folder, config: DomainConfig, system: Optional[dict] = None) -> bool:
@@ -95,11 +70,11 @@ def _finished(folder, config: DomainConfig, system: Optional[dict] = None) -> bo
     folder = Path(folder)
     saved_system = folder / SYSTEM_FILE
     if system is not None and saved_system.is_file():
-        _same(folder, json.loads(saved_system.read_text()), system)
+        _same(folder, read_json(saved_system, 'the system settings'), system)
     done = folder / DONE_FILE
     if not done.is_file():
         return False
-    _same(folder, logged_config(json.loads(done.read_text())['config']), asdict(config))
+    _same(folder, logged_config(read_json(done, 'the adaptation log')['config']), asdict(config))
     return True
 
 
@@ -131,8 +106,7 @@ def adapted(start: Callable[[], Splade], corpus: Sequence[dict], folder, config:
         splade = load_model(Path(folder) / 'model')
     else:
         if system is not None:
-            Path(folder).mkdir(parents=True, exist_ok=True)
-            write_json_atomic(Path(folder) / SYSTEM_FILE, system)
+            write_json(Path(folder) / SYSTEM_FILE, system, indent=None)
         splade = domain_adapt(start(), corpus, folder, config, cache_dir, verbose=verbose, documents=documents)[0]
     splade.name = str(folder)  # named by its folder on the first run and after reloading alike
     return splade
