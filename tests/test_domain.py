@@ -62,6 +62,7 @@ def test_guard_returns_starting_model_and_cache_is_reused(tiny, corpus, tmp_path
     start = _weights(splade.model)
     model, log = domain_adapt(splade, corpus, tmp_path / 'a', _config(min_gain=10.), verbose=False)
     assert log['guard'] and log['selected_step'] == 0 and 'never-worse guard' in log['decision']
+    assert 'held-out pseudo-queries' in log['decision']  # says what it measured: not test topics
     assert [row['step'] for row in log['curve']] == [0, 2, 4]
     assert not log['cache_hit']
     # training did move the weights (the held-out scores changed), and the guard put the starting ones back
@@ -322,7 +323,8 @@ def test_cli_domain_adapt_on_a_folder(corpus, tmp_path, capsys):
     main(['domain-adapt', '--model', 'splade-tiny', '--collection', str(folder), '--output-dir', str(tmp_path / 'out'),
           '--set', 'steps=2', 'batch_size=4', 'eval_every=1', 'heldout=5', 'pool=10', 'negatives=7',
           'teachers=bm25', '--documents', str(index.path)])
-    assert '"decision"' in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.count('held-out pseudo-queries') == 1 and '"decision"' not in out, out  # the decision, once
     log = json.loads((tmp_path / 'out' / 'domain_adapt.json').read_text())
     assert [row['step'] for row in log['curve']] == [0, 1, 2] and log['config']['teachers'] == ['bm25']
     assert log['config']['side'] == 'query'  # the default recipe

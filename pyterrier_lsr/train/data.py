@@ -57,9 +57,9 @@ def from_dataframe(df: pd.DataFrame) -> List[Example]:
 def from_irds_docpairs(dataset_id: str, limit: Optional[int] = None) -> Iterator[Example]:
     """Streams ``(query, positive, negative)`` from an ir_datasets docpairs collection, e.g.
     ``msmarco-passage/train/triples-small``."""
-    import ir_datasets
+    from ..collections import irds_dataset
 
-    dataset = ir_datasets.load(dataset_id)
+    dataset = irds_dataset(dataset_id)
     if not dataset.has_docpairs():
         raise ValueError(f'{dataset_id} has no docpairs')
     queries = {q.query_id: q.text for q in dataset.queries_iter()}

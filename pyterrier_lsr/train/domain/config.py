@@ -118,5 +118,6 @@ def config_from_overrides(overrides: dict[str, str], base: DomainConfig | None =
         except ValueError as e:
             if str(e).startswith(name):
                 raise
-            raise ValueError(f'{name}={text!r}: not a {type(getattr(base, name)).__name__}') from None
+            kind = {int: 'an integer', float: 'a number'}.get(type(getattr(base, name)), 'a string')
+            raise ValueError(f'{name} must be {kind}, got {text!r}') from None
     return replace(base, **values)
