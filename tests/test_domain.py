@@ -276,6 +276,36 @@ def test_heldout_scores_and_keyword_queries(tiny, corpus):
     assert 'reactor physics' in words
 
 
+@pytest.mark.parametrize('field, value, message', [
+    ('per_doc', 0, 'per_doc must be >= 1, got 0'),
+    ('steps', 0, 'steps must be >= 1, got 0'),
+    ('batch_size', 0, 'batch_size must be >= 1, got 0'),
+    ('heldout', 0, 'heldout must be >= 1, got 0'),
+    ('heldout_pool', 0, 'heldout_pool must be >= 1, got 0'),
+    ('negatives', 0, 'negatives must be >= 1, got 0'),
+    ('pool', 0, 'pool must be >= 1, got 0'),
+    ('lr', 0, 'lr must be a finite number > 0'),
+    ('teacher_scale', float('nan'), 'teacher_scale must be a finite number'),
+    ('min_gain', -0.1, 'min_gain must be a finite number >= 0'),
+    ('teachers', ('bm25', 'colbert'), 'teachers must be a non-empty subset'),
+    ('teachers', 'bm25', 'teachers must be a non-empty subset'),
+    ('select_on', 'ndcg', 'select_on must be one of'),
+    ('losses', {'infonce': 1.0, 'hinge': 1.0}, 'losses must be a non-empty dict'),
+])
+def test_domain_config_refuses_invalid_fields_when_made(field, value, message):
+    import re
+    with pytest.raises((ValueError, TypeError), match=re.escape(message)):
+        DomainConfig(**{field: value})
+
+
+def test_fewer_examples_than_a_batch_is_an_error_not_an_endless_loop(tiny, corpus, tmp_path, monkeypatch):
+    data = {'examples': [{'query': 'reactor', 'pos': 'd1', 'negatives': ['d2', 'd3', 'd4'], 'teacher': [1., 0, 0, 0]}]
+            * 3, 'heldout': [{'query': 'noise', 'pos': 'd5', 'ranked': ['d5']}], 'heldout_extra': []}
+    monkeypatch.setattr(driver, 'build_data', lambda *args: (data, True))  # 3 examples survived; batches of 4
+    with pytest.raises(ValueError, match='3 training examples, fewer than batch_size=4'):
+        domain_adapt(_splade(tiny), corpus, tmp_path / 'run', _config(), verbose=False)
+
+
 def test_heldout_measures_come_from_ir_measures_and_equal_the_formula():
     """nDCG@10 (the teacher's rank r has gain 10 - r) and RR of the source document, by ir_measures, equal the
     formula written out (as domain.py computed them by hand), with the student's order kept for ties."""
