@@ -75,7 +75,7 @@ def _load_examples(args):
     return data.from_dataframe(frame if args.limit is None else frame.head(args.limit))
 
 
-# --- domain-adapt: the corpus-only recipe of train/domain.py (self-contained block) ---
+# --- domain-adapt: the corpus-only recipe of train/domain/ (self-contained block) ---
 def _domain_adapt_parser(sub):
     da = sub.add_parser(
         'domain-adapt',
