@@ -203,6 +203,12 @@ def test_joined_labels_of_coinciding_points_go_beside_every_marker():
     assert not _overlap(*boxes)
 
 
+def test_joined_labels_stay_inside_the_axes_when_they_can():
+    offsets = place_labels([(95., 95.)], ['1,2,3'], diameter=14., points_to_pixels=1., bounds=(0., 0., 100., 100.))
+    box = _box((95., 95.), offsets[0], '1,2,3')  # a marker in the top-right corner: its label goes down-left
+    assert box[0] >= 0 and box[1] >= 0 and box[2] <= 100 and box[3] <= 100
+
+
 def test_many_coinciding_clusters_keep_apart():
     centres = [(100. + 16 * i, 100.) for i in range(5)]  # five shared markers in a row, just apart
     labels = [','.join(str(n) for n in range(3 * i + 1, 3 * i + 4)) for i in range(len(centres))]

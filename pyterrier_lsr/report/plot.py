@@ -48,11 +48,12 @@ def label_size(text: str, points_to_pixels: float) -> Tuple[float, float]:
 
 
 def place_labels(centres: Sequence[Tuple[float, float]], labels: Sequence[Optional[str]], diameter: float,
-                 points_to_pixels: float) -> List[Optional[Tuple[float, float]]]:
+                 points_to_pixels: float, bounds: Optional[Box] = None) -> List[Optional[Tuple[float, float]]]:
     """Where each marker's label goes: for a marker (centre in pixels) with a ``labels`` text, the offset (pixels)
     from its centre to the centre of its label box; ``None`` where the label is ``None`` (a single point's number
     sits inside its marker). The first of :data:`DIRECTIONS`, at growing distances, where the box covers no marker
-    and no label placed before it wins; when there is none, the first candidate."""
+    and no label placed before it wins, one inside ``bounds`` (the axes, in pixels) first; when there is none, the
+    first candidate."""
     radius = diameter / 2
     taken: List[Box] = [(x - radius, y - radius, x + radius, y + radius) for x, y in centres]
     offsets: List[Optional[Tuple[float, float]]] = []
@@ -68,7 +69,11 @@ def place_labels(centres: Sequence[Tuple[float, float]], labels: Sequence[Option
             cx, cy = x + offset[0], y + offset[1]
             return cx - width / 2, cy - height / 2, cx + width / 2, cy + height / 2
 
-        offset = next((c for c in candidates if not any(_overlaps(box(c), t) for t in taken)), candidates[0])
+        def inside(b: Box) -> bool:
+            return bounds is None or (b[0] >= bounds[0] and b[1] >= bounds[1] and b[2] <= bounds[2]
+                                      and b[3] <= bounds[3])
+        free = [c for c in candidates if not any(_overlaps(box(c), t) for t in taken)]
+        offset = next((c for c in free if inside(box(c))), free[0] if free else candidates[0])
         taken.append(box(offset))
         offsets.append(offset)
     return offsets
@@ -117,7 +122,7 @@ def figure(table: pd.DataFrame, y: str, x: str, title: str = ''):
     numbers = [','.join(str(m + 1) for m in members) for members in clusters]
     offsets = place_labels([tuple(pixels[members[0]]) for members in clusters],
                            [None if len(members) == 1 else text for members, text in zip(clusters, numbers)],
-                           MARKER_PT * points_to_pixels, points_to_pixels)
+                           MARKER_PT * points_to_pixels, points_to_pixels, tuple(ax.get_window_extent().extents))
     for members, text, offset in zip(clusters, numbers, offsets):
         point = (xs[members[0]], ys[members[0]])
         shared = {colour_of[groups.iloc[m]] for m in members}
