@@ -47,3 +47,12 @@ def test_train_refuses_bad_settings_in_one_line(tmp_path, capsys, no_model, extr
         main(['train', '--model', 'splade-tiny', '--output-dir', str(tmp_path / 'out'), *extra])
     err = capsys.readouterr().err
     assert exited.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_report_refuses_an_unknown_dataset_in_one_line(tmp_path, capsys):
+    (tmp_path / 'c.yaml').write_text('dataset: irds:unknown\noutput: out\nsystems: [{name: b, type: bm25}]\n')
+    with pytest.raises(SystemExit) as exited:
+        main(['report', str(tmp_path / 'c.yaml')])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert 'config key dataset: irds:unknown is not an ir_datasets id' in err and not (tmp_path / 'out').exists()

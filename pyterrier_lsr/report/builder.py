@@ -35,6 +35,12 @@ def run_config(path) -> pd.DataFrame:
         use_irds_cache(str(Path(path).parent / config['irds_cache']))
     from ir_measures import parse_measure
 
+    if config['dataset'].startswith('irds:'):
+        from ..collections import irds_dataset
+        try:
+            irds_dataset(config['dataset'][len('irds:'):])
+        except ValueError as e:
+            raise ConfigError(f'config key dataset: {e}') from None
     dataset = pt.get_dataset(config['dataset'])
     measures = [parse_measure(m) for m in config.get('measures', DEFAULT_MEASURES)]
     topics = select_topics(dataset.get_topics(), config.get('topics'))
