@@ -6,14 +6,13 @@ For adapting a model to a new collection use :func:`pyterrier_lsr.train.domain_a
 on held-out pseudo-queries and never returns a model worse than the start on them.
 """
 import argparse
-import json
 import time
 from dataclasses import asdict
 from pathlib import Path
 
 from ..index.bm25 import bm25_index as build_bm25_index
 from ..offline import resolve_model, use_irds_cache
-from ..storage import write_json
+from ..storage import read_json, write_json
 from ..train.domain.teacher import cache_key as _key
 
 TEACHERS = {'none': [], 'bm25': ['bm25'], 'minilm': ['minilm'], 'fusion': ['bm25', 'minilm']}
@@ -22,7 +21,7 @@ TEACHERS = {'none': [], 'bm25': ['bm25'], 'minilm': ['minilm'], 'fusion': ['bm25
 def _cached(path: Path, compute):
     """JSON value at ``path``, computed (and written) on first use."""
     if path.exists():
-        return json.loads(path.read_text())
+        return read_json(path, 'a cached value', expect=None)
     value = compute()
     write_json(path, value, indent=None)
     return value

@@ -1,12 +1,11 @@
 """The cached data of a domain adaptation run: training examples with their teacher scores, and held-out
 pseudo-queries with their pools and teacher rankings, one JSON file per corpus and data setting under the cache
 folder (never pickle), so that a second run with other training settings goes straight to training."""
-import json
 import math
 import random
 from pathlib import Path
 
-from ...storage import write_json
+from ...storage import read_json, write_json
 from .config import DomainConfig
 from .queries import document_frequencies, make_queries
 from .teacher import Teacher, cache_key, corpus_key, zscore_sum
@@ -23,7 +22,7 @@ def build_data(docs: dict[str, str], cache: Path, config: DomainConfig, verbose:
     settings['teachers'] = list(settings['teachers'])
     path = Path(cache) / f'domain-data-{cache_key([corpus_key(docs), settings])}.json'
     if path.exists():
-        return json.loads(path.read_text()), True
+        return read_json(path, 'the cached domain-adaptation data'), True
     rng = random.Random(config.seed)
     docnos = list(docs)
     rng.shuffle(docnos)
