@@ -137,7 +137,8 @@ def main():
 
     from pyterrier_lsr import IDFQueryEncoder, InferenceFreeSplade, load_model
     from pyterrier_lsr.collections import load_collection
-    from pyterrier_lsr.train import domain_adapt, experiment_evaluator, systems
+    from pyterrier_lsr import systems
+    from pyterrier_lsr.train import domain_adapt, experiment_evaluator
     from pyterrier_lsr.train.domain import config_from_overrides
 
     output = Path(args.output)

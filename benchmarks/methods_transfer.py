@@ -1,12 +1,12 @@
 """The trained methods with the domain-adaptation recipe on one collection, same budget per method (issue #14).
 
-Each method goes through :mod:`pyterrier_lsr.train.systems` with one :class:`~pyterrier_lsr.train.DomainConfig` (the
+Each method goes through :mod:`pyterrier_lsr.systems` with one :class:`~pyterrier_lsr.train.DomainConfig` (the
 defaults unless ``--set``): adapted SPLADE-tiny, VT-SPLADE (SPLADE-tiny's vocabulary extended by the corpus's
 ``--extend`` most frequent split words), SAE-SPLADE (a TopK SAE of ``--latents`` latents, ``--k`` per token, trained
 ``--sae-epochs`` on SPLADE-tiny's token states, then the recipe), and SPLADE-tiny zero-shot as the reference.
 :func:`pyterrier_lsr.report.report` measures them (nDCG@10, AP, postings per query, ...); VT-SPLADE is also compared
 with SPLADE on the topics that contain one of its added words (the seed's claim). ``--minilm`` adds MiniLM-SPLADE
-(all-MiniLM-L6-v2 with a new, calibrated head: :func:`~pyterrier_lsr.train.systems.new_head_splade`);
+(all-MiniLM-L6-v2 with a new, calibrated head: :func:`~pyterrier_lsr.systems.new_head_splade`);
 ``--vt-warmup`` adds VT-SPLADE with an embedding warm-up (a first run that trains only the added words' rows);
 ``--sae-set`` a second SAE-SPLADE with its own settings. SPLADE-tiny also adapts with the default, query-side recipe
 (its documents read from the zero-shot index); ``--then`` adds a query-side stage after each two-sided method
@@ -61,7 +61,7 @@ def main():
     from pyterrier_lsr import Splade
     from pyterrier_lsr.collections import load_collection
     from pyterrier_lsr.report import System, report
-    from pyterrier_lsr.train import systems
+    from pyterrier_lsr import systems
     from pyterrier_lsr.train.domain import DomainConfig, config_from_overrides
 
     def overrides(items, base=None):

@@ -44,7 +44,7 @@ def main(argv=None):
     from pyterrier_lsr.collections import load_collection
     from pyterrier_lsr.quiet import quiet_native
     from pyterrier_lsr.train import DomainConfig
-    from pyterrier_lsr.train.systems import (SAE_SPLADE, adapted, bm25, latent_terms_index, sae_splade, sparse_index,
+    from pyterrier_lsr.systems import (SAE_SPLADE, adapted, bm25, latent_terms_index, sae_splade, sparse_index,
                                              vt_splade)
     torch.set_num_threads(args.threads)
 

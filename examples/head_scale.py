@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from pyterrier_lsr.collections import load_collection
-from pyterrier_lsr.train.recipes import fine_tune, parse_args, parser, prepare_examples
+from pyterrier_lsr.systems.recipes import fine_tune, parse_args, parser, prepare_examples
 from pyterrier_lsr.offline import resolve_model
 
 VARIANTS = ('plain', 'x16', 'x16-rescaled')

@@ -22,19 +22,11 @@ MEASURES = [nDCG @ 10, AP, R @ 10, R @ 100]
 
 
 def load_collection(args):
-    """``(docs, topics, qrels)`` DataFrames of Vaswani or of a make_limit.py folder."""
-    if args.limit:
-        import sys
+    """``(docs, topics, qrels)`` DataFrames of Vaswani or of a make_limit.py folder (a collection of plain files)."""
+    from pyterrier_lsr.collections import load_collection
 
-        sys.path.insert(0, str(Path(__file__).parent))
-        from make_limit import load_limit
-
-        return load_limit(args.limit)
-    import pyterrier as pt
-
-    dataset = pt.get_dataset('irds:vaswani')
-    docs = pd.DataFrame(dataset.get_corpus_iter(verbose=False))[['docno', 'text']]
-    return docs, dataset.get_topics(), dataset.get_qrels()
+    collection = load_collection(args.limit or 'irds:vaswani')
+    return pd.DataFrame(collection.corpus, columns=['docno', 'text']), collection.topics, collection.qrels
 
 
 def dense_run(latent_terms, docs, topics, cache_dir, k=1000):

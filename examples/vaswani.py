@@ -15,7 +15,7 @@ from pyterrier.measures import AP, RR, R, nDCG
 
 from pyterrier_lsr import IDFQueryEncoder, LsrIndex, Splade
 from pyterrier_lsr.offline import resolve_model, use_irds_cache
-from pyterrier_lsr.train import systems
+from pyterrier_lsr import systems
 
 MEASURES = [nDCG @ 10, AP, R @ 100, RR @ 10, 'mrt']
 

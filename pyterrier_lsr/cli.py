@@ -3,10 +3,25 @@
 
 import argparse
 import json
+import sys
 from dataclasses import fields
 from pathlib import Path
 
 from .train.loop import TrainConfig
+
+
+def _fail(command: str, message) -> None:
+    """One line on stderr and exit status 2 (argparse's for bad usage), no traceback."""
+    sys.stderr.write(f'pyterrier-lsr {command}: error: {" ".join(str(message).split())}\n')
+    sys.exit(2)
+
+
+def _irds_ids(spec: str) -> None:
+    """Checks the ir_datasets id of an ``irds:`` / ``self-supervised:`` spec (``ValueError`` naming it)."""
+    for prefix in ('irds:', 'self-supervised:'):
+        if spec.startswith(prefix):
+            from .collections import irds_dataset
+            irds_dataset(spec[len(prefix):])
 
 
 def _config_arguments(parser: argparse.ArgumentParser):
@@ -47,11 +62,11 @@ def _load_examples(args):
     if args.data.startswith('irds:'):
         return data.from_irds_docpairs(args.data[len('irds:') :], limit=args.limit)
     if args.data.startswith('self-supervised:'):
-        import ir_datasets
+        from .collections import irds_dataset
 
         corpus = [
             {'docno': d.doc_id, 'text': d.default_text()}
-            for d in ir_datasets.load(args.data[len('self-supervised:') :]).docs_iter()
+            for d in irds_dataset(args.data[len('self-supervised:') :]).docs_iter()
         ]
         return data.self_supervised(corpus, num_negatives=args.negatives, seed=args.seed)
     import pandas as pd
@@ -60,7 +75,7 @@ def _load_examples(args):
     return data.from_dataframe(frame if args.limit is None else frame.head(args.limit))
 
 
-# --- domain-adapt: the corpus-only recipe of train/domain.py (self-contained block) ---
+# --- domain-adapt: the corpus-only recipe of train/domain/ (self-contained block) ---
 def _domain_adapt_parser(sub):
     da = sub.add_parser(
         'domain-adapt',
@@ -90,14 +105,19 @@ def _domain_adapt(args):
     from .loading import load_model
     from .train.domain import config_from_overrides, domain_adapt
 
-    config = config_from_overrides(dict(item.split('=', 1) for item in args.set))
+    try:  # the settings and the collection are checked before the model loads
+        malformed = [item for item in args.set if '=' not in item]
+        if malformed:
+            raise ValueError(f'--set takes NAME=VALUE, got {malformed[0]!r}')
+        config = config_from_overrides(dict(item.split('=', 1) for item in args.set))
+        corpus = load_collection(args.collection).corpus
+    except (ValueError, TypeError, FileNotFoundError) as e:
+        _fail('domain-adapt', e)
     splade = load_model(args.model)
     documents = LsrIndex(args.documents) if args.documents else None
-    _, log = domain_adapt(splade, load_collection(args.collection).corpus, args.output_dir, config, args.cache_dir,
-                          documents=documents)
-    print(
-        json.dumps({k: log[k] for k in ('decision', 'selected_step', 'guard', 'start_score', 'best_score')}, indent=1)
-    )
+    _, log = domain_adapt(splade, corpus, args.output_dir, config, args.cache_dir, documents=documents)
+    # the decision itself was printed by domain_adapt, once
+    print(json.dumps({k: log[k] for k in ('selected_step', 'guard', 'start_score', 'best_score')}, indent=1))
 
 
 def main(argv=None):
@@ -146,7 +166,7 @@ def main(argv=None):
         try:
             table = run_config(args.config)
         except (ConfigError, FileExistsError) as e:  # a bad key, or a workdir folder the report will not replace
-            parser.exit(2, f'pyterrier-lsr report: error: {e}\n')
+            _fail('report', e)
         print(table.to_string(index=False))
         return
     if args.command == 'train':  # every setting is checked before the model and data are loaded
@@ -156,14 +176,18 @@ def main(argv=None):
                 values[name] = _key_values(values[name], name)
             config = TrainConfig(**values)
             rescale = args.rescale_head if args.rescale_head in (None, 'auto') else float(args.rescale_head)
-        except ValueError as e:
-            parser.error(str(e).replace('could not convert string to float', '--rescale-head: not a number or auto'))
+        except (ValueError, TypeError) as e:
+            _fail('train', str(e).replace('could not convert string to float', '--rescale-head: not a number or auto'))
         if args.irds_cache:
             from .offline import use_irds_cache
             try:
                 use_irds_cache(args.irds_cache)
             except (FileNotFoundError, RuntimeError) as e:
-                parser.error(f'--irds-cache: {e}')
+                _fail('train', f'--irds-cache: {e}')
+        try:
+            _irds_ids(args.data)
+        except ValueError as e:
+            _fail('train', f'--data: {e}')
     from .encoders import Splade
     from .offline import resolve_model
     from .train.distributed import is_main, setup

@@ -40,11 +40,21 @@ class Collection:
         return Collection(name, corpus, chosen.reset_index(drop=True), qrels.reset_index(drop=True))
 
 
+def irds_dataset(dataset_id: str):
+    """``ir_datasets.load(dataset_id)``, or a one-line ``ValueError`` when ir_datasets has no such id (ir_datasets
+    itself raises a bare ``KeyError``)."""
+    import ir_datasets
+    if dataset_id not in ir_datasets.registry:
+        raise ValueError(f'irds:{dataset_id} is not an ir_datasets id (see https://ir-datasets.com for the ids)')
+    return ir_datasets.load(dataset_id)
+
+
 def load_collection(spec: str) -> Collection:
     """The corpus (a list of ``{docno, text}`` dicts, in collection order), topics and qrels of ``spec``."""
     spec = str(spec)
     if spec.startswith('irds:'):
         import pyterrier as pt
+        irds_dataset(spec[len('irds:'):])
         dataset = pt.get_dataset(spec)
         corpus = [{'docno': d['docno'], 'text': d['text']} for d in dataset.get_corpus_iter(verbose=False)]
         return Collection(spec[len('irds:'):], corpus, dataset.get_topics(), dataset.get_qrels())

@@ -66,7 +66,7 @@ def test_course_script_and_notebook_build_once_then_reuse(tmp_path, capfd):
 
 def test_adapted_refuses_a_folder_trained_with_other_settings(tmp_path):
     from pyterrier_lsr.train import DomainConfig
-    from pyterrier_lsr.train.systems import adapted
+    from pyterrier_lsr.systems import adapted
     folder = tmp_path / 'm'
     folder.mkdir()
     (folder / 'domain_adapt.json').write_text(json.dumps({'config': asdict(DomainConfig(steps=5))}))

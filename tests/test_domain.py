@@ -11,7 +11,7 @@ from pyterrier_lsr.train import (
     from_qrels,
     keyword_query,
 )
-from pyterrier_lsr.train import domain as domain_module
+from pyterrier_lsr.train.domain import SELECT_ON, cache, driver, heldout_scores
 
 WORDS = ('nuclear reactor physics electron density ionosphere transistor amplifier measurement dielectric constant '
          'liquids radio wave noise circuit').split()
@@ -40,15 +40,20 @@ def _weights(model):
     return {k: v.detach().clone() for k, v in model.state_dict().items()}
 
 
+def _same_vectors(got: list, expected: list):
+    """Vector by vector: pytest.approx compares dicts, not lists of them (a TypeError from pytest 9.2 on)."""
+    assert len(got) == len(expected) and all(g == pytest.approx(e) for g, e in zip(got, expected))
+
+
 def _prefer_last_step(monkeypatch) -> list:
     """Held-out scoring stays real but its selection signal rises at every evaluation, so the last step is selected;
     returns the list the real scores are appended to."""
-    real, calls = domain_module.heldout_scores, []
+    real, calls = heldout_scores, []
 
     def rising(*args, **kwargs):
         calls.append(real(*args, **kwargs))
         return {**calls[-1], 'heldout_first_ndcg': len(calls)}
-    monkeypatch.setattr(domain_module, 'heldout_scores', rising)
+    monkeypatch.setattr(driver, 'heldout_scores', rising)
     return calls
 
 
@@ -57,6 +62,7 @@ def test_guard_returns_starting_model_and_cache_is_reused(tiny, corpus, tmp_path
     start = _weights(splade.model)
     model, log = domain_adapt(splade, corpus, tmp_path / 'a', _config(min_gain=10.), verbose=False)
     assert log['guard'] and log['selected_step'] == 0 and 'never-worse guard' in log['decision']
+    assert 'held-out pseudo-queries' in log['decision']  # says what it measured: not test topics
     assert [row['step'] for row in log['curve']] == [0, 2, 4]
     assert not log['cache_hit']
     # training did move the weights (the held-out scores changed), and the guard put the starting ones back
@@ -67,7 +73,7 @@ def test_guard_returns_starting_model_and_cache_is_reused(tiny, corpus, tmp_path
 
     def no_teacher(*args, **kwargs):
         raise AssertionError('teacher rebuilt although its scores are cached')
-    monkeypatch.setattr(domain_module, '_Teacher', no_teacher)
+    monkeypatch.setattr(cache, 'Teacher', no_teacher)
     _, log2 = domain_adapt(_splade(tiny), corpus, tmp_path / 'b', _config(min_gain=10., lr=1e-3),
                            cache_dir=tmp_path / 'a' / 'cache', verbose=False)
     assert log2['cache_hit'] and log2['examples'] == log['examples']
@@ -81,8 +87,8 @@ def test_heldout_selection_picks_best_step(tiny, corpus, tmp_path, monkeypatch):
         step = len(seen) * 2
         seen[step] = _weights(model)
         score = next(scripted)
-        return dict.fromkeys(domain_module.SELECT_ON, score)
-    monkeypatch.setattr(domain_module, 'heldout_scores', fake_scores)
+        return dict.fromkeys(SELECT_ON, score)
+    monkeypatch.setattr(driver, 'heldout_scores', fake_scores)
     model, log = domain_adapt(_splade(tiny), corpus, tmp_path / 'run', _config(steps=8), verbose=False)
     assert not log['guard'] and log['selected_step'] == 4 and log['best_score'] == 0.5
     final = model.model.state_dict()
@@ -103,8 +109,8 @@ def test_doc_only_trains_its_query_table(tiny, corpus, tmp_path, monkeypatch, sc
 
     def fake_scores(model, tokenizer, heldout, docs, config, extra, query_encoder, doc_encoder):
         tables.append(query_encoder.weight.detach().clone())
-        return dict.fromkeys(domain_module.SELECT_ON, next(scripted))
-    monkeypatch.setattr(domain_module, 'heldout_scores', fake_scores)
+        return dict.fromkeys(SELECT_ON, next(scripted))
+    monkeypatch.setattr(driver, 'heldout_scores', fake_scores)
     out, log = domain_adapt(splade, corpus, tmp_path / 'run', _config(steps=4), verbose=False)
     assert log['selected_step'] == selected and not torch.equal(tables[0], tables[-1])
     vocab = tokenizer.get_vocab()
@@ -123,19 +129,19 @@ def test_query_side_adapts_a_copy_of_the_query_encoder(tiny, corpus, tmp_path, m
     """side='query': documents come from the starting model, frozen; only a copy trains for queries, and the result
     is an AsymmetricSplade (saved and reloaded as one), or the starting model itself when the guard fires."""
     from pyterrier_lsr import AsymmetricSplade, Splade, load_model
-    from pyterrier_lsr.train.domain import _vectors
+    from pyterrier_lsr.train.domain.vectors import sparse_vectors
     splade = _splade(tiny)
     start = _weights(splade.model)
     scripted, seen = iter(scripted), []
 
     def fake_scores(model, tokenizer, heldout, docs, config, extra, query_encoder, doc_encoder):
         text = corpus[0]['text']
-        expected = _vectors(splade.model, tokenizer, [text], splade.max_length, False).to_dense()
+        expected = sparse_vectors(splade.model, tokenizer, [text], splade.max_length, False).to_dense()
         assert model is not splade.model
         assert torch.allclose(doc_encoder([text], tokenizer, 96), expected, atol=1e-5)
         seen.append(_weights(model))
-        return dict.fromkeys(domain_module.SELECT_ON, next(scripted))
-    monkeypatch.setattr(domain_module, 'heldout_scores', fake_scores)
+        return dict.fromkeys(SELECT_ON, next(scripted))
+    monkeypatch.setattr(driver, 'heldout_scores', fake_scores)
     out, log = domain_adapt(splade, corpus, tmp_path / 'run', _config(side='query', candidates='teacher', negatives=7),
                             verbose=False)
     assert log['selected_step'] == selected
@@ -155,7 +161,7 @@ def test_query_side_adapts_a_copy_of_the_query_encoder(tiny, corpus, tmp_path, m
     update_settings(tmp_path / 'run' / 'model', sides=None)
     assert load_model(tmp_path / 'run' / 'model').sides is Splade
     texts = [d['text'] for d in corpus[:3]]
-    assert reloaded.encode(texts) == pytest.approx(splade.encode(texts))
+    _same_vectors(reloaded.encode(texts), splade.encode(texts))
     queries = pd.DataFrame({'qid': ['1'], 'query': ['radio wave noise']})
     adapted = out.query_encoder()(queries)['query_toks'][0]
     assert reloaded.query_encoder()(queries)['query_toks'][0] == pytest.approx(adapted)
@@ -166,7 +172,7 @@ def test_query_side_adapts_a_copy_of_the_query_encoder(tiny, corpus, tmp_path, m
     own = (out >> SpladeIndexer(str(tmp_path / 'own.lsr'), verbose=False)).index(corpus)
     start_index = (splade >> SpladeIndexer(str(tmp_path / 'start.lsr'), verbose=False)).index(corpus)
     assert isinstance(own.model(), AsymmetricSplade)
-    out.name = 'runs/adapted'  # as train.systems.adapted names its models: both sides follow
+    out.name = 'runs/adapted'  # as systems.adapted names its models: both sides follow
     assert repr(out.query_encoder()) == "Splade('adapted').query" and repr(out) == "AsymmetricSplade('adapted')"
     ranked = own.retriever()(queries)
     pd.testing.assert_frame_equal(ranked, start_index.retriever(query_encoder=out.query_encoder())(queries))
@@ -235,7 +241,7 @@ def test_query_side_of_a_doc_only_model_trains_its_table_alone(tiny, corpus, tmp
 
 
 def test_defaults_adapt_queries_and_builders_that_train_documents_refuse_them(corpus, tmp_path):
-    from pyterrier_lsr.train.systems import sae_splade, vt_splade
+    from pyterrier_lsr.systems import sae_splade, vt_splade
     assert DomainConfig().side == 'query' and DomainConfig.two_sided().side == 'both'
     assert DomainConfig.two_sided(steps=7).steps == 7 and DomainConfig.two_sided().negatives == 3
     for build in (vt_splade, sae_splade):
@@ -251,23 +257,72 @@ def test_heldout_scores_and_keyword_queries(tiny, corpus):
     docs = {d['docno']: d['text'] for d in corpus}
     heldout = [{'query': 'reactor physics', 'pos': 'd1', 'ranked': ['d1', 'd2', 'd3']},
                {'query': 'radio noise', 'pos': 'd9', 'ranked': ['d4', 'd5']}]
-    s = domain_module.heldout_scores(splade.model, splade.tokenizer, heldout, docs, _config())
+    s = heldout_scores(splade.model, splade.tokenizer, heldout, docs, _config())
     assert 0 < s['heldout_ndcg'] <= 1 and 0 < s['heldout_mrr'] <= 0.5  # d9 is not in its pool: RR 0
     # first-stage: the same queries retrieve from every pool plus extra documents, which can only push pool
     # documents down, and can find a source document that is outside its query's pool
-    first = domain_module.heldout_scores(splade.model, splade.tokenizer, heldout, docs, _config(), ['d6', 'd9'])
+    first = heldout_scores(splade.model, splade.tokenizer, heldout, docs, _config(), ['d6', 'd9'])
     assert first['heldout_ndcg'] == s['heldout_ndcg'] and first['heldout_first_ndcg'] <= s['heldout_ndcg']
-    alone = domain_module.heldout_scores(splade.model, splade.tokenizer, heldout[1:], docs, _config(), ['d9'])
+    alone = heldout_scores(splade.model, splade.tokenizer, heldout[1:], docs, _config(), ['d9'])
     assert alone['heldout_mrr'] == 0 and alone['heldout_first_mrr'] > 0
     # a doc-only query side (a trainable static table) scores the same way
     from pyterrier_lsr.query import StaticQueryWeights
-    table = domain_module.heldout_scores(splade.model, splade.tokenizer, heldout, docs, _config(), ['d6'],
+    table = heldout_scores(splade.model, splade.tokenizer, heldout, docs, _config(), ['d6'],
                                          StaticQueryWeights(splade.tokenizer))
     assert set(table) == set(s) and 0 < table['heldout_ndcg'] <= 1
     df = Counter({'the': 60, 'reactor': 1, 'physics': 1})
     words = {keyword_query('the reactor the physics the', df, 60, random.Random(i), 1, 2) for i in range(20)}
     assert words <= {'reactor', 'physics', 'reactor physics', 'the', 'the reactor', 'the physics'}
     assert 'reactor physics' in words
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('per_doc', 0, 'per_doc must be >= 1, got 0'),
+    ('steps', 0, 'steps must be >= 1, got 0'),
+    ('batch_size', 0, 'batch_size must be >= 1, got 0'),
+    ('heldout', 0, 'heldout must be >= 1, got 0'),
+    ('heldout_pool', 0, 'heldout_pool must be >= 1, got 0'),
+    ('negatives', 0, 'negatives must be >= 1, got 0'),
+    ('pool', 0, 'pool must be >= 1, got 0'),
+    ('lr', 0, 'lr must be a finite number > 0'),
+    ('teacher_scale', float('nan'), 'teacher_scale must be a finite number'),
+    ('min_gain', -0.1, 'min_gain must be a finite number >= 0'),
+    ('teachers', ('bm25', 'colbert'), 'teachers must be a non-empty subset'),
+    ('teachers', 'bm25', 'teachers must be a non-empty subset'),
+    ('select_on', 'ndcg', 'select_on must be one of'),
+    ('losses', {'infonce': 1.0, 'hinge': 1.0}, 'losses must be a non-empty dict'),
+])
+def test_domain_config_refuses_invalid_fields_when_made(field, value, message):
+    import re
+    with pytest.raises((ValueError, TypeError), match=re.escape(message)):
+        DomainConfig(**{field: value})
+
+
+def test_fewer_examples_than_a_batch_is_an_error_not_an_endless_loop(tiny, corpus, tmp_path, monkeypatch):
+    data = {'examples': [{'query': 'reactor', 'pos': 'd1', 'negatives': ['d2', 'd3', 'd4'], 'teacher': [1., 0, 0, 0]}]
+            * 3, 'heldout': [{'query': 'noise', 'pos': 'd5', 'ranked': ['d5']}], 'heldout_extra': []}
+    monkeypatch.setattr(driver, 'build_data', lambda *args: (data, True))  # 3 examples survived; batches of 4
+    with pytest.raises(ValueError, match='3 training examples, fewer than batch_size=4'):
+        domain_adapt(_splade(tiny), corpus, tmp_path / 'run', _config(), verbose=False)
+
+
+def test_heldout_measures_come_from_ir_measures_and_equal_the_formula():
+    """nDCG@10 (the teacher's rank r has gain 10 - r) and RR of the source document, by ir_measures, equal the
+    formula written out (as domain.py computed them by hand), with the student's order kept for ties."""
+    import math
+
+    from pyterrier_lsr.train.domain import rank_measures
+    teacher = [[f'd{i}' for i in range(10)], [f'e{i}' for i in range(10)]]
+    rankings = [['d3', 'x', 'd0', 'd1', 'd9'], ['y', 'z', 'e0', 'e9', 'e8']]  # the 2nd ends in docno order reversed
+    ideal = sum((10 - r) / math.log2(r + 2) for r in range(10))
+
+    def ndcg(ranking, ranked):
+        gain = {d: 10 - r for r, d in enumerate(ranked)}
+        return sum(gain.get(d, 0) / math.log2(r + 2) for r, d in enumerate(ranking[:10])) / ideal
+    got = rank_measures(rankings, teacher, ['d1', 'w'])
+    assert got['ndcg'] == pytest.approx((ndcg(rankings[0], teacher[0]) + ndcg(rankings[1], teacher[1])) / 2,
+                                        abs=1e-12)
+    assert got['mrr'] == pytest.approx((1 / 4 + 0) / 2)  # d1 at rank 4; w never ranked
 
 
 def test_from_qrels_by_hand():
@@ -298,7 +353,8 @@ def test_cli_domain_adapt_on_a_folder(corpus, tmp_path, capsys):
     main(['domain-adapt', '--model', 'splade-tiny', '--collection', str(folder), '--output-dir', str(tmp_path / 'out'),
           '--set', 'steps=2', 'batch_size=4', 'eval_every=1', 'heldout=5', 'pool=10', 'negatives=7',
           'teachers=bm25', '--documents', str(index.path)])
-    assert '"decision"' in capsys.readouterr().out
+    out = capsys.readouterr().out
+    assert out.count('held-out pseudo-queries') == 1 and '"decision"' not in out, out  # the decision, once
     log = json.loads((tmp_path / 'out' / 'domain_adapt.json').read_text())
     assert [row['step'] for row in log['curve']] == [0, 1, 2] and log['config']['teachers'] == ['bm25']
     assert log['config']['side'] == 'query'  # the default recipe
@@ -320,7 +376,7 @@ def test_vt_splade_warmup_trains_only_the_added_words_first(tiny, corpus, tmp_pa
 
     from pyterrier_lsr import Splade, load_model
     from pyterrier_lsr.models.vocab_transfer import extend_vocabulary, transfer_vocabulary
-    from pyterrier_lsr.train.systems import vt_splade
+    from pyterrier_lsr.systems import vt_splade
     model, tokenizer = tiny
     corpus = [{**d, 'text': d['text'] + ' Plasma spectra of a magnetron.'} for d in corpus]  # 3 words to add
     base = tmp_path / 'base'
@@ -328,8 +384,8 @@ def test_vt_splade_warmup_trains_only_the_added_words_first(tiny, corpus, tmp_pa
     with pytest.raises(ValueError, match='nothing to add'):
         vt_splade(corpus[:1], tmp_path / 'none', base=str(base))
     scores = iter([0.1, 0.2, 0.3] * 2)  # warm-up, then the full run: each selects its last step
-    monkeypatch.setattr(domain_module, 'heldout_scores',
-                        lambda *args, **kwargs: dict.fromkeys(domain_module.SELECT_ON, next(scores)))
+    monkeypatch.setattr(driver, 'heldout_scores',
+                        lambda *args, **kwargs: dict.fromkeys(SELECT_ON, next(scores)))
     config, warmup = _config(steps=2, eval_every=1), _config(steps=2, eval_every=1, lr=0.1)
     vt = vt_splade(corpus, tmp_path / 'vt', config, str(base), extend=3, warmup=warmup, cache_dir=tmp_path / 'cache')
     assert json.loads((tmp_path / 'vt' / 'warmup' / 'domain_adapt.json').read_text())['selected_step'] == 2
@@ -386,7 +442,7 @@ def test_query_side_adapts_an_sae_splade_and_keeps_its_kind(tiny, corpus, tmp_pa
     assert adapted != pytest.approx(start.query_encoder()(queries)['query_toks'][0])
     assert reloaded.query_encoder()(queries)['query_toks'][0] == pytest.approx(adapted)
     texts = [d['text'] for d in corpus[:3]]
-    assert reloaded.encode(texts) == pytest.approx(start.encode(texts))
+    _same_vectors(reloaded.encode(texts), start.encode(texts))
     ranked = index.retriever(query_encoder=reloaded.query_encoder())(queries)
     assert len(ranked) and not ranked.equals(index.retriever()(queries))
 

@@ -17,7 +17,8 @@ from pyterrier_lsr.pruning import prune
 from pyterrier_lsr.checks import MAX_WEIGHT
 from pyterrier_lsr.models.splade import ModelLoadError
 from pyterrier_lsr.offline import resolve_model
-from pyterrier_lsr.report import ConfigError, _SystemBuilder, load_config
+from pyterrier_lsr.report import ConfigError, load_config
+from pyterrier_lsr.report.builder import _SystemBuilder
 from pyterrier_lsr.train import Example, TrainConfig, train
 
 

@@ -17,7 +17,7 @@ LAYERS = [
                   'pruning', 'multivector', 'ssr']),
     ('index', ['index']),
     ('train', ['train']),
-    ('applications', ['report', 'cli', 'distributed', '__init__']),
+    ('applications', ['report', 'cli', 'systems', 'distributed', '__init__']),
 ]
 PURE_TORCH_FORBIDDEN = ('pyterrier', 'pyterrier_alpha', 'pyterrier_pisa', 'pandas', 'ir_datasets')
 

@@ -7,16 +7,9 @@ import pyterrier as pt
 import pytest
 
 from pyterrier_lsr import LsrIndex, SpladeIndexer
-from pyterrier_lsr.report import (
-    ConfigError,
-    System,
-    _SystemBuilder,
-    figure,
-    load_config,
-    query_times,
-    report,
-    run_config,
-)
+from pyterrier_lsr.report import ConfigError, System, figure, load_config, place_labels, query_times, report, run_config
+from pyterrier_lsr.report.builder import _SystemBuilder
+from pyterrier_lsr.report.plot import label_size
 
 # Of the first 40 Vaswani documents, only topics 51, 55 and 62 have relevant ones.
 SUBSET = ('dataset: irds:vaswani\ndocs: 40\ntopics: [51, 55, 62, 1]\npasses: 1\noutput: out\nworkdir: idx\n'
@@ -186,6 +179,43 @@ def test_plot_numbers_never_overlap(tmp_path):
     assert not any(a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
     marker_colours = [line.get_color() for line in ax.lines if line.get_marker() == 'o']
     assert marker_colours.count('grey') == 1  # 2, 3 and 6 belong to three groups
+
+
+def _box(centre, offset, text):
+    width, height = label_size(text, 1.0)
+    x, y = centre[0] + offset[0], centre[1] + offset[1]
+    return x - width / 2, y - height / 2, x + width / 2, y + height / 2
+
+
+def _overlap(a, b):
+    return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
+
+
+def test_joined_labels_of_coinciding_points_go_beside_every_marker():
+    # a PISA/BMP pair sharing one marker at (100, 100), a second shared marker just up-right of it where the first
+    # label would go, and a single point to the left: no label may cover a marker or another label
+    centres = [(100., 100.), (125., 125.), (75., 100.)]
+    labels = ['2,3', '4,5,6', None]
+    offsets = place_labels(centres, labels, diameter=14., points_to_pixels=1.)
+    assert offsets[2] is None  # a single point's number sits in its marker
+    boxes = [_box(c, o, t) for c, o, t in zip(centres, offsets, labels) if o is not None]
+    markers = [(x - 7, y - 7, x + 7, y + 7) for x, y in centres]
+    assert not any(_overlap(b, m) for b in boxes for m in markers)
+    assert not _overlap(*boxes)
+
+
+def test_joined_labels_stay_inside_the_axes_when_they_can():
+    offsets = place_labels([(95., 95.)], ['1,2,3'], diameter=14., points_to_pixels=1., bounds=(0., 0., 100., 100.))
+    box = _box((95., 95.), offsets[0], '1,2,3')  # a marker in the top-right corner: its label goes down-left
+    assert box[0] >= 0 and box[1] >= 0 and box[2] <= 100 and box[3] <= 100
+
+
+def test_many_coinciding_clusters_keep_apart():
+    centres = [(100. + 16 * i, 100.) for i in range(5)]  # five shared markers in a row, just apart
+    labels = [','.join(str(n) for n in range(3 * i + 1, 3 * i + 4)) for i in range(len(centres))]
+    offsets = place_labels(centres, labels, diameter=14., points_to_pixels=1.)
+    boxes = [_box(c, o, t) for c, o, t in zip(centres, offsets, labels)]
+    assert not any(_overlap(a, b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
 
 
 @pytest.mark.parametrize('text,key', [

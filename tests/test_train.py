@@ -1,5 +1,6 @@
 import math
 import random
+import re
 
 import pandas as pd
 import pytest
@@ -236,6 +237,31 @@ def test_bad_inputs(tiny, tmp_path):
         pd.DataFrame({'query': ['q'], 'positive': ['p'], 'negatives': [['a', 'b']], 'teacher': [[1, 0, 0]]})
     )
     assert frame[0].negatives == ['a', 'b'] and frame[0].teacher == [1, 0, 0]
+
+
+@pytest.mark.parametrize('field, value, message', [
+    ('temperature', 0, 'temperature must be a finite number > 0'),
+    ('temperature', float('nan'), 'temperature must be a finite number'),
+    ('lr', -1e-4, 'lr must be a finite number > 0'),
+    ('max_grad_norm', 0, 'max_grad_norm must be a finite number > 0'),
+    ('weight_decay', float('inf'), 'weight_decay must be a finite number >= 0'),
+    ('lambda_q', -1, 'lambda_q must be a finite number >= 0'),
+    ('warmup_steps', -1, 'warmup_steps must be >= 0'),
+    ('doc_max_length', 2, 'doc_max_length must be >= 3'),
+    ('log_every', 0, 'log_every must be >= 1'),
+    ('steps', 2.5, 'steps must be an integer'),
+    ('bf16', 'no', 'bf16 must be True or False'),
+    ('losses', {'infonce': -1.0}, "losses['infonce'] must be a finite number >= 0"),
+])
+def test_train_config_refuses_invalid_fields_when_made(field, value, message):
+    with pytest.raises((ValueError, TypeError), match=re.escape(message)):
+        TrainConfig(**{field: value})
+
+
+def test_micro_batches_refuse_fewer_examples_than_a_batch():
+    from pyterrier_lsr.train.loop import micro_batches
+    with pytest.raises(ValueError, match='need at least batch_size=4 examples, got 3'):  # not an endless loop
+        next(micro_batches(examples(3), 4, 0))
 
 
 def test_cli_trains_from_a_dataframe_file(tiny, tmp_path, capsys):

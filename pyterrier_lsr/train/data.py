@@ -57,9 +57,9 @@ def from_dataframe(df: pd.DataFrame) -> List[Example]:
 def from_irds_docpairs(dataset_id: str, limit: Optional[int] = None) -> Iterator[Example]:
     """Streams ``(query, positive, negative)`` from an ir_datasets docpairs collection, e.g.
     ``msmarco-passage/train/triples-small``."""
-    import ir_datasets
+    from ..collections import irds_dataset
 
-    dataset = ir_datasets.load(dataset_id)
+    dataset = irds_dataset(dataset_id)
     if not dataset.has_docpairs():
         raise ValueError(f'{dataset_id} has no docpairs')
     queries = {q.query_id: q.text for q in dataset.queries_iter()}
@@ -99,7 +99,7 @@ def self_supervised(
     negatives are sampled from the BM25 top-``depth`` of the pseudo-query (over ``bm25_index``, a PISA index of the
     corpus, built in a temporary folder when omitted), never the positive nor a document with its exact text.
     """
-    import pyterrier_pisa
+    from ..index.bm25 import BM25, bm25_index as build_bm25_index
 
     rng = random.Random(seed)
     docs = {d['docno']: d['text'] for d in corpus if not is_blank(d.get('text'))}
@@ -107,8 +107,7 @@ def self_supervised(
         raise ValueError('self-supervised training needs a corpus of at least 2 non-empty documents')
     with tempfile.TemporaryDirectory() as tmp:
         if bm25_index is None:
-            bm25_index = pyterrier_pisa.PisaIndex(f'{tmp}/bm25', text_field='text')
-            bm25_index.index({'docno': k, 'text': v} for k, v in docs.items())
+            bm25_index = build_bm25_index(f'{tmp}/bm25', ({'docno': k, 'text': v} for k, v in docs.items()), verbose)
         queries = pd.DataFrame(
             [
                 {'qid': f'{docno}/{i}', 'query': pseudo_query(text, rng, min_words, max_words), 'pos': docno}
@@ -116,7 +115,7 @@ def self_supervised(
                 for i in range(per_doc)
             ]
         )
-        bm25 = bm25_index.bm25(num_results=depth + 1, verbose=verbose)
+        bm25 = BM25(bm25_index, num_results=depth + 1, verbose=verbose)
         ranked = bm25(queries[['qid', 'query']]).groupby('qid')['docno'].apply(list).to_dict()
     docnos = list(docs)
     out = []

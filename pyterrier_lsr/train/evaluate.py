@@ -9,6 +9,7 @@ from pyterrier.measures import nDCG
 
 from ..encoders import Splade
 from ..index import SpladeIndexer
+from ..quiet import quiet_native
 
 __all__ = ['experiment_evaluator']
 
@@ -43,15 +44,17 @@ def experiment_evaluator(
         res = pt.Experiment([retriever >> index.toks_retriever()], topics, qrels, measures, names=['model'])
         return {k: float(v) for k, v in res.drop(columns='name').iloc[0].items()}
 
+    def build(folder, model):
+        with quiet_native():  # the engine's native build log would break into the training's progress bar
+            return SpladeIndexer(f'{folder}/eval.lsr', splade(model), verbose=False, save_model=False).index(corpus)
+
     def evaluate(model):
         if doc_model is not None or index is not None:
             if 'index' not in fixed:
                 fixed['tmp'] = tempfile.TemporaryDirectory()
-                fixed['index'] = SpladeIndexer(f"{fixed['tmp'].name}/eval.lsr", splade(doc_model), verbose=False,
-                                               save_model=False).index(corpus)
+                fixed['index'] = build(fixed['tmp'].name, doc_model)
             return run(model, fixed['index'])
         with tempfile.TemporaryDirectory() as tmp:
-            return run(model, SpladeIndexer(f'{tmp}/eval.lsr', splade(model), verbose=False,
-                                            save_model=False).index(corpus))
+            return run(model, build(tmp, model))
 
     return evaluate

@@ -29,6 +29,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import storage
+from ..checks import check_bool, check_float, check_int
 from . import distributed as dist
 from . import losses as L
 from .data import Example
@@ -39,6 +40,13 @@ CHECKPOINT_NAME = re.compile(r'checkpoint-(\d+)')
 STATE_KEYS = {'step', 'optimizer', 'scheduler', 'model', 'extra', 'torch_rng', 'config', 'log'}
 # Fields that change logging and saving only: a resumed run may change them without resume='force'.
 BOOKKEEPING_FIELDS = {'log_every', 'save_every', 'eval_every'}
+# TrainConfig's integer fields and their smallest values (a max_length below 3 leaves no room for a token)
+INT_FIELDS = {'steps': 1, 'batch_size': 1, 'grad_accum': 1, 'warmup_steps': 0, 'flops_warmup_steps': 0,
+              'flops_doc_threshold': 0, 'query_max_length': 3, 'doc_max_length': 3, 'seed': 0, 'log_every': 1,
+              'save_every': 0, 'eval_every': 0}
+# float fields: (name, minimum, whether the minimum itself is refused); a temperature of 0 divides by zero
+FLOAT_FIELDS = (('lr', 0, True), ('weight_decay', 0, False), ('max_grad_norm', 0, True), ('temperature', 0, True),
+                ('lambda_q', 0, False), ('lambda_d', 0, False))
 
 
 @dataclass
@@ -69,19 +77,27 @@ class TrainConfig:
     eval_every: int = 0  # 0: never (evaluate= is then called at the end only)
 
     def __post_init__(self):
-        unknown = set(self.losses) - L.LOSSES
-        if unknown or not self.losses:
-            raise ValueError(f'losses must be a non-empty dict over {sorted(L.LOSSES)}, got {self.losses}')
-        for name in ('steps', 'batch_size', 'grad_accum'):
-            if getattr(self, name) < 1:
-                raise ValueError(f'{name} must be >= 1')
-        if any(factor < 0 for factor in self.lr_multipliers.values()):
-            raise ValueError(f'lr_multipliers must be >= 0, got {self.lr_multipliers}')
+        if not isinstance(self.losses, dict) or not self.losses or set(self.losses) - L.LOSSES:
+            raise ValueError(f'losses must be a non-empty dict over {sorted(L.LOSSES)}, got {self.losses!r}')
+        for name, weight in self.losses.items():
+            check_float(f'losses[{name!r}]', weight, 0)
+        if not isinstance(self.lr_multipliers, dict):
+            raise TypeError(f'lr_multipliers must be a dict of prefix -> factor, got {self.lr_multipliers!r}')
+        for prefix, factor in self.lr_multipliers.items():
+            check_float(f'lr_multipliers[{prefix!r}]', factor, 0)
+        for name, minimum in INT_FIELDS.items():
+            check_int(name, getattr(self, name), minimum)
+        for name, minimum, exclusive in FLOAT_FIELDS:
+            check_float(name, getattr(self, name), minimum, exclusive_minimum=exclusive)
+        for name in ('in_batch_negatives', 'bf16'):
+            check_bool(name, getattr(self, name))
 
 
 def micro_batches(examples, batch_size: int, seed: int) -> Iterator[List[Example]]:
     """Micro-batches: reshuffled epochs (seeded) for a sequence, one pass in order for a stream."""
     if isinstance(examples, Sequence):
+        if len(examples) < batch_size:  # no whole batch: the epochs below would yield nothing, forever
+            raise ValueError(f'need at least batch_size={batch_size} examples, got {len(examples)}')
         epoch = 0
         while True:
             order = list(range(len(examples)))

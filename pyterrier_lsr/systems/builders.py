@@ -13,24 +13,21 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
-import pandas as pd
-import pyterrier as pt
-
 from ..encoders import Splade
 from ..index import LsrIndex
-from ..storage import write_json
+from ..index.bm25 import BM25, bm25
 from ..loading import load_model
 from ..models.heads import calibrate_activation
 from ..models.vocab_transfer import extend_vocabulary, new_rows_only, transfer_vocabulary
 from ..quiet import quiet_native
 from ..sae_splade import SaeSplade
-from .domain import DomainConfig, domain_adapt, logged_config
-from .sae import build_latent_terms, train_token_sae
+from ..storage import read_json, write_json
+from ..train.domain import DONE_FILE, DomainConfig, domain_adapt, logged_config
+from ..train.sae import build_latent_terms, train_token_sae
 
 __all__ = ['BM25', 'bm25', 'sparse_index', 'latent_terms_index', 'adapted', 'new_head_splade', 'vt_splade',
            'sae_splade']
 
-DONE_FILE = 'domain_adapt.json'
 SYSTEM_FILE = 'system.json'
 # Latent Terms as in the README (multi-vector MiniLM, BM25 over square-rooted latent frequencies).
 LATENT_TERMS = dict(mode='multi', sae={'n_latents': 16384, 'k': 16}, sqrt_tf=True, k1=0.9, b=0.4)
@@ -43,49 +40,27 @@ def _texts(corpus: Sequence[dict]) -> list:
     return [d['text'] for d in corpus]
 
 
-class BM25(pt.Transformer):
-    """BM25 retrieval from a PISA text index (``pyterrier_pisa``'s, ``params`` go to its ``bm25()``), named by its
-    folder in experiment tables."""
-
-    def __init__(self, index, **params):
-        self.index = index
-        with quiet_native(params.get('verbose', False)):  # PISA prepares its BM25 files on first use, loudly
-            self.retriever = index.bm25(**params)
-
-    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        return self.retriever(inp)
-
-    def __repr__(self):
-        return f'BM25({Path(str(self.index.path)).name})'
-
-
-def bm25(path, corpus: Sequence[dict], verbose: bool = False, **params) -> BM25:
-    """:class:`BM25` over a PISA index of ``corpus``'s text at ``path``, built if absent."""
-    import pyterrier_pisa
-    index = pyterrier_pisa.PisaIndex(str(path), text_field='text')
-    if not index.built():
-        with quiet_native(verbose):
-            index.index(iter(corpus))
-    return BM25(index, verbose=verbose, **params)
-
-
 def sparse_index(path, model, corpus: Sequence[dict], verbose: bool = False, **kwargs) -> LsrIndex:
     """An :class:`~pyterrier_lsr.LsrIndex` of ``corpus`` encoded by ``model``, built if absent (``kwargs``: scale,
     engines... of a new index)."""
     index = LsrIndex(path, model, verbose=verbose, **kwargs)
-    return index if index.built() else index.index(iter(corpus))
+    if index.built():
+        return index
+    with quiet_native(verbose):  # the engines' native build logs
+        return index.index(iter(corpus))
 
 
 def latent_terms_index(path, corpus: Sequence[dict], dense: str = 'all-MiniLM-L6-v2', cache_dir=None,
                        verbose: bool = False, **settings) -> LsrIndex:
-    """A Latent Terms index (:func:`~pyterrier_lsr.build_latent_terms`; ``settings`` override :data:`LATENT_TERMS`,
+    """A Latent Terms index (:func:`~pyterrier_lsr.train.build_latent_terms`; ``settings`` override :data:`LATENT_TERMS`,
     embeddings cached in ``cache_dir``, default ``<path>.cache``), built if absent; it records its model."""
     index = LsrIndex(path)
     if index.built():
         return index
     cache_dir = cache_dir if cache_dir is not None else f'{path}.cache'
-    return build_latent_terms(corpus, path, dense, cache_dir=cache_dir, verbose=verbose,
-                              **{**LATENT_TERMS, **settings})[1]
+    with quiet_native(verbose):
+        return build_latent_terms(corpus, path, dense, cache_dir=cache_dir, verbose=verbose,
+                                  **{**LATENT_TERMS, **settings})[1]
 
 
 def _finished(folder, config: DomainConfig, system: Optional[dict] = None) -> bool:
@@ -95,11 +70,11 @@ def _finished(folder, config: DomainConfig, system: Optional[dict] = None) -> bo
     folder = Path(folder)
     saved_system = folder / SYSTEM_FILE
     if system is not None and saved_system.is_file():
-        _same(folder, json.loads(saved_system.read_text()), system)
+        _same(folder, read_json(saved_system, 'the system settings'), system)
     done = folder / DONE_FILE
     if not done.is_file():
         return False
-    _same(folder, logged_config(json.loads(done.read_text())['config']), asdict(config))
+    _same(folder, logged_config(read_json(done, 'the adaptation log')['config']), asdict(config))
     return True
 
 
@@ -131,8 +106,7 @@ def adapted(start: Callable[[], Splade], corpus: Sequence[dict], folder, config:
         splade = load_model(Path(folder) / 'model')
     else:
         if system is not None:
-            Path(folder).mkdir(parents=True, exist_ok=True)
-            write_json(Path(folder) / SYSTEM_FILE, system)
+            write_json(Path(folder) / SYSTEM_FILE, system, indent=None)
         splade = domain_adapt(start(), corpus, folder, config, cache_dir, verbose=verbose, documents=documents)[0]
     splade.name = str(folder)  # named by its folder on the first run and after reloading alike
     return splade
@@ -171,8 +145,8 @@ def vt_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = N
               extend: int = 1000, warmup: Optional[DomainConfig] = None, cache_dir=None,
               verbose: bool = False) -> Splade:
     """VT-SPLADE by domain extension: ``base``'s WordPiece vocabulary gains the ``extend`` most frequent corpus
-    words it splits (:func:`~pyterrier_lsr.extend_vocabulary`), the model moves to it
-    (:func:`~pyterrier_lsr.transfer_vocabulary`: old tokens copied, new words composed), then SPLADE training
+    words it splits (:func:`~pyterrier_lsr.models.vocab_transfer.extend_vocabulary`), the model moves to it
+    (:func:`~pyterrier_lsr.models.vocab_transfer.transfer_vocabulary`: old tokens copied, new words composed), then SPLADE training
     (:func:`adapted`; ``config``: default :meth:`DomainConfig.two_sided`). With ``warmup`` (e.g.
     ``DomainConfig.two_sided(steps=40, lr=1e-3)``) a first run in ``<folder>/warmup`` trains only the added words'
     embedding rows and output biases (:func:`~pyterrier_lsr.models.vocab_transfer.new_rows_only`), with the same
@@ -205,7 +179,7 @@ def sae_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = 
                sae: Optional[dict] = None, max_train_vectors: Optional[int] = 200_000, cache_dir=None,
                verbose: bool = False) -> SaeSplade:
     """SAE-SPLADE: stage 1 a TopK SAE on ``backbone``'s token states of the corpus (:func:`train_token_sae`,
-    ``sae``: :class:`~pyterrier_lsr.SAEConfig` settings, default :data:`SAE_SPLADE`; token states cached in
+    ``sae``: :class:`~pyterrier_lsr.models.sae.SAEConfig` settings, default :data:`SAE_SPLADE`; token states cached in
     ``<folder>/token_cache``), stage 2 :meth:`SaeSplade.from_backbone` trained by :func:`adapted` (``config``: default
     :meth:`DomainConfig.two_sided`); a query-side stage can follow (:func:`adapted`'s example)."""
     config = _two_sided(config, 'sae_splade')

@@ -6,13 +6,14 @@ For adapting a model to a new collection use :func:`pyterrier_lsr.train.domain_a
 on held-out pseudo-queries and never returns a model worse than the start on them.
 """
 import argparse
-import hashlib
-import json
 import time
 from dataclasses import asdict
 from pathlib import Path
 
+from ..index.bm25 import bm25_index as build_bm25_index
 from ..offline import resolve_model, use_irds_cache
+from ..storage import read_json, write_json
+from ..train.domain.teacher import cache_key as _key
 
 TEACHERS = {'none': [], 'bm25': ['bm25'], 'minilm': ['minilm'], 'fusion': ['bm25', 'minilm']}
 
@@ -20,33 +21,24 @@ TEACHERS = {'none': [], 'bm25': ['bm25'], 'minilm': ['minilm'], 'fusion': ['bm25
 def _cached(path: Path, compute):
     """JSON value at ``path``, computed (and written) on first use."""
     if path.exists():
-        return json.loads(path.read_text())
+        return read_json(path, 'a cached value', expect=None)
     value = compute()
-    path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(json.dumps(value))
+    write_json(path, value, indent=None)
     return value
-
-
-def _key(settings: dict) -> str:
-    return hashlib.sha1(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:12]
 
 
 def prepare_examples(args, corpus) -> list:
     """Self-supervised examples with the teacher's scores (``args.teacher_scale`` times the sum of each teacher's
     per-query z-scores, as :class:`ZScoreFusion` computes them), cached under ``args.cache_dir``."""
-    import pyterrier_pisa
-
-    from .data import Example, add_teacher_scores, self_supervised
-    from .teachers import DenseScorer, RetrieverScorer, ZScoreFusion
+    from ..train.data import Example, add_teacher_scores, self_supervised
+    from ..train.teachers import DenseScorer, RetrieverScorer, ZScoreFusion
     cache = Path(args.cache_dir or args.output)
     data_settings = {'dataset': args.dataset, 'negatives': args.negatives, 'depth': args.depth,
                      'per_doc': args.per_doc, 'seed': args.seed}
     key = _key(data_settings)
     precision = args.teacher_precision
     bm25_path = cache / f'bm25-{_key({"dataset": args.dataset})}.pisa'
-    bm25_index = pyterrier_pisa.PisaIndex(str(bm25_path), text_field='text')
-    if not bm25_index.built():
-        bm25_index.index(corpus)
+    bm25_index = build_bm25_index(bm25_path, corpus)
     examples = [Example(**ex) for ex in _cached(cache / f'examples-{key}.json', lambda: [
         asdict(ex) for ex in self_supervised(corpus, num_negatives=args.negatives, depth=args.depth, seed=args.seed,
                                              per_doc=args.per_doc, bm25_index=bm25_index)])]
@@ -65,7 +57,7 @@ def prepare_examples(args, corpus) -> list:
 
 
 def train_config(args):
-    from .loop import TrainConfig
+    from ..train.loop import TrainConfig
     losses = dict(item.split('=') for item in args.losses.split(','))
     multipliers = dict(item.rsplit('=', 1) for item in args.lr_multipliers.split(',') if item)
     return TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_steps=args.steps // 10,
@@ -86,8 +78,8 @@ def fine_tune(model, tokenizer, examples, corpus, topics, qrels, output: Path, a
     from pyterrier.measures import nDCG
 
     from ..query import IDFQueryEncoder, StaticQueryWeights
-    from .evaluate import experiment_evaluator
-    from .loop import train
+    from ..train.evaluate import experiment_evaluator
+    from ..train.loop import train
     config, weights, query_side = train_config(args), None, None
     if args.query_side != 'model':
         idf = IDFQueryEncoder.from_corpus(tokenizer, [d['text'] for d in corpus])
@@ -104,7 +96,7 @@ def fine_tune(model, tokenizer, examples, corpus, topics, qrels, output: Path, a
     result = {'args': vars(args), 'zero_shot': zero_shot, 'final': log[-1],
               'prep_seconds': round(prep_seconds), 'train_seconds': round(time.time() - train_start),
               'curve': [(row['step'], row['nDCG@10']) for row in log if 'nDCG@10' in row]}
-    (output / 'result.json').write_text(json.dumps(result, indent=1))
+    write_json(output / 'result.json', result)
     return result
 
 

@@ -1,0 +1,58 @@
+"""The command line refuses bad settings and unknown datasets with one error line and exit status 2 (no traceback),
+before any model is loaded."""
+import pytest
+
+from pyterrier_lsr.cli import main
+
+
+@pytest.fixture
+def no_model(monkeypatch):
+    def refuse(*args, **kwargs):
+        raise AssertionError('a model was loaded before the settings were checked')
+    monkeypatch.setattr('pyterrier_lsr.loading.load_model', refuse)
+    monkeypatch.setattr('pyterrier_lsr.encoders.Splade.from_pretrained', refuse)
+
+
+def _domain_adapt(tmp_path, *extra):
+    return ['domain-adapt', '--model', 'splade-tiny', '--output-dir', str(tmp_path / 'out'), *extra]
+
+
+@pytest.mark.parametrize('extra, message', [
+    (['--collection', 'irds:vaswani', '--set', 'stepz=3'], "unknown DomainConfig setting 'stepz'"),
+    (['--collection', 'irds:vaswani', '--set', 'steps=many'], "steps must be an integer, got 'many'"),
+    (['--collection', 'irds:vaswani', '--set', 'steps=0'], 'steps must be >= 1, got 0'),
+    (['--collection', 'irds:vaswani', '--set', 'per_doc=0'], 'per_doc must be >= 1, got 0'),
+    (['--collection', 'irds:vaswani', '--set', 'lr=fast'], "lr must be a number, got 'fast'"),
+    (['--collection', 'irds:vaswani', '--set', 'bf16=maybe'], "bf16 must be true or false, got 'maybe'"),
+    (['--collection', 'irds:vaswani', '--set', 'steps'], "--set takes NAME=VALUE, got 'steps'"),
+    (['--collection', 'irds:unknown'], 'irds:unknown is not an ir_datasets id'),
+])
+def test_domain_adapt_refuses_bad_settings_in_one_line(tmp_path, capsys, no_model, extra, message):
+    with pytest.raises(SystemExit) as exited:
+        main(_domain_adapt(tmp_path, *extra))
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+    assert 'Traceback' not in err and not (tmp_path / 'out').exists()
+
+
+@pytest.mark.parametrize('extra, message', [
+    (['--data', 'irds:unknown'], '--data: irds:unknown is not an ir_datasets id'),
+    (['--data', 'self-supervised:unknown'], '--data: irds:unknown is not an ir_datasets id'),
+    (['--data', 'x.jsonl', '--temperature', '0'], 'temperature must be a finite number > 0, got 0.0'),
+    (['--data', 'x.jsonl', '--query-max-length', '0'], 'query_max_length must be >= 3, got 0'),
+    (['--data', 'x.jsonl', '--losses', 'hinge=1'], 'losses must be a non-empty dict'),
+])
+def test_train_refuses_bad_settings_in_one_line(tmp_path, capsys, no_model, extra, message):
+    with pytest.raises(SystemExit) as exited:
+        main(['train', '--model', 'splade-tiny', '--output-dir', str(tmp_path / 'out'), *extra])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and message in err and len(err.strip().splitlines()) == 1, err
+
+
+def test_report_refuses_an_unknown_dataset_in_one_line(tmp_path, capsys):
+    (tmp_path / 'c.yaml').write_text('dataset: irds:unknown\noutput: out\nsystems: [{name: b, type: bm25}]\n')
+    with pytest.raises(SystemExit) as exited:
+        main(['report', str(tmp_path / 'c.yaml')])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and len(err.strip().splitlines()) == 1, err
+    assert 'config key dataset: irds:unknown is not an ir_datasets id' in err and not (tmp_path / 'out').exists()
