@@ -52,7 +52,7 @@ def sparse_index(path, model, corpus: Sequence[dict], verbose: bool = False, **k
 
 def latent_terms_index(path, corpus: Sequence[dict], dense: str = 'all-MiniLM-L6-v2', cache_dir=None,
                        verbose: bool = False, **settings) -> LsrIndex:
-    """A Latent Terms index (:func:`~pyterrier_lsr.train.build_latent_terms`; ``settings`` override :data:`LATENT_TERMS`,
+    """A Latent Terms index (:func:`~..train.build_latent_terms`; ``settings`` override :data:`LATENT_TERMS`,
     embeddings cached in ``cache_dir``, default ``<path>.cache``), built if absent; it records its model."""
     index = LsrIndex(path)
     if index.built():
@@ -145,8 +145,8 @@ def vt_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = N
               extend: int = 1000, warmup: Optional[DomainConfig] = None, cache_dir=None,
               verbose: bool = False) -> Splade:
     """VT-SPLADE by domain extension: ``base``'s WordPiece vocabulary gains the ``extend`` most frequent corpus
-    words it splits (:func:`~pyterrier_lsr.models.vocab_transfer.extend_vocabulary`), the model moves to it
-    (:func:`~pyterrier_lsr.models.vocab_transfer.transfer_vocabulary`: old tokens copied, new words composed), then SPLADE training
+    words it splits (:func:`~..models.vocab_transfer.extend_vocabulary`), the model moves to it
+    (:func:`~..models.vocab_transfer.transfer_vocabulary`: old tokens copied, new words composed), then SPLADE training
     (:func:`adapted`; ``config``: default :meth:`DomainConfig.two_sided`). With ``warmup`` (e.g.
     ``DomainConfig.two_sided(steps=40, lr=1e-3)``) a first run in ``<folder>/warmup`` trains only the added words'
     embedding rows and output biases (:func:`~pyterrier_lsr.models.vocab_transfer.new_rows_only`), with the same
