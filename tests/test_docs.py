@@ -2,15 +2,20 @@
 docs/*.md runs as written (with tests/test_readme.py's offline replacements and small corpora)."""
 import ast
 import importlib.metadata as metadata
+import json
 import re
+import runpy
 import sys
-from pathlib import Path
 
+import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
+from test_readme import EXCLUDED, HUB_NAMES, README, ROOT, SMALL, executed, python_blocks, run_block
+from test_readme import small_vaswani  # noqa: F401 (the fixture)
 
-ROOT = Path(__file__).resolve().parents[1]
-README = ROOT / 'README.md'
+DOCS = sorted((ROOT / 'docs').glob('*.md'))
+PAGES = [README, *DOCS]
+DOC_BLOCKS = [(path, i, block) for path in DOCS for i, block in enumerate(executed(path))]
 
 
 def bash_lines(text: str) -> list:
@@ -91,3 +96,55 @@ def test_setup_and_constraints_are_all_the_tests_need():
     assert all(spec.startswith('==') for spec in pins.values())
     assert f'torch{pins["torch"]} ' in readme_test_command()
     assert '-c constraints.txt' in readme_test_command()
+
+
+def test_every_page_runs_an_example_and_every_replacement_is_needed():
+    # assignment.md's example is examples/assignment.py, run below
+    assert [p.name for p in DOCS if not executed(p)] == ['assignment.md']
+    blocks = [b for p in PAGES for b in python_blocks(p)]
+    assert all(any(b.startswith(first) for b in blocks) for first in EXCLUDED)
+    text = '\n'.join(blocks)
+    assert all(f'"{name}"' in text for name in HUB_NAMES) and all(re.search(p, text) for p, _ in SMALL)
+
+
+def test_every_relative_link_of_the_pages_resolves():
+    broken = [(page.name, target) for page in PAGES + sorted((ROOT / 'benchmarks').rglob('*.md'))
+              for target in re.findall(r'\]\(([^)#:]+)(?:#[^)]*)?\)', page.read_text())
+              if not (page.parent / target).exists()]
+    assert not broken
+
+
+@pytest.mark.parametrize('path, block', [(p, b) for p, _, b in DOC_BLOCKS],
+                         ids=[f'{p.stem}-{i}' for p, i, _ in DOC_BLOCKS])
+def test_docs_block_runs(path, block, small_vaswani, tmp_path, monkeypatch):  # noqa: F811
+    run_block(block, f'docs/{path.name}', small_vaswani, tmp_path, monkeypatch)
+
+
+def test_the_assignment_runs_from_plain_files_and_a_second_run_only_evaluates(small_vaswani, tmp_path, capfd,  # noqa: F811
+                                                                             monkeypatch):
+    folder = tmp_path / 'collection'
+    folder.mkdir()
+    (folder / 'docs.jsonl').write_text(''.join(json.dumps(d) + '\n' for d in small_vaswani.corpus))
+    small_vaswani.topics[['qid', 'query']].to_csv(folder / 'topics.tsv', sep='\t', header=False, index=False)
+    (folder / 'qrels.txt').write_text(''.join(f'{r.qid} 0 {r.docno} {r.label}\n'
+                                              for r in small_vaswani.qrels.itertuples()))
+    work = tmp_path / 'work'
+    argv = ['assignment.py', str(folder), '--workdir', str(work), '--steps', '2', '--latents', '256']
+    monkeypatch.setattr(sys, 'argv', argv)
+    script = str(ROOT / 'examples' / 'assignment.py')
+    runpy.run_path(script, run_name='__main__')
+    first = capfd.readouterr()
+    built = {p: p.stat().st_mtime_ns for p in work.rglob('*') if p.is_file() and p.name != 'plot.png'}
+    runpy.run_path(script, run_name='__main__')
+    again = capfd.readouterr()
+    # quiet: the table is all it prints, on both runs, and the same figures both times
+    for out in (first, again):
+        lines = out.out.splitlines()
+        assert lines[0].split()[:2] == ['name', 'nDCG@10'] and len(lines) == 6 and not out.err
+        assert [line.rsplit(maxsplit=4)[0].strip() for line in lines[1:]] == [
+            'BM25', 'SPLADE', 'SPLADE + IDF queries', 'Latent Terms', 'VT-SPLADE']
+    assert [line.split()[-4:-1] for line in first.out.splitlines()] == \
+        [line.split()[-4:-1] for line in again.out.splitlines()]
+    # the second run trained, encoded and wrote nothing: every file is the first run's
+    assert {p: p.stat().st_mtime_ns for p in work.rglob('*') if p.is_file() and p.name != 'plot.png'} == built
+    assert (work / 'plot.png').stat().st_size > 0
