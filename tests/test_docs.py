@@ -148,3 +148,12 @@ def test_the_assignment_runs_from_plain_files_and_a_second_run_only_evaluates(sm
     # the second run trained, encoded and wrote nothing: every file is the first run's
     assert {p: p.stat().st_mtime_ns for p in work.rglob('*') if p.is_file() and p.name != 'plot.png'} == built
     assert (work / 'plot.png').stat().st_size > 0
+
+
+def test_no_machine_paths_in_the_package_examples_or_benchmarks():
+    """Paths are arguments, relative defaults or IR_DATASETS_HOME: nothing points into one machine's folders."""
+    files = [p for folder in ('pyterrier_lsr', 'examples', 'benchmarks') for ext in ('py', 'yaml', 'ipynb')
+             for p in (ROOT / folder).rglob(f'*.{ext}')]
+    assert len(files) > 40
+    found = [(p.name, m) for p in files for m in re.findall(r'\S*(?:\.\./shared|/work/|/home/|/root/)\S*', p.read_text())]
+    assert not found
