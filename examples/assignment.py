@@ -1,8 +1,8 @@
-"""BM25, SPLADE, SPLADE + IDF queries, Latent Terms and VT-SPLADE on a folder of docs.jsonl, topics.tsv and qrels.txt:
-prints the table, writes WORKDIR/plot.png; a second run only evaluates (docs/assignment.md)."""
+"""BM25, SPLADE, IDF queries, Latent Terms and VT-SPLADE on plain files; a re-run only evaluates (docs/assignment.md)"""
 import argparse
 from pathlib import Path
 import pyterrier as pt
+from pyterrier.measures import AP, R, nDCG
 from pyterrier_lsr import IDFQueryEncoder, Splade
 from pyterrier_lsr.collections import load_collection
 from pyterrier_lsr.quiet import quiet_native
@@ -25,6 +25,6 @@ with quiet_native(v):  # PISA's and transformers' chatter, shown only if somethi
          'Latent Terms': latent_terms_index(w / 'latent-terms.lsr', c.corpus, cache_dir=w / 'cache', verbose=v,
                                             sae={'n_latents': a.latents, 'k': 16}).retriever(),
          'VT-SPLADE': sparse_index(w / 'vt-splade.lsr', vt, c.corpus, verbose=v).retriever()}
-    table = pt.Experiment(list(s.values()), c.topics, c.qrels, ['nDCG@10', 'AP', 'R@100', 'mrt'], names=list(s))
+    table = pt.Experiment(list(s.values()), c.topics, c.qrels, [nDCG @ 10, AP, R @ 100, 'mrt'], names=list(s))
 print(table.to_string(index=False, float_format='%.3f'))
 figure(table, 'nDCG@10', 'mrt').savefig(w / 'plot.png', dpi=120, bbox_inches='tight')
