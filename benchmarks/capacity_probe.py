@@ -12,7 +12,7 @@ query's BM25 top ``--depth``; InfoNCE with in-batch negatives (``--no-in-batch``
 only; a topic has ~20 relevant documents, so other examples of a batch are often relevant to it and in-batch
 negatives are then false negatives); FLOPS as in examples/domain_adaptation.py; the bundled loop and evaluator.
 
-    OMP_NUM_THREADS=1 python benchmarks/capacity_probe.py --irds-cache ../shared/ir_datasets --steps 150
+    OMP_NUM_THREADS=1 python benchmarks/capacity_probe.py --irds-cache PATH --steps 150
 
 Prints a table and writes benchmarks/results/capacity_probe.json (--output).
 """

@@ -1,7 +1,7 @@
 """Wall time of the course kit (examples/course.py): a first run in an empty work folder, then a re-run that reuses
 every model and index; both tables are kept, and what the trained systems' held-out selection decided.
 
-    OMP_NUM_THREADS=1 python benchmarks/course.py --irds-cache /work/shared/ir_datasets -- --docs 2000 --steps 60
+    OMP_NUM_THREADS=1 python benchmarks/course.py --irds-cache PATH -- --docs 2000 --steps 60
 
 Arguments after ``--`` go to examples/course.py.  Writes benchmarks/results/course.json.
 """

@@ -1,6 +1,6 @@
 """Scale-out on CPUs: Ray encoding (1 and 2 workers) vs the in-process encoder, and 2-process training vs 1.
 
-    python benchmarks/distributed.py --irds-cache ../shared/ir_datasets
+    python benchmarks/distributed.py --irds-cache PATH
 
 Encoding: the Vaswani corpus with SPLADE-tiny, one torch thread everywhere. The in-process encoder is ``model.encode``
 over chunks of ``--chunk-size`` documents (what ``LsrIndex.index`` does); the Ray runs are

@@ -5,7 +5,7 @@ collection starts from the same model. Selection uses held-out pseudo-queries on
 alongside (``--curve``: at every held-out evaluation step, otherwise only the start and the selected model) to show
 whether the selection signal tracks the test metric. The test topics never choose anything.
 
-    OMP_NUM_THREADS=1 python benchmarks/domain_adaptation.py --collections /work/shared/collections/cisi \\
+    OMP_NUM_THREADS=1 python benchmarks/domain_adaptation.py --collections path/to/cisi \\
         --arms base: keywords:queries=keywords listwise:candidates=teacher,negatives=7 --curve
 
 Writes ``--output`` (JSON, rewritten after every run) and one PNG per collection next to it (held-out score and test
@@ -109,7 +109,8 @@ def plot(collection: str, runs: list, path: Path, signal: str | None = None):
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('--collections', nargs='+', default=['irds:vaswani', '/work/shared/collections/cisi'])
+    p.add_argument('--collections', nargs='+', default=['irds:vaswani'],
+                   help='irds: ids or folders of docs.jsonl, topics.tsv and qrels.txt (e.g. path/to/cisi)')
     p.add_argument('--model', default='splade-tiny', help='a SPLADE name or folder, or any model folder of the project')
     p.add_argument('--query-side', choices=['model', 'idf'], default='model',
                    help='idf: doc-only, queries through a static table started from the corpus idf and trained')

@@ -1,7 +1,7 @@
 """Document-encoding speed, peak memory and output agreement: pyterrier-lsr vs pyterrier-splade 0.1.0.
 
-    python benchmarks/encode.py --irds-cache ../shared/ir_datasets
-    python benchmarks/encode.py --irds-cache ../shared/ir_datasets --threads 1   # on a shared machine
+    python benchmarks/encode.py --irds-cache PATH
+    python benchmarks/encode.py --irds-cache PATH --threads 1   # on a shared machine
 
 Both libraries encode the same Vaswani documents with the same SPLADE checkpoint (default: the offline
 ``splade-tiny``).  Measured, in one run:

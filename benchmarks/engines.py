@@ -1,6 +1,6 @@
 """PISA, BMP and Seismic on the same encoded corpora: real collections and synthetic ones of up to a million documents.
 
-    python benchmarks/engines.py --irds-cache ../shared/ir_datasets --sizes 100000 1000000
+    python benchmarks/engines.py --irds-cache PATH --sizes 100000 1000000
 
 (a) Real collections (Vaswani, CISI): the documents are encoded once by the offline SPLADE-tiny into one LsrIndex with
     the three engines; every engine/setting is scored by nDCG@10 next to PISA, with its ms/query.
@@ -238,8 +238,8 @@ def markdown(rows, columns):
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--model', default='splade-tiny')
-    parser.add_argument('--collections', nargs='+',
-                        default=['irds:vaswani', str(Path(__file__).resolve().parents[2] / 'shared/collections/cisi')])
+    parser.add_argument('--collections', nargs='+', default=['irds:vaswani'],
+                        help='irds: ids or folders of docs.jsonl, topics.tsv and qrels.txt (e.g. path/to/cisi)')
     parser.add_argument('--sizes', nargs='*', type=int, default=[100_000, 1_000_000])
     parser.add_argument('--scale', type=float, default=100.)
     parser.add_argument('--seed', type=int, default=0)

@@ -1,7 +1,7 @@
 """GPU check (PREPARED, NOT YET RUN: no GPU machine was available when it was written): encoding speed on one GPU
 with bf16, in process and through one Ray worker, the projected MS MARCO encoding time, and a short bf16 training run.
 
-    python benchmarks/gpu_check.py --irds-cache ../shared/ir_datasets --output $OUT/gpu_check.json
+    python benchmarks/gpu_check.py --irds-cache PATH --output $OUT/gpu_check.json
 
 For each model (SPLADE-tiny: BERT 2 layers x 128; all-MiniLM-L6-v2 as a SPLADE model: 6 layers x 384, its MLM head
 initialised randomly, which costs what a trained head costs): the Vaswani documents, cycled to ``--docs`` documents

@@ -13,7 +13,7 @@ with SPLADE on the topics that contain one of its added words (the seed's claim)
 (documents from that system's index). ``--methods`` runs a subset (folder names: ``splade vt sae``...; zero-shot
 SPLADE-tiny always runs).
 
-    OMP_NUM_THREADS=1 python benchmarks/methods_transfer.py --collection /work/shared/collections/cisi \\
+    OMP_NUM_THREADS=1 python benchmarks/methods_transfer.py --collection path/to/cisi \\
         --workdir runs/methods_cisi
 
 Re-runs reuse every trained model and index in ``--workdir``. Writes ``--output`` (JSON) and the report files.

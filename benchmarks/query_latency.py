@@ -1,6 +1,6 @@
 """Query latency of inference-free query encoders vs the transformer query encoder, and end-to-end PISA retrieval.
 
-    python benchmarks/query_latency.py --irds-cache ../shared/ir_datasets
+    python benchmarks/query_latency.py --irds-cache PATH
 
 Measures, in one run on Vaswani (93 queries): per-query encoding time (one query at a time, as a search service
 sees them) of the IDF and binary static encoders and of SPLADE's transformer query encoder over the same vocabulary;

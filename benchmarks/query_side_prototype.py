@@ -7,7 +7,7 @@ test topics' nDCG@10 (exact dot product over the whole corpus: reported, never s
 steps, the best held-out step selected with the never-worse guard. Kept so that the arm table can be re-run; the
 library's implementation is what the defaults ship.
 
-    OMP_NUM_THREADS=1 python benchmarks/query_side_prototype.py /work/shared/collections/cisi out.json --seed 0 \\
+    OMP_NUM_THREADS=1 python benchmarks/query_side_prototype.py path/to/cisi out.json --seed 0 \\
         --steps 360 --data candidates=teacher,negatives=63,steps=360,per_doc=3 --cache-dir runs/domain_adapt_cache
 """
 import argparse
@@ -32,7 +32,7 @@ def main():
     p.add_argument('--qmax', type=int, default=32, help='query length in training (the held-out queries use 32 too)')
     p.add_argument('--data', default='', help='DomainConfig overrides for the data: name=value,...')
     p.add_argument('--cache-dir', default='runs/domain_adapt_cache', help="domain_adapt's caches, one per collection")
-    p.add_argument('--irds-cache', default='/work/shared/ir_datasets')
+    p.add_argument('--irds-cache', help='a prepared ir_datasets cache for irds: collections (copied first)')
     a = p.parse_args()
 
     import ir_measures
@@ -47,7 +47,7 @@ def main():
     from pyterrier_lsr.train import losses as L
     from pyterrier_lsr.train.domain import DomainConfig, build_data, config_from_overrides
     torch.set_num_threads(1)
-    if a.collection.startswith('irds:'):
+    if a.irds_cache and a.collection.startswith('irds:'):
         use_irds_cache(a.irds_cache)
     c = load_collection(a.collection)
     docs = {str(d['docno']): d['text'] for d in c.corpus if d['text'].strip()}

@@ -1,6 +1,6 @@
 """SAE training throughput and Latent Terms encoding speed against the dense model alone (one CPU thread).
 
-    python benchmarks/sae.py --irds-cache ../shared/ir_datasets
+    python benchmarks/sae.py --irds-cache PATH
 
 * SAE training: vectors/s of ``train_sae`` over ``--vectors`` random unit-norm 384-d vectors (one epoch), for
   several widths, k and TopK/BatchTopK (the data only matters to the loss, not to the cost of a step).

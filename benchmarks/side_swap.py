@@ -3,7 +3,7 @@ query / document encoders (Q0D0 = zero-shot, QaDa = adapted, Q0Da = adapted docu
 adapted queries against zero-shot documents). A diagnostic (benchmarks/RESULTS.md, "Query-side adaptation"), never a
 selection.
 
-    OMP_NUM_THREADS=1 python benchmarks/side_swap.py /work/shared/collections/cisi out.json runs/da4/cisi/base_s*/model
+    OMP_NUM_THREADS=1 python benchmarks/side_swap.py path/to/cisi out.json runs/da4/cisi/base_s*/model
 """
 import argparse
 import json
@@ -17,10 +17,10 @@ def main():
     p.add_argument('collection')
     p.add_argument('output')
     p.add_argument('models', nargs='+', help='adapted SPLADE-tiny model folders')
-    p.add_argument('--irds-cache', default='/work/shared/ir_datasets')
+    p.add_argument('--irds-cache', help='a prepared ir_datasets cache for irds: collections (copied first)')
     args = p.parse_args()
     from pyterrier_lsr.offline import resolve_model, use_irds_cache
-    if args.collection.startswith('irds:'):
+    if args.irds_cache and args.collection.startswith('irds:'):
         use_irds_cache(args.irds_cache)
     import pyterrier as pt
     import torch

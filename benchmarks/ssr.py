@@ -1,6 +1,6 @@
 """SSR against exact MaxSim and a k-means (PLAID-style) clustering baseline, same multi-vector encoder for all rows.
 
-    python benchmarks/ssr.py --irds-cache ../shared/ir_datasets
+    python benchmarks/ssr.py --irds-cache PATH
 
 1. Encoder: all-MiniLM-L6-v2 + a 128-d projection trained with MaxSim InfoNCE (``--steps``; the projection alone
    unless ``--train-backbone``, a shared 2-core CPU's budget) on self-supervised pairs from every collection's corpus
@@ -45,7 +45,8 @@ def reusable(store_path: Path, encoder_dir: Path, docs) -> bool:
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--irds-cache')
-    parser.add_argument('--collections', nargs='+', default=['irds:vaswani', '/work/shared/collections/cisi'])
+    parser.add_argument('--collections', nargs='+', default=['irds:vaswani'],
+                        help='irds: ids or folders of docs.jsonl, topics.tsv and qrels.txt (e.g. path/to/cisi)')
     parser.add_argument('--encoder', default='runs/ssr/encoder', help='trained encoder folder (trained if missing)')
     parser.add_argument('--work-dir', default='runs/ssr')
     parser.add_argument('--steps', type=int, default=150)

@@ -1,7 +1,7 @@
 """Training speed: our loop vs sentence-transformers' SparseEncoder trainer with SpladeLoss, same run.
 
     pip install "sentence-transformers[train]"
-    python benchmarks/train.py --irds-cache ../shared/ir_datasets
+    python benchmarks/train.py --irds-cache PATH
 
 Both train the same SPLADE checkpoint on the same (query, positive, negative) examples (self-supervised Vaswani pairs)
 with the same batch size, max lengths, InfoNCE with in-batch negatives (theirs: SparseMultipleNegativesRankingLoss)

@@ -2,7 +2,7 @@
 2022): ``w = (1 - a) w_start + a w_final`` for each ``--alphas`` value, scored on the run's held-out pseudo-queries
 (the signals ``domain_adapt`` selects on) and on the test topics (reported only).
 
-    OMP_NUM_THREADS=1 python benchmarks/weight_interpolation.py --collection /work/shared/collections/cisi \\
+    OMP_NUM_THREADS=1 python benchmarks/weight_interpolation.py --collection path/to/cisi \\
         --runs runs/da4/cisi/base_s* --cache-dir runs/domain_adapt_cache/cisi --output benchmarks/results/wise_cisi.json
 
 ``--runs`` are ``domain_adapt`` output folders (their ``domain_adapt.json`` gives the settings, their last checkpoint

@@ -7,8 +7,8 @@ states through a TopK SAE) and domain-adapted SPLADE; the three trained systems 
 (VT- and SAE-SPLADE, both sides) or 3x as many (the adapted SPLADE: its query encoder alone, the default recipe;
 VT-SPLADE's queries adapt that way too after its two-sided training).
 
-    python examples/course.py --irds-cache ../shared/ir_datasets                     # all of Vaswani
-    python examples/course.py --irds-cache ../shared/ir_datasets --docs 2000 --topics 30 --steps 60
+    python examples/course.py --irds-cache PATH                     # all of Vaswani
+    python examples/course.py --irds-cache PATH --docs 2000 --topics 30 --steps 60
 
 Everything is cached under ``--workdir`` (one folder per corpus size, trained models per step count): a second run
 reuses the indexes and models and only evaluates.  ``--docs`` keeps the topics' relevant documents plus the first

@@ -5,8 +5,8 @@ Pseudo-queries sampled from the corpus, candidates and teacher scores from BM25 
 (the starting model comes back when training does not beat it on them). The test topics are used only to report
 nDCG@10 of the starting and the returned model (--no-evaluate skips that).
 
-    OMP_NUM_THREADS=1 python examples/domain_adaptation.py --collection irds:vaswani --irds-cache ../shared/ir_datasets
-    python examples/domain_adaptation.py --collection ../shared/collections/cisi --set steps=200 queries=keywords
+    OMP_NUM_THREADS=1 python examples/domain_adaptation.py --collection irds:vaswani --irds-cache PATH
+    python examples/domain_adaptation.py --collection path/to/cisi --set steps=200 queries=keywords
 
 Writes <output>/model (the returned model), <output>/domain_adapt.json (settings, held-out curve, decision) and
 <output>/result.json (with the test scores).

@@ -11,7 +11,7 @@ up to three variants:
 - ``x16-rescaled``: the same inflated head followed by ``rescale_head(model, 16)``; it starts from exactly the
   plain model's logits and should land close to it.
 
-    python examples/head_scale.py --irds-cache ../shared/ir_datasets --variants plain x16 x16-rescaled
+    python examples/head_scale.py --irds-cache PATH --variants plain x16 x16-rescaled
 
 Writes <output>/<variant>/{metrics.csv,result.json}, <output>/summary.json and loss / non-zero plots
 (--plots, default benchmarks/results/head_scale_{loss,nonzeros}.png).

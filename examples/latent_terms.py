@@ -1,6 +1,6 @@
 """Latent Terms over all-MiniLM-L6-v2 on Vaswani (or a LIMIT-style collection): dense vs BM25 vs Latent Terms.
 
-    python examples/latent_terms.py --irds-cache ../shared/ir_datasets
+    python examples/latent_terms.py --irds-cache PATH
     python examples/latent_terms.py --limit runs/limit        # a collection written by examples/make_limit.py
 
 Each setting ``mode:n_latents:k[:sqrt][:batch][:e<epochs>]`` (e.g. ``multi:4096:16:sqrt:e3``: square-root TFs,

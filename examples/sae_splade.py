@@ -7,7 +7,7 @@ self-supervised data and fusion teacher).  Each trained model is saved, indexed 
 non-zeros per document and query, postings per query (the summed document frequencies of its terms: what an
 exhaustive traversal reads) and ms/query (PISA, 1 thread, queries already encoded).
 
-    OMP_NUM_THREADS=1 python examples/sae_splade.py --irds-cache /work/shared/ir_datasets --cache-dir runs/cache
+    OMP_NUM_THREADS=1 python examples/sae_splade.py --irds-cache PATH --cache-dir runs/cache
 
 ``--systems`` runs a subset (e.g. the two trainings in two processes; ``sae-splade-stage1`` is SAE-SPLADE before
 stage 2); each system writes ``<output>/<system>/measures.json`` and ``<output>/summary.json`` collects the ones

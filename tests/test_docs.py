@@ -1,0 +1,160 @@
+"""The README's install and test commands are what CI runs and all a fresh machine needs; every ```python block of
+docs/*.md runs as written (with tests/test_readme.py's offline replacements and small corpora)."""
+import ast
+import importlib.metadata as metadata
+import json
+import re
+import runpy
+import sys
+
+import pytest
+from packaging.requirements import Requirement
+from packaging.utils import canonicalize_name
+from test_readme import EXCLUDED, HUB_NAMES, README, ROOT, SMALL, executed, python_blocks, run_block
+from test_readme import small_vaswani  # noqa: F401 (the fixture)
+
+DOCS = sorted((ROOT / 'docs').glob('*.md'))
+PAGES = [README, *DOCS]
+DOC_BLOCKS = [(path, i, block) for path in DOCS for i, block in enumerate(executed(path))]
+
+
+def bash_lines(text: str) -> list:
+    return [line for block in re.findall(r'^```bash\n(.*?)^```', text, flags=re.S | re.M)
+            for line in block.splitlines()]
+
+
+def readme_test_command() -> str:
+    (command,) = [line for line in bash_lines(README.read_text()) if line.endswith('python -m pytest tests')]
+    return command
+
+
+def test_ci_runs_exactly_the_readme_test_command_in_a_fresh_virtualenv():
+    script = (ROOT / '.ci' / 'run').read_text()
+    (command,) = re.findall(r"^TEST_COMMAND='(.*)'$", script, flags=re.M)
+    assert command == readme_test_command()
+    lines = [line for line in script.splitlines() if line.strip() and not line.lstrip().startswith('#')]
+    venv = next(i for i, line in enumerate(lines) if re.match(r'python3 -m venv "\$work/venv"$', line))
+    activate = lines.index('. "$work/venv/bin/activate"')
+    # the venv is made, then entered, before anything is installed; the command's status is the script's
+    assert venv < activate and lines[-1] == 'eval "$TEST_COMMAND"' and 'set -euo pipefail' in lines
+    assert 'mktemp -d' in script and '$(dirname "$0")/..' in script
+
+
+def setup_requirements() -> tuple:
+    tree = ast.parse((ROOT / 'setup.py').read_text())
+    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, 'id', None) == 'setup')
+    found = {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg in ('install_requires', 'extras_require')}
+    return found['install_requires'], found['extras_require']
+
+
+def requirement_closure(requirements) -> set:
+    """The distributions ``requirements`` install, transitively, as this environment resolved them."""
+    seen, todo = set(), [Requirement(r) for r in requirements]
+    while todo:
+        req = todo.pop()
+        name = canonicalize_name(req.name)
+        if (name, frozenset(req.extras)) in seen:
+            continue
+        seen.add((name, frozenset(req.extras)))
+        for spec in metadata.requires(req.name) or ():
+            dep = Requirement(spec)
+            if dep.marker is None or any(dep.marker.evaluate({'extra': e}) for e in {'', *req.extras}):
+                todo.append(dep)
+    return {name for name, _ in seen}
+
+
+def imported_modules(paths) -> set:
+    names = set()
+    for path in paths:
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.Import):
+                names.update(a.name.split('.')[0] for a in node.names)
+            elif isinstance(node, ast.ImportFrom) and node.level == 0:
+                names.add(node.module.split('.')[0])
+    return names
+
+
+def test_setup_and_constraints_are_all_the_tests_need():
+    """Every module the package, the tests and the examples import comes from a distribution that ``pip install -e
+    ".[test]"`` installs, and every such distribution is pinned in constraints.txt (so a new pytest, say, cannot
+    break a fresh checkout); torch's pin is the version the README installs first."""
+    install, extras = setup_requirements()
+    wanted = requirement_closure(install + extras['test'] + extras['demo'])
+    sources = [*ROOT.glob('pyterrier_lsr/**/*.py'), *ROOT.glob('tests/*.py'), *ROOT.glob('examples/*.py')]
+    local = {'pyterrier_lsr', *(p.stem for p in sources)}  # and the tests' and examples' own modules
+    third_party = imported_modules(sources) - set(sys.stdlib_module_names) - local
+    providers = metadata.packages_distributions()
+    unprovided = {m: providers.get(m) for m in third_party
+                  if not {canonicalize_name(d) for d in providers.get(m, [])} & wanted}
+    assert not unprovided, f'imported but not installed by setup.py: {unprovided}'
+    pins = {}
+    for line in (ROOT / 'constraints.txt').read_text().splitlines():
+        if line.strip() and not line.startswith('#'):
+            req = Requirement(line)
+            pins[canonicalize_name(req.name)] = str(req.specifier)
+    assert not wanted - {'pyterrier-lsr'} - set(pins), 'installed by setup.py but not pinned in constraints.txt'
+    assert all(spec.startswith('==') for spec in pins.values())
+    assert f'torch{pins["torch"]} ' in readme_test_command()
+    assert '-c constraints.txt' in readme_test_command()
+
+
+def test_every_page_runs_an_example_and_every_replacement_is_needed():
+    # assignment.md's example is examples/assignment.py, run below
+    assert [p.name for p in DOCS if not executed(p)] == ['assignment.md']
+    blocks = [b for p in PAGES for b in python_blocks(p)]
+    assert all(any(b.startswith(first) for b in blocks) for first in EXCLUDED)
+    text = '\n'.join(blocks)
+    assert all(f'"{name}"' in text for name in HUB_NAMES) and all(re.search(p, text) for p, _ in SMALL)
+
+
+def test_every_relative_link_of_the_pages_resolves():
+    broken = [(page.name, target) for page in PAGES + sorted((ROOT / 'benchmarks').rglob('*.md'))
+              for target in re.findall(r'\]\(([^)#:]+)(?:#[^)]*)?\)', page.read_text())
+              if not (page.parent / target).exists()]
+    assert not broken
+
+
+@pytest.mark.parametrize('path, block', [(p, b) for p, _, b in DOC_BLOCKS],
+                         ids=[f'{p.stem}-{i}' for p, i, _ in DOC_BLOCKS])
+def test_docs_block_runs(path, block, small_vaswani, tmp_path, monkeypatch):  # noqa: F811
+    run_block(block, f'docs/{path.name}', small_vaswani, tmp_path, monkeypatch)
+
+
+def test_the_assignment_runs_from_plain_files_and_a_second_run_only_evaluates(small_vaswani, tmp_path, capfd,  # noqa: F811
+                                                                             monkeypatch):
+    folder = tmp_path / 'collection'
+    folder.mkdir()
+    (folder / 'docs.jsonl').write_text(''.join(json.dumps(d) + '\n' for d in small_vaswani.corpus))
+    small_vaswani.topics[['qid', 'query']].to_csv(folder / 'topics.tsv', sep='\t', header=False, index=False)
+    (folder / 'qrels.txt').write_text(''.join(f'{r.qid} 0 {r.docno} {r.label}\n'
+                                              for r in small_vaswani.qrels.itertuples()))
+    work = tmp_path / 'work'
+    argv = ['assignment.py', str(folder), '--workdir', str(work), '--steps', '2', '--latents', '256']
+    monkeypatch.setattr(sys, 'argv', argv)
+    script = str(ROOT / 'examples' / 'assignment.py')
+    runpy.run_path(script, run_name='__main__')
+    first = capfd.readouterr()
+    built = {p: p.stat().st_mtime_ns for p in work.rglob('*') if p.is_file() and p.name != 'plot.png'}
+    runpy.run_path(script, run_name='__main__')
+    again = capfd.readouterr()
+    # quiet: the table is all it prints, on both runs, and the same figures both times
+    for out in (first, again):
+        lines = out.out.splitlines()
+        assert lines[0].split()[:2] == ['name', 'nDCG@10'] and len(lines) == 6 and not out.err
+        assert [line.rsplit(maxsplit=4)[0].strip() for line in lines[1:]] == [
+            'BM25', 'SPLADE', 'SPLADE + IDF queries', 'Latent Terms', 'VT-SPLADE']
+    assert [line.split()[-4:-1] for line in first.out.splitlines()] == \
+        [line.split()[-4:-1] for line in again.out.splitlines()]
+    # the second run trained, encoded and wrote nothing: every file is the first run's
+    assert {p: p.stat().st_mtime_ns for p in work.rglob('*') if p.is_file() and p.name != 'plot.png'} == built
+    assert (work / 'plot.png').stat().st_size > 0
+
+
+def test_no_machine_paths_in_the_package_examples_or_benchmarks():
+    """Paths are arguments, relative defaults or IR_DATASETS_HOME: nothing points into one machine's folders."""
+    files = [p for folder in ('pyterrier_lsr', 'examples', 'benchmarks') for ext in ('py', 'yaml', 'ipynb')
+             for p in (ROOT / folder).rglob(f'*.{ext}')]
+    assert len(files) > 40
+    machine = r'\S*(?:\.\./shared|/work/|/home/|/root/)\S*'
+    found = [(p.name, m) for p in files for m in re.findall(machine, p.read_text())]
+    assert not found
