@@ -8,7 +8,7 @@ from pyterrier_lsr.collections import load_collection
 from pyterrier_lsr.quiet import quiet_native
 from pyterrier_lsr.report import figure
 from pyterrier_lsr.train import DomainConfig
-from pyterrier_lsr.train.systems import bm25, latent_terms_index, sparse_index, vt_splade
+from pyterrier_lsr.systems import bm25, latent_terms_index, sparse_index, vt_splade
 parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument('collection', help='a folder holding docs.jsonl, topics.tsv and qrels.txt')
 parser.add_argument('--workdir', default='assignment', help='models and indexes, reused by a second run')
