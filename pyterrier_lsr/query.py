@@ -5,6 +5,7 @@ saved as ``idf.json`` (``{token: weight}``), the file OpenSearch's doc-only spar
 learned and binary query sides are all a :class:`StaticQueryEncoder` with a different table;
 :class:`StaticQueryWeights` is the trainable form of the table used by doc-only training.
 """
+import itertools
 import math
 import os
 from collections import Counter
@@ -16,9 +17,9 @@ from torch import nn
 
 from . import storage
 from .base import SparseTextEncoder
-from .checks import check_weights
+from .checks import check_int, check_weights
 from .encoding import as_text, is_blank
-from .loading import local_folder
+from .loading import local_folder, model_settings
 
 WEIGHTS_FILE = 'idf.json'
 
@@ -38,11 +39,12 @@ class StaticQueryEncoder(SparseTextEncoder):
     """
     text_field = 'query'
     out_field = 'query_toks'
+    label = 'static queries'
 
     def __init__(self, tokenizer, weights: Mapping[str, float], max_length: int = 256):
         self.tokenizer = tokenizer
         self.weights = check_weights(weights)
-        self.max_length = max_length
+        self.max_length = check_int('max_length', max_length, 1)
         self._special = set(tokenizer.all_special_tokens)
 
     def _tokens(self, texts: List[str]) -> List[List[str]]:
@@ -106,6 +108,7 @@ class StaticQueryEncoder(SparseTextEncoder):
 
 class IDFQueryEncoder(StaticQueryEncoder):
     """Static query weights = :func:`idf` of each token, from an index's or a corpus' document frequencies."""
+    label = 'IDF queries'
 
     @classmethod
     def from_document_frequencies(cls, tokenizer, df: Mapping[str, int], num_docs: int, **kwargs) -> 'IDFQueryEncoder':
@@ -113,10 +116,22 @@ class IDFQueryEncoder(StaticQueryEncoder):
 
     @classmethod
     def from_index(cls, index, tokenizer=None, **kwargs) -> 'IDFQueryEncoder':
-        """Document frequencies of the index's (quantized) document vectors; the index model's tokenizer."""
+        """Document frequencies of the index's (quantized) document vectors; the index model's tokenizer.  Refuses an
+        index whose terms are not tokens (latent ids of SAE-SPLADE, Latent Terms, SSR): a query's tokens would match
+        none of them."""
+        recorded = index.meta.get('model') or {}
+        namespace = model_settings(index.path / recorded['path']).get('terms') if recorded.get('path') else None
+        if namespace not in (None, 'vocabulary'):
+            raise ValueError(f'{index.path}: its terms are {namespace} ids of a {recorded.get("kind")} model, not '
+                             'tokens; IDF query weights need an index of token terms (SPLADE and its relatives)')
         if tokenizer is None:
             tokenizer = index.model().tokenizer
-        return cls.from_document_frequencies(tokenizer, index.document_frequencies(), index.num_docs(), **kwargs)
+        df = index.document_frequencies()
+        vocabulary = tokenizer.get_vocab()
+        if df and not any(t in vocabulary for t in itertools.islice(df, 1000)):
+            raise ValueError(f'{index.path}: none of its terms is a token of the tokenizer; IDF query weights need '
+                             'an index of that tokenizer\'s tokens')
+        return cls.from_document_frequencies(tokenizer, df, index.num_docs(), **kwargs)
 
     @classmethod
     def from_corpus(cls, tokenizer, texts: Iterable[str], max_length: int = 256, **kwargs) -> 'IDFQueryEncoder':

@@ -127,3 +127,26 @@ def test_settings_that_would_empty_every_output_are_refused(tiny):
         SaeSpladeModel(tiny[0].mlm.bert, SparseAutoencoder(SAEConfig(d_in=32, n_latents=8, k=2)), alpha=-1.)
     with pytest.raises(TypeError, match='SAEConfig.k must be an integer'):
         SAEConfig(d_in=32, k='4')
+
+
+def test_static_query_sides_refuse_settings_and_indexes_they_cannot_serve(splade, tmp_path):
+    from pyterrier_lsr import IDFQueryEncoder, StaticQueryEncoder
+    with pytest.raises(ValueError, match='max_length'):
+        StaticQueryEncoder(splade.tokenizer, {'nuclear': 1.0}, max_length=0)
+    index = SpladeIndexer(tmp_path / 'lt.lsr', _latent_terms(), verbose=False).index(DOCS)
+    with pytest.raises(ValueError, match='latent ids'):
+        IDFQueryEncoder.from_index(LsrIndex(index.path))
+    with pytest.raises(ValueError, match='latent ids'):
+        IDFQueryEncoder.from_index(LsrIndex(index.path), tokenizer=splade.tokenizer)
+    bare = SpladeIndexer(tmp_path / 'bare.lsr', verbose=False).index(
+        [{'docno': 'a', 'toks': {'l1': 1.0, 'l7': 2.0}}, {'docno': 'b', 'toks': {'l3': 1.0}}])
+    with pytest.raises(ValueError, match='none of its terms'):
+        IDFQueryEncoder.from_index(bare, tokenizer=splade.tokenizer)
+
+
+def test_tables_name_systems_shortly(splade, tmp_path):
+    from pyterrier_lsr import IDFQueryEncoder
+    index = SpladeIndexer(tmp_path / 'x.lsr', splade, engines=('pisa', 'bmp'), verbose=False).index(DOCS)
+    assert repr(index.retriever()) == f'SPLADE ({splade.short_name})'
+    assert repr(index.retriever(engine='bmp')) == f'SPLADE ({splade.short_name}), BMP'
+    assert repr(index.retriever(query_encoder=IDFQueryEncoder.from_index(index))) == 'IDF queries on x.lsr'

@@ -40,7 +40,7 @@ from ..quiet import quiet_native
 from .engines import ENGINES, get_engine
 from .integrity import check_files, check_meta, check_scoring, record_files
 from .quantization import quantize
-from .retrievers import QueryToksRetriever, Retriever
+from .retrievers import QueryToksRetriever, Retriever, system_label
 from .vectors import VectorStore, VectorWriter
 
 META_FILE = 'lsr.json'
@@ -245,11 +245,9 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         """``model.query_encoder() >> toks_retriever()``: end-to-end retrieval from ``query`` text. ``query_encoder``
         replaces the model's own query side (e.g. ``IDFQueryEncoder.from_index(index)``)."""
         if query_encoder is None:
-            model = self.model()
-            query_encoder, name = model.query_encoder(), model
-        else:
-            name = query_encoder
-        return Retriever(name, query_encoder, self.toks_retriever(num_results, engine, **params))
+            query_encoder = self.model().query_encoder()
+        return Retriever(system_label(query_encoder, self, engine), query_encoder,
+                         self.toks_retriever(num_results, engine, **params))
 
     # -- building ------------------------------------------------------------------------------------------------
     def index_inputs(self):

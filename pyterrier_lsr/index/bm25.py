@@ -1,7 +1,6 @@
 """BM25 over a PISA text index of a corpus, built once into a folder and reopened afterwards, quietly: PISA's
 ``[info]`` lines and progress bars (C++ writes to the file descriptors) are silenced unless ``verbose=True``."""
 from collections.abc import Iterable
-from pathlib import Path
 
 import pandas as pd
 import pyterrier as pt
@@ -22,7 +21,7 @@ class BM25(pt.Transformer):
         return self.retriever(inp)
 
     def __repr__(self):
-        return f'BM25({Path(str(self.index.path)).name})'
+        return 'BM25'
 
 
 def bm25_index(path, corpus: Iterable[dict], verbose: bool = False):

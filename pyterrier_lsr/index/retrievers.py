@@ -6,7 +6,7 @@ import pyterrier_alpha as pta
 
 from ..checks import check_vector
 
-__all__ = ['QueryToksRetriever', 'Retriever']
+__all__ = ['QueryToksRetriever', 'Retriever', 'system_label']
 
 
 class QueryToksRetriever(pt.Transformer):
@@ -35,13 +35,24 @@ class QueryToksRetriever(pt.Transformer):
         return f'{self.engine.upper()}({self.index.path.name})'
 
 
-class Retriever(pt.Compose):
-    """A query encoder composed with an index's retriever, named ``Splade('x') on PISA(index)`` after the model (or
-    the query encoder): a default ``pt.Experiment`` name that ``save_dir`` accepts (no ``>>``, no path)."""
+def system_label(query_encoder, index, engine: str) -> str:
+    """A short, stable table name: the model's label (``SPLADE (splade-tiny)``), or the query side's over the index
+    (``IDF queries on splade.lsr``), with the engine when it is not PISA (``SPLADE (splade-tiny), BMP``)."""
+    model = getattr(query_encoder, 'model', None)
+    if getattr(model, 'label', None):
+        label = model.label
+    else:
+        label = f'{getattr(query_encoder, "label", type(query_encoder).__name__)} on {index.path.name}'
+    return label if engine == 'pisa' else f'{label}, {engine.upper()}'
 
-    def __init__(self, name, *transformers: pt.Transformer):
+
+class Retriever(pt.Compose):
+    """A query encoder composed with an index's retriever, named by :func:`system_label`: a default
+    ``pt.Experiment`` name that ``save_dir`` accepts (no ``>>``, no path)."""
+
+    def __init__(self, label: str, *transformers: pt.Transformer):
         super().__init__(*transformers)
-        self.name = name
+        self.label = label
 
     def __repr__(self):
-        return f'{self.name!r} on {self._transformers[-1]!r}'
+        return self.label
