@@ -29,7 +29,7 @@ from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from tqdm.auto import tqdm
 
-from .index.quantization import check_docno, check_vector
+from .checks import check_docno, check_vector
 from .index.vectors import VectorStore, shard_name, write_json_atomic, write_manifest, write_shard
 from .loading import load_model, local_folder
 

@@ -1,8 +1,8 @@
 """Indexes: the engine-neutral vectors, the engines built from them, and the :class:`LsrIndex` artifact."""
 from .artifact import LsrIndex, SpladeIndexer
 from .engines import ENGINES, get_engine
-from .quantization import MAX_WEIGHT, check_docno, check_vector, pisa_term, quantize
+from .quantization import MAX_WEIGHT, pisa_term, quantize
 from .vectors import VectorStore, VectorWriter, write_manifest, write_shard
 
-__all__ = ['LsrIndex', 'SpladeIndexer', 'ENGINES', 'get_engine', 'MAX_WEIGHT', 'check_docno', 'check_vector',
-           'pisa_term', 'quantize', 'VectorStore', 'VectorWriter', 'write_manifest', 'write_shard']
+__all__ = ['LsrIndex', 'SpladeIndexer', 'ENGINES', 'get_engine', 'MAX_WEIGHT', 'pisa_term', 'quantize',
+           'VectorStore', 'VectorWriter', 'write_manifest', 'write_shard']

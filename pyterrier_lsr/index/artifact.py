@@ -33,10 +33,11 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 from tqdm.auto import tqdm
 
+from ..checks import check_docno, check_int, check_vector
 from ..loading import load_model
 from ..quiet import quiet_native
 from .engines import get_engine
-from .quantization import check_docno, check_vector, quantize
+from .quantization import quantize
 from .vectors import VectorStore, VectorWriter, write_json_atomic
 
 META_FILE = 'lsr.json'
@@ -222,8 +223,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
     def toks_retriever(self, num_results: int = 1000, engine: str = 'pisa', **params) -> pt.Transformer:
         """Retrieval for frames that already carry ``query_toks`` (floats, model units); ``params`` go to the engine
         (PISA: ``threads``, ``query_algorithm``, ``k1``/``b`` for BM25-scored indexes; see each engine)."""
-        if num_results < 1:
-            raise ValueError(f'num_results must be >= 1, got {num_results}')
+        num_results = check_int('num_results', num_results, minimum=1)
         if engine not in self.meta['engines']:
             raise ValueError(f'{self.path} has no {engine!r} engine (built: {sorted(self.meta["engines"])}); '
                              f'add it with LsrIndex(path).build_engine({engine!r})')
