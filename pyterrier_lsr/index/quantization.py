@@ -49,7 +49,6 @@ def pisa_term(term: str) -> str:
     character that lowercasing changes ``^{<hex code point>}`` (the Kelvin sign is ``^{212a}``, ``K`` is ``^k``).
     Every ``^`` starts an escape and escapes are told apart by their second character, so the form decodes uniquely;
     lowercase terms are stored as they are."""
-    check_term(term)
-    if '^' not in term and term.lower() == term:
+    if '^' not in term and '\x00' not in term and term.lower() == term:
         return term
-    return ''.join(map(_escape, term))
+    return ''.join(map(_escape, check_term(term)))

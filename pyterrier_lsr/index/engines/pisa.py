@@ -5,7 +5,7 @@ Every parameter is checked here before PISA sees it: PISA's native code hangs on
 """
 import pyterrier as pt
 
-from ...checks import check_bool, check_choice, check_float
+from ...checks import check_bool, check_choice, check_float, check_term
 from ..quantization import pisa_term, quantize
 from .glue import Timer, check_depth, check_threads
 
@@ -29,7 +29,7 @@ class PisaEngine:
         def docs():
             for docno, vector in index.vectors():
                 # Impacts are already integers, so PISA's own int(w * 1) keeps them as they are.
-                yield {'docno': docno, 'toks': {stored.get(t) or stored.setdefault(t, pisa_term(t)): w
+                yield {'docno': docno, 'toks': {stored.get(t) or stored.setdefault(t, pisa_term(check_term(t))): w
                                                 for t, w in quantize(vector, scale).items()}}
 
         pisa = pyterrier_pisa.PisaIndex(str(folder), stemmer='none')
