@@ -9,10 +9,10 @@ k-th, so the top-k equals PISA's (up to the order of equal scores).
 BMP's integers (bmp 0.2.8):
 
 * document: BMP level ``l = max(1, rint(i * f))`` of PISA's impact ``i = int(w * scale)``, with
-  ``f = min(1, max_impact / M, (2047 - n_d) / S_d for every document d)`` (``M``: the largest impact; ``n_d``, ``S_d``:
-  document d's number of terms and sum of impacts; recorded as ``largest_impact`` and ``impact_factor``).  BMP sums
-  scores in 16 bits and wraps past 65,535 without an error; a query level is at most 32, so a document whose levels
-  sum to at most 2047 (``65535 // 32``) cannot wrap for any query.  A document with more than 2046 terms cannot be
+  ``f = min(1, max_impact / M)`` (``M``: the largest impact), lowered (by bisection) until every document's levels sum
+  to at most 2047 (``65535 // 32``): BMP sums scores in 16 bits and wraps past 65,535 without an error, and a query
+  level is at most 32, so such a document cannot wrap for any query (``largest_impact`` and ``impact_factor`` are
+  recorded).  A document with more than 2046 terms cannot be
   made to fit and is refused.  (Block upper bounds saturate in bmp 0.2.8 instead of wrapping: measured.)
 * query: level ``L_t = ceil(32 * q_t / max_t q_t)`` of ``q_t = int(w_t * scale)`` (BMP maps the largest query weight
   to 32; it is given the levels themselves, which it keeps as they are).  Terms the index lacks and weights that
@@ -85,13 +85,25 @@ def _levels(docnos, indptr, impacts, max_impact: int):
         raise ValueError(f'BMP sums scores in 16 bits: document {docnos[longest]!r} has {lengths[longest]} terms, and '
                          f'at most {MAX_LEVEL_SUM - 1} fit; use another engine or prune the documents')
     rows = np.repeat(np.arange(len(lengths)), lengths)
-    sums = np.bincount(rows, weights=impacts, minlength=len(lengths))
-    has = lengths > 0
-    # A level is at most impact * factor + 1, so factor <= (2047 - n_d) / S_d keeps every sum within 2047.
-    factor = min(1., max_impact / int(impacts.max()), float(((MAX_LEVEL_SUM - lengths[has]) / sums[has]).min()))
-    levels = np.maximum(1, np.rint(impacts * factor)).astype(np.int64)
-    if np.bincount(rows, weights=levels, minlength=len(lengths)).max() > MAX_LEVEL_SUM:  # pragma: no cover
-        raise AssertionError('BMP levels overflow despite the factor chosen for them')
+
+    def at(factor):
+        levels = np.maximum(1, np.rint(impacts * factor)).astype(np.int64)
+        return levels, np.bincount(rows, weights=levels, minlength=len(lengths)).max() <= MAX_LEVEL_SUM
+
+    factor = min(1., max_impact / int(impacts.max()))
+    levels, fits = at(factor)
+    if not fits:
+        # A level is at most impact * factor + 1, so (2047 - n_d) / S_d fits every document; search up from there.
+        sums = np.bincount(rows, weights=impacts, minlength=len(lengths))
+        has = lengths > 0
+        low, high = float(((MAX_LEVEL_SUM - lengths[has]) / sums[has]).min()), factor
+        for _ in range(30):
+            middle = (low + high) / 2
+            low, high = (middle, high) if at(middle)[1] else (low, middle)
+        factor = low
+        levels, fits = at(factor)
+        if not fits:  # pragma: no cover
+            raise AssertionError('BMP levels overflow despite the factor chosen for them')
     return factor, levels
 
 
@@ -181,7 +193,8 @@ class BmpEngine:
                 return forward.rescore(query, rows)
 
             if exact:
-                rows, scores = certified_top(candidates, rescore, k, limit)
+                # BMP's levels are coarse (a few dozen): its top-k alone is never certain, 4k nearly always is.
+                rows, scores = certified_top(candidates, rescore, k, limit, start=4 * k)
             else:
                 rows = candidates(k)[0]
                 rows, scores = ranked(rows, rescore(rows), k)

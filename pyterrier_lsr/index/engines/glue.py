@@ -12,7 +12,7 @@ the exact k-th score reaches that bound, so the top-k's scores are PISA's, docum
 import importlib
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
@@ -122,14 +122,14 @@ class Forward:
 
 
 def certified_top(search: Callable[[int], Tuple[np.ndarray, float]], rescore: Callable[[np.ndarray], np.ndarray],
-                  k: int, limit: int) -> Tuple[np.ndarray, np.ndarray]:
+                  k: int, limit: int, start: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
     """The exact top-``k`` ``(rows, scores)``, best first (ties by row), from an engine's candidates.
 
     ``search(depth)`` returns candidate rows and a bound on the exact score of every row it did not return (0: none of
-    them matches); candidates are re-scored exactly and asked for deeper (up to ``limit``, where ``search`` returns
-    every matching row) until the exact k-th score reaches that bound.  Documents whose exact score is 0 (not matching)
-    are dropped, as PISA never returns them."""
-    depth = k
+    them matches); candidates are re-scored exactly and asked for deeper (first ``start``, default ``k``; up to
+    ``limit``, where ``search`` returns every matching row) until the exact k-th score reaches that bound.  Documents
+    whose exact score is 0 (not matching) are dropped, as PISA never returns them."""
+    depth = min(limit, start or k)
     while True:
         rows, unseen = search(depth)
         rows, scores = ranked(rows, rescore(rows), k)
