@@ -108,16 +108,13 @@ class Forward:
         rows = np.asarray(rows, dtype=np.int64)
         if not len(rows) or not query:
             return np.zeros(len(rows))
-        starts, ends = self.indptr[rows], self.indptr[rows + 1]
-        lengths = ends - starts
-        offsets = np.repeat(starts - np.concatenate([[0], np.cumsum(lengths)[:-1]]), lengths)
-        positions = np.arange(int(lengths.sum())) + offsets
-        q_ids = np.fromiter(query, dtype=np.int64, count=len(query))
-        order = np.argsort(q_ids)
-        q_ids, q_values = q_ids[order], np.fromiter(query.values(), dtype=np.int64, count=len(query))[order]
-        ids = self.ids[positions]
-        at = np.minimum(np.searchsorted(q_ids, ids), len(q_ids) - 1)
-        products = np.where(q_ids[at] == ids, q_values[at] * self.impacts[positions], 0)
+        starts = self.indptr[rows]
+        lengths = self.indptr[rows + 1] - starts
+        ends = np.cumsum(lengths)
+        positions = np.arange(int(ends[-1])) + np.repeat(starts - (ends - lengths), lengths)
+        dense = np.zeros(len(self.terms))  # per call: retrievers are shared between threads
+        dense[list(query)] = list(query.values())
+        products = dense[self.ids[positions]] * self.impacts[positions]
         return np.bincount(np.repeat(np.arange(len(rows)), lengths), weights=products, minlength=len(rows))
 
 
