@@ -131,11 +131,12 @@ class SeismicEngine:
                                             np.array([s for _, s, _ in result], dtype=np.float64))
             return found
 
-        def exact_top(query):
+        def exact_top(query, first):
+            """Certified top-k; ``first``: Seismic's answer at depth k, from the batch of all queries."""
             margin = 1 / value_scale / (1 - 2 ** -10 - (len(query) + 2) * 2 ** -23)
 
             def candidates(depth):
-                rows, scores = batch([query], depth)[0]
+                rows, scores = first if depth == k else batch([query], depth)[0]
                 return rows, (scores.min() * margin if len(rows) == depth and len(rows) else 0.)
 
             return certified_top(candidates, lambda rows: forward.rescore(query, rows), k, index.num_docs())
@@ -144,12 +145,10 @@ class SeismicEngine:
             queries = [forward.query(toks, scale) for toks in toks_list]
             asked = [i for i, q in enumerate(queries) if q]
             found = [(np.zeros(0, np.int64), np.zeros(0))] * len(queries)
-            if exact:
-                for i in asked:
-                    found[i] = exact_top(queries[i])
-            elif asked:
-                for i, (rows, _) in zip(asked, batch([queries[i] for i in asked], k)):
-                    found[i] = ranked(rows, forward.rescore(queries[i], rows), k)
+            if asked:
+                for i, first in zip(asked, batch([queries[i] for i in asked], k)):
+                    found[i] = exact_top(queries[i], first) if exact else \
+                        ranked(first[0], forward.rescore(queries[i], first[0]), k)
             return [([forward.docnos[r] for r in rows], scores.tolist()) for rows, scores in found]
 
         mode = 'exact' if exact else f'query_cut={query_cut}, heap_factor={heap_factor}'
