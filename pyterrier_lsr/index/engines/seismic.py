@@ -15,7 +15,9 @@ Seismic has no exact search mode; ``exact=True`` uses its brute-force scan of th
 loaded into memory when the retriever is made; slow, meant for checking), deepened until no document left out can
 score above the k-th: a document Seismic scores ``s'`` has an exact score of at most ``s' / value_scale / (1 - d)``
 with ``d = 2**-10 + (n + 2) * 2**-23`` for ``n`` query terms (float16 values, float32 sums, with a factor 2 to spare),
-so the top-k equals PISA's (up to the order of equal scores).  The approximate knobs: at build time ``n_postings``
+so the top-k equals PISA's (up to the order of equal scores); when every impact is at most 2048 and a query's
+``sum_t q_t`` times the largest impact is below 2**24, Seismic's scores are exact and ``d = 0``.
+The approximate knobs: at build time ``n_postings``
 (average posting-list length kept; ``max_fraction`` times it at most per list), ``centroid_fraction``,
 ``summary_energy``; at query time ``query_cut`` (query terms kept, highest weights first) and ``heap_factor`` (a block
 is skipped when its summary's score is below ``heap_factor`` times the k-th best score so far: lower values skip
@@ -35,6 +37,7 @@ INDEX_NAME = 'index'  # Seismic appends '.index.seismic'
 INDEX_FILE = INDEX_NAME + '.index.seismic'
 MAX_SMALL_VOCABULARY = 2 ** 16 - 1  # SeismicIndex numbers terms in 16 bits; the LV classes in 32
 FLOAT16_MAX = 65504.
+FLOAT16_EXACT = 2048  # float16 holds every integer up to this one
 
 
 def _classes(seismic, num_terms: int):
@@ -87,7 +90,7 @@ class SeismicEngine:
             built = index_class.build_from_dataset(dataset, num_threads=threads, **settings)
             built.save(str(folder / INDEX_NAME))
             Forward.write(folder, docnos, terms, indptr, ids, impacts)
-        return {'format': FORMAT, **settings, 'value_scale': value_scale,
+        return {'format': FORMAT, **settings, 'value_scale': value_scale, 'largest_impact': int(impacts.max()),
                 'large_vocabulary': len(terms) > MAX_SMALL_VOCABULARY, 'build_seconds': round(timer.seconds, 3)}
 
     def retriever(self, index, folder, num_results: int, query_cut: int = 20, heap_factor: float = 0.7,
@@ -103,7 +106,7 @@ class SeismicEngine:
         if settings.get('format') != FORMAT:
             raise ValueError(f'the Seismic engine of {index.path} was built by an older pyterrier-lsr; rebuild it: '
                              "LsrIndex(path).build_engine('seismic', overwrite=True)")
-        value_scale = settings['value_scale']
+        value_scale, largest = settings['value_scale'], settings['largest_impact']
         forward = Forward(folder)
         if exact:
             searcher = _dataset(seismic, forward.indptr, forward.ids, forward.impacts, len(forward.terms), value_scale)
@@ -133,7 +136,10 @@ class SeismicEngine:
 
         def exact_top(query, first):
             """Certified top-k; ``first``: Seismic's answer at depth k, from the batch of all queries."""
-            margin = 1 / value_scale / (1 - 2 ** -10 - (len(query) + 2) * 2 ** -23)
+            if largest <= FLOAT16_EXACT and sum(query.values()) * largest < 2 ** 24:
+                margin = 1.  # float16 values and float32 sums are all exact integers: Seismic's scores are PISA's
+            else:
+                margin = 1 / value_scale / (1 - 2 ** -10 - (len(query) + 2) * 2 ** -23)
 
             def candidates(depth):
                 rows, scores = first if depth == k else batch([query], depth)[0]
