@@ -227,7 +227,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
     def toks_retriever(self, num_results: int = 1000, engine: str = 'pisa', **params) -> pt.Transformer:
         """Retrieval for frames that already carry ``query_toks`` (floats, model units); ``params`` go to the engine
         (PISA: ``threads``, ``query_algorithm``, ``k1``/``b`` for BM25-scored indexes; see each engine)."""
-        check_int('num_results', num_results, 1)
+        num_results = check_int('num_results', num_results, 1)
         meta = self.meta
         if engine not in meta['engines']:
             raise ValueError(f'{self.path} has no {engine!r} engine (built: {sorted(meta["engines"])}); '

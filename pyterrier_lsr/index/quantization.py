@@ -13,15 +13,14 @@ Encoders never scale; the indexer and the retrievers read the same ``scale``.
 Weights must be finite, non-negative and at most :data:`MAX_WEIGHT` (document and query side): PISA repeats a query
 term ``int(w * scale)`` times, so an unbounded weight hangs or exhausts memory, and impacts are 32-bit integers.
 
-PISA lowercases query terms (pre-tokenized ones too), so a term with uppercase letters (cased vocabularies) is stored
-and queried in an escaped form (:func:`pisa_term`); lowercase terms are stored as they are.
+PISA lowercases query terms (pre-tokenized ones too), so a term that lowercasing would change (cased vocabularies) is
+stored and queried in an escaped form (:func:`pisa_term`); other terms are stored as they are.
 """
-import math
 from typing import Dict, Mapping
 
-from ..checks import MAX_WEIGHT, check_weights
+from ..checks import MAX_WEIGHT, check_term
 
-__all__ = ['MAX_WEIGHT', 'quantize', 'pisa_term', 'check_vector', 'check_docno']
+__all__ = ['MAX_WEIGHT', 'quantize', 'pisa_term']
 
 
 def quantize(vector: Mapping[str, float], scale: float) -> Dict[str, int]:
@@ -34,28 +33,22 @@ def quantize(vector: Mapping[str, float], scale: float) -> Dict[str, int]:
     return out
 
 
+def _escape(c: str) -> str:
+    if c == '^':
+        return '^^'
+    if 'A' <= c <= 'Z':
+        return '^' + c.lower()
+    if c.lower() != c:
+        return '^{' + format(ord(c), 'x') + '}'
+    return c
+
+
 def pisa_term(term: str) -> str:
-    """The form of ``term`` PISA stores: each uppercase letter becomes ``^`` + its lowercase and ``^`` becomes ``^^``,
-    so distinct terms stay distinct after PISA lowercases queries."""
-    if '^' not in term and not any(c.isupper() for c in term):
+    """The form of ``term`` PISA stores, unchanged by lowercasing and distinct for distinct terms (a NUL, which PISA
+    would truncate at, is refused): ``^`` becomes ``^^``, an ASCII capital ``^`` + its lowercase, and any other
+    character that lowercasing changes ``^{<hex code point>}`` (the Kelvin sign is ``^{212a}``, ``K`` is ``^k``).
+    Every ``^`` starts an escape and escapes are told apart by their second character, so the form decodes uniquely;
+    lowercase terms are stored as they are."""
+    if '^' not in term and '\x00' not in term and term.lower() == term:
         return term
-    return ''.join('^^' if c == '^' else '^' + c.lower() if c.isupper() else c for c in term)
-
-
-def check_docno(docno) -> str:
-    """``docno`` as a string PISA can store (one per line), or a ValueError naming it."""
-    if docno is None or (isinstance(docno, float) and math.isnan(docno)):
-        raise ValueError(f'docno {docno!r} is missing')
-    docno = str(docno)
-    if not docno or docno != docno.strip() or any(c in docno for c in '\n\r\x00'):
-        raise ValueError(f'docno {docno!r} is empty, has surrounding whitespace or contains a line break or NUL, '
-                         'which PISA cannot store')
-    return docno
-
-
-def check_vector(vector, what: str) -> Dict[str, float]:
-    """``vector`` checked (:func:`~pyterrier_lsr.encoding.check_weights`); ``what`` names it in the error
-    (``"document 'd1'"``, ``"query '3'"``).  None/NaN (a missing vector) is an empty one."""
-    if vector is None or (isinstance(vector, float) and math.isnan(vector)):
-        return {}
-    return check_weights(vector, what)
+    return ''.join(map(_escape, check_term(term)))

@@ -1,60 +1,62 @@
 """BMP (block-max pruning, Mallia et al., SIGIR 2024) through the ``bmp`` package: exact or approximate top-k over
 blocks of documents.
 
-How BMP's integers relate to the index ``scale`` (BMP stores 8-bit impacts and quantizes queries itself):
+BMP ranks with narrow integers; the scores returned are PISA's (``sum_t int(q_t * scale) * int(d_t * scale)``, about
+``scale**2`` times the dot product): BMP's candidates are re-scored exactly from the engine's forward index
+(:mod:`.glue`), and in exact mode (``alpha = beta = 1``) deepened until no document left out can score above the
+k-th, so the top-k equals PISA's (up to the order of equal scores).
 
-* document: BMP impact = ``max(1, round(int(w * scale) * f))`` with ``f = min(1, max_impact / M)``, where ``M`` is
-  the largest PISA impact in the index (recorded as ``largest_impact``, with ``f`` as ``impact_factor``): PISA's impacts
-  mapped linearly onto 0-``max_impact`` (a build parameter, default 127 of BMP's 255), keeping exactly the terms PISA
-  keeps (none rounds to 0);
-* query: the retriever passes PISA's query weights ``int(q * scale)`` (terms the index never saw, and weights that
-  quantize to 0, dropped); BMP's searcher maps them to ``ceil(q_int * 32 / max_t q_int)`` (at most 32 levels);
-* score: BMP's integer score divided by ``f * 32 / max_t q_int``, i.e. PISA's ``sum_t int(q_t * scale) *
-  int(d_t * scale)`` (about ``scale**2`` times the dot product) up to BMP's 8-bit/5-bit rounding.
+BMP's integers (bmp 0.2.8):
 
-``alpha=1, beta=1`` (the defaults) are BMP's exact mode: the exact top-k of those quantized scores, so rankings match
-PISA's except where the rounding reorders near-ties.  ``alpha < 1`` stops once the best remaining block bound is below
-``1/alpha`` times the k-th score; ``beta < 1`` keeps only that fraction of the (highest-weighted) query terms.
+* document: BMP level ``l = max(1, rint(i * f))`` of PISA's impact ``i = int(w * scale)``, with
+  ``f = min(1, max_impact / M)`` (``M``: the largest impact), lowered (by bisection) until every document's levels sum
+  to at most 2047 (``65535 // 32``): BMP sums scores in 16 bits and wraps past 65,535 without an error, and a query
+  level is at most 32, so such a document cannot wrap for any query (``largest_impact`` and ``impact_factor`` are
+  recorded).  A document with more than 2046 terms cannot be
+  made to fit and is refused.  (Block upper bounds saturate in bmp 0.2.8 instead of wrapping: measured.)
+* query: level ``L_t = ceil(32 * q_t / max_t q_t)`` of ``q_t = int(w_t * scale)`` (BMP maps the largest query weight
+  to 32; it is given the levels themselves, which it keeps as they are).  Terms the index lacks and weights that
+  quantize to 0 are dropped.
+* bound: ``q <= L * max_q / 32`` and ``i <= (l + 1/2) / f``, so a document BMP scores ``s'`` has an exact score of at
+  most ``max_q / (32 f) * (s' + sum_t L_t / 2)``: that is the bound on the documents BMP did not return.
 
-Two flaws of bmp 0.2.8 are worked around here.  Its searcher never scores the last block it visits (the one with the
-lowest upper bound above its initial threshold ``T = max_t kth_t(k) * q_t``, from each term's precomputed 10th /
-100th / 1000th impact), and panics when no block is above ``T`` or the query is empty.  So the index ends with a
-sentinel block (one document of reserved terms with impacts 1, 32 and 255), ``terms.json`` keeps every term's k-th
-impacts, and each query asks for the sentinel terms with weights that give the sentinel block the bound ``T + 1``
-exactly: it is then the lowest block above ``T``, visited last, and it is the one left out (in exact mode
-``beta = 1``; with ``beta < 1`` BMP's term pruning would keep the sentinel terms, so they are not asked for, the last
-block is lost as bmp 0.2.8 loses it, and a panic is answered by asking again with k > 1000, which has no ``T``).
-Queries with no term in the index retrieve nothing without calling BMP.
+``alpha < 1`` stops once the best remaining block bound is below ``1/alpha`` times the k-th score; ``beta < 1`` keeps
+only that fraction of the (highest-weighted) query terms (done here, as BMP does it); both return BMP's candidates
+re-scored, without deepening.
 
-Scores are 16-bit in BMP and wrap around past 65535: with 8-bit documents (255) and SPLADE queries of ~20 terms the
-best scores of Vaswani queries already reach 36,500 on 300 documents, hence the default ``max_impact=127`` (half the
-precision, twice the headroom); the retriever warns when a query's best score passes 32768.
+Two flaws of bmp 0.2.8 are worked around.  Its searcher never scores the last block it visits (the one with the lowest
+upper bound above its initial threshold ``T = max_t kth_t(k) * L_t``, from each term's precomputed 10th / 100th /
+1000th level), and panics when no block is above ``T`` or the query is empty.  So the index ends with a sentinel block
+(one document of reserved terms with levels 1, 32 and 255), the engine keeps every term's k-th levels, and each query
+asks for the sentinel terms with levels that give the sentinel block the bound ``T + 1`` exactly: it is then the lowest
+block above ``T``, visited last, and it is the one left out (also when the index has a single block of documents).
+Queries with no term in the index retrieve nothing without calling BMP.  Documents are numbered in BMP by their row,
+so results map back to docnos through the forward index.
 """
-import json
-import warnings
-
 import numpy as np
 import pyterrier as pt
 
-from ...storage import write_json
-from .glue import Timer, ToksSearcher, check_threads, quantized_csr, require
+from ...checks import check_bool, check_float, check_int
+from .glue import Forward, Timer, ToksSearcher, certified_top, check_depth, check_threads, quantized_csr, ranked, \
+    require, save_array
 
+FORMAT = 2  # 2: documents numbered by row, forward index kept, levels chosen so that no score wraps
 INDEX_FILE = 'index.bmp'
-TERMS_FILE = 'terms.json'  # {term: [10th, 100th, 1000th largest BMP impact]}
-# Names no document can have: terms never contain whitespace, docnos never start with it (see quantization).
+KTH_FILE = 'kth.npy'  # [terms, 3]: each term's 10th, 100th and 1000th largest BMP level
+# Names no document can have: terms never contain whitespace, docnos here are row numbers.
 SENTINEL_DOCNO = ' bmp sentinel'
-# Sentinel terms and impacts: with query levels 0-32 they sum to any bound 1..65535 (see _sentinel_levels).
+# Sentinel terms and levels: with query levels 0-32 they sum to any bound 1..65535 (see _sentinel_levels).
 SENTINEL_ONE, SENTINEL_32 = 'bmp sentinel 1', 'bmp sentinel 32'
 SENTINEL_255 = [f'bmp sentinel 255 {i}' for i in range(9)]
 SENTINEL_DOC = {SENTINEL_ONE: 1, SENTINEL_32: 32, **{t: 255 for t in SENTINEL_255}}
 MAX_QUERY_LEVEL = 32  # bmp.query.MAX_TERM_WEIGHT: the searcher maps the largest query weight to it
-KTH = (10, 100, 1000)  # the depths whose k-th impacts BMP keeps per term
-NEAR_OVERFLOW = 2 ** 15  # BMP scores are 16-bit (wrap at 65536); warn with half of that as headroom
+MAX_LEVEL_SUM = (2 ** 16 - 1) // MAX_QUERY_LEVEL  # a document's levels may sum to this: 32 times it fits in 16 bits
+KTH = (10, 100, 1000)  # the depths whose k-th levels BMP keeps per term
 MAX_TERMS = 2 ** 16 - len(SENTINEL_DOC)  # term ids are 16-bit
 
 
 def _kth_impacts(ids: np.ndarray, levels: np.ndarray, num_terms: int) -> np.ndarray:
-    """``[num_terms, 3]``: each term's 10th, 100th and 1000th largest impact (0 when it has fewer postings)."""
+    """``[num_terms, 3]``: each term's 10th, 100th and 1000th largest level (0 when it has fewer postings)."""
     order = np.lexsort((-levels, ids))
     counts = np.bincount(ids, minlength=num_terms)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
@@ -74,6 +76,37 @@ def _sentinel_levels(bound: int) -> dict:
     return {t: level for t, level in levels.items() if level}
 
 
+def _levels(docnos, indptr, impacts, max_impact: int):
+    """``(factor, levels)``: BMP's levels of PISA's impacts, such that no document's levels sum past
+    :data:`MAX_LEVEL_SUM` (see the module notes)."""
+    lengths = np.diff(indptr)
+    longest = int(lengths.argmax())
+    if lengths[longest] >= MAX_LEVEL_SUM:
+        raise ValueError(f'BMP sums scores in 16 bits: document {docnos[longest]!r} has {lengths[longest]} terms, and '
+                         f'at most {MAX_LEVEL_SUM - 1} fit; use another engine or prune the documents')
+    rows = np.repeat(np.arange(len(lengths)), lengths)
+
+    def at(factor):
+        levels = np.maximum(1, np.rint(impacts * factor)).astype(np.int64)
+        return levels, np.bincount(rows, weights=levels, minlength=len(lengths)).max() <= MAX_LEVEL_SUM
+
+    factor = min(1., max_impact / int(impacts.max()))
+    levels, fits = at(factor)
+    if not fits:
+        # A level is at most impact * factor + 1, so (2047 - n_d) / S_d fits every document; search up from there.
+        sums = np.bincount(rows, weights=impacts, minlength=len(lengths))
+        has = lengths > 0
+        low, high = float(((MAX_LEVEL_SUM - lengths[has]) / sums[has]).min()), factor
+        for _ in range(30):
+            middle = (low + high) / 2
+            low, high = (middle, high) if at(middle)[1] else (low, middle)
+        factor = low
+        levels, fits = at(factor)
+        if not fits:  # pragma: no cover
+            raise AssertionError('BMP levels overflow despite the factor chosen for them')
+    return factor, levels
+
+
 class BmpEngine:
     name = 'bmp'
     subfolder = 'bmp'
@@ -82,77 +115,89 @@ class BmpEngine:
 
     def build(self, index, folder, block_size: int = 32, compress_range: bool = False, max_impact: int = 127) -> dict:
         """``block_size`` documents per block (1-256); ``compress_range`` compresses the per-block maxima;
-        ``max_impact`` (1-255) is the BMP impact the index's largest weight maps to."""
+        ``max_impact`` (1-255) is the largest BMP level (lower when 16-bit sums require it)."""
         bmp = require('bmp', 'bmp')
-        if not 1 <= block_size <= 256:
-            raise ValueError(f'block_size must be in 1..256 (BMP numbers documents within a block in 8 bits), '
-                             f'got {block_size}')
-        if not 1 <= max_impact <= 255:
-            raise ValueError(f'max_impact must be in 1..255 (BMP impacts are 8-bit), got {max_impact}')
+        block_size = check_int('block_size', block_size, 1, 256)
+        compress_range = check_bool('compress_range', compress_range)
+        max_impact = check_int('max_impact', max_impact, 1, 255)
         with Timer() as timer:
             docnos, terms, indptr, ids, impacts = quantized_csr(index)
             if len(terms) > MAX_TERMS:
                 raise ValueError(f'BMP numbers terms in 16 bits: the index has {len(terms)} terms, at most '
                                  f'{MAX_TERMS} fit')
-            largest = int(impacts.max())
-            factor = min(1., max_impact / largest)
-            levels = np.maximum(1, np.rint(impacts * factor)).astype(np.int64)
+            factor, levels = _levels(docnos, indptr, impacts, max_impact)
             names = np.array(terms, dtype=object)
             indexer = bmp.Indexer(str(folder / INDEX_FILE), bsize=block_size, compress_range=compress_range)
-            for row, docno in enumerate(docnos):
+            for row in range(len(docnos)):
                 start, end = indptr[row], indptr[row + 1]
-                indexer.add_document(docno, dict(zip(names[ids[start:end]].tolist(), levels[start:end].tolist())))
+                indexer.add_document(str(row), dict(zip(names[ids[start:end]].tolist(), levels[start:end].tolist())))
             # Empty documents fill the last block, so that the sentinel has a block of its own.
-            for pad in range(-len(docnos) % block_size):
+            pads = -len(docnos) % block_size
+            for pad in range(pads):
                 indexer.add_document(f'{SENTINEL_DOCNO} {pad}', {})
             indexer.add_document(SENTINEL_DOCNO, SENTINEL_DOC)
             indexer.finish()
-            write_json(folder / TERMS_FILE, dict(zip(terms, _kth_impacts(ids, levels, len(terms)).tolist())))
-        return {'block_size': block_size, 'compress_range': compress_range, 'max_impact': max_impact,
-                'largest_impact': largest, 'impact_factor': factor, 'build_seconds': round(timer.seconds, 3)}
+            Forward.write(folder, docnos, terms, indptr, ids, impacts)
+            save_array(folder / KTH_FILE, _kth_impacts(ids, levels, len(terms)))
+        return {'format': FORMAT, 'block_size': block_size, 'compress_range': compress_range,
+                'max_impact': max_impact, 'largest_impact': int(impacts.max()), 'impact_factor': factor,
+                'bmp_documents': len(docnos) + pads + 1, 'build_seconds': round(timer.seconds, 3)}
 
     def retriever(self, index, folder, num_results: int, alpha: float = 1., beta: float = 1., threads: int = 1,
                   verbose: bool = False) -> pt.Transformer:
         """``alpha``/``beta`` in (0, 1]: 1 and 1 is exact (see the module notes); ``threads`` must be 1 (bmp's
         searcher runs one query at a time and holds the GIL)."""
         bmp = require('bmp', 'bmp')
-        if not (0 < alpha <= 1 and 0 < beta <= 1):
-            raise ValueError(f'alpha and beta must be in (0, 1], got alpha={alpha}, beta={beta}')
+        alpha = check_float('alpha', alpha, 0, 1, exclusive_minimum=True)
+        beta = check_float('beta', beta, 0, 1, exclusive_minimum=True)
         if check_threads(threads) != 1:
             raise ValueError('bmp 0.2.8 searches one query at a time holding the GIL; use threads=1')
-        factor = index.meta['engines'][self.name]['impact_factor']
-        kth = json.loads((folder / TERMS_FILE).read_text())
-        depth = sum(num_results > k for k in KTH)  # which k-th impact BMP's initial threshold uses
+        check_bool('verbose', verbose)
+        k = check_depth(index, num_results)
+        settings = index.meta['engines'][self.name]
+        if settings.get('format') != FORMAT:
+            raise ValueError(f'the BMP engine of {index.path} was built by an older pyterrier-lsr; rebuild it: '
+                             "LsrIndex(path).build_engine('bmp', overwrite=True)")
+        factor = settings['impact_factor']
+        # Deep enough for BMP to return every matching document, with no initial threshold (k > 1000).
+        limit = max(settings['bmp_documents'], KTH[-1] + 1)
+        forward = Forward(folder)
+        kth = np.load(folder / KTH_FILE, allow_pickle=False)
         searcher = bmp.Searcher(str(folder / INDEX_FILE))
         scale = index.scale
-        warned = []
+        exact = alpha == 1 and beta == 1
 
         def search_one(toks):
-            query = {t: q for t, q in ((t, int(w * scale)) for t, w in toks.items()) if q > 0 and t in kth}
+            query = forward.query(toks, scale)
+            if beta < 1:
+                kept = sorted(query, key=lambda t: (-query[t], t))[:int(np.ceil(len(query) * beta))]
+                query = {t: query[t] for t in kept}
             if not query:
                 return [], []
             top = max(query.values())
-            # BMP's own arithmetic (f32): level = ceil(q * (32 / top)).
-            level = np.float32(MAX_QUERY_LEVEL) / np.float32(top)
-            if beta == 1:
-                threshold = max(kth[t][depth] * int(np.ceil(np.float32(q) * level)) for t, q in query.items()) \
-                    if depth < len(KTH) else 0
-                # A weight of (L - 0.5) / level is mapped to L by BMP's ceil, with a margin far above f32 rounding.
-                query.update({t: (sentinel - 0.5) * top / MAX_QUERY_LEVEL
-                              for t, sentinel in _sentinel_levels(threshold + 1).items()})
-                docnos, scores = searcher.search(query, k=num_results, alpha=alpha, beta=beta)
+            levels = {t: -(-q * MAX_QUERY_LEVEL // top) for t, q in query.items()}
+            named = {forward.terms[t]: float(level) for t, level in levels.items()}
+            slack = sum(levels.values()) / 2
+
+            def candidates(depth):
+                column = sum(depth > d for d in KTH)  # the k-th level BMP's initial threshold uses
+                threshold = max(int(kth[t, column]) * level for t, level in levels.items()) if column < len(KTH) else 0
+                asked = dict(named, **{t: float(v) for t, v in _sentinel_levels(threshold + 1).items()})
+                docnos, scores = searcher.search(asked, k=depth, alpha=alpha, beta=1.)
+                rows = np.array([int(d) for d in docnos if not d.startswith(' ')], dtype=np.int64)
+                # Left out: documents BMP scored at most the lowest score kept (when it kept `depth`), or at most T.
+                lowest = max(min(scores), threshold) if len(docnos) == depth else threshold
+                return rows, top / (MAX_QUERY_LEVEL * factor) * (lowest + slack) * (1 + 1e-9) if lowest else 0.
+
+            def rescore(rows):
+                return forward.rescore(query, rows)
+
+            if exact:
+                # BMP's levels are coarse (a few dozen): its top-k alone is never certain, 4k nearly always is.
+                rows, scores = certified_top(candidates, rescore, k, limit, start=4 * k)
             else:
-                try:
-                    docnos, scores = searcher.search(query, k=num_results, alpha=alpha, beta=beta)
-                except BaseException as e:  # pyo3's PanicException derives from BaseException
-                    if type(e).__name__ != 'PanicException':
-                        raise
-                    docnos, scores = searcher.search(query, k=max(num_results, KTH[-1] + 1), alpha=alpha, beta=beta)
-            if not warned and scores and max(scores) > NEAR_OVERFLOW:
-                warned.append(True)
-                warnings.warn(f'a BMP score of {max(scores):.0f} is near the 16-bit limit (65535) past which bmp 0.2.8 '
-                              'wraps around; rebuild the engine with a lower max_impact', stacklevel=2)
-            kept = [(d, s / (float(level) * factor)) for d, s in zip(docnos, scores) if d != SENTINEL_DOCNO]
-            return [d for d, _ in kept[:num_results]], [s for _, s in kept[:num_results]]
+                rows = candidates(k)[0]
+                rows, scores = ranked(rows, rescore(rows), k)
+            return [forward.docnos[r] for r in rows], scores.tolist()
 
         return ToksSearcher(lambda queries: [search_one(q) for q in queries], f'BMP(alpha={alpha}, beta={beta})')

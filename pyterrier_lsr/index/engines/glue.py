@@ -1,20 +1,32 @@
-"""What the in-process engines (BMP, Seismic) share: importing an optional package, reading the stored vectors as
-quantized arrays, and a retriever that searches one query at a time."""
+"""What the in-process engines (BMP, Seismic) share: importing an optional package, checking the parameters native code
+sees, reading the stored vectors as quantized arrays, the forward index that re-scores candidates exactly, and a
+retriever that searches one query at a time.
+
+Exactness.  BMP and Seismic rank with values narrower than PISA's integers (BMP: 8-bit documents, 5-bit queries and
+16-bit sums; Seismic: float16 documents and float32 sums).  So neither returns its own scores: each engine proposes
+candidates, which are re-scored with PISA's integers (``sum_t int(q_t * scale) * int(d_t * scale)``) from a forward
+index kept beside the engine's files (:class:`Forward`).  In exact mode the engine also gives a bound on the exact score
+of every document it did not return (from its own rounding); :func:`certified_top` asks for deeper candidate lists until
+the exact k-th score reaches that bound, so the top-k's scores are PISA's, document for document up to ties.
+"""
 import importlib
-import json
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
 import pyterrier as pt
 
-from ...storage import write_json
+from ...checks import check_int, check_term
+from ...storage import read_json, write_file, write_json
 
-__all__ = ['require', 'quantized_csr', 'ToksSearcher', 'write_terms', 'read_terms', 'check_threads']
+__all__ = ['require', 'check_threads', 'check_depth', 'quantized_csr', 'save_array', 'Forward', 'certified_top',
+           'ranked', 'ToksSearcher', 'Timer']
 
 TERMS_FILE = 'terms.json'
+DOCNOS_FILE = 'docnos.json'
+FORWARD_FILES = ('forward-indptr.npy', 'forward-ids.npy', 'forward-impacts.npy')
 
 
 def require(module: str, package: str, extra: str = 'engines'):
@@ -26,16 +38,23 @@ def require(module: str, package: str, extra: str = 'engines'):
                           f'(or pip install {package})') from e
 
 
-def check_threads(threads: int) -> int:
-    if not isinstance(threads, int) or isinstance(threads, bool) or threads < 1:
-        raise ValueError(f'threads must be an integer >= 1, got {threads!r}')
-    return threads
+def check_threads(threads) -> int:
+    return check_int('threads', threads, minimum=1)
+
+
+def check_depth(index, num_results) -> int:
+    """``num_results`` checked (an integer >= 1) and capped at the number of documents: every engine allocates room
+    for it before searching (a huge value aborts the process)."""
+    return min(check_int('num_results', num_results, minimum=1), index.num_docs())
 
 
 def quantized_csr(index) -> Tuple[List[str], List[str], np.ndarray, np.ndarray, np.ndarray]:
     """The index's vectors as ``(docnos, terms, indptr, term_ids, impacts)`` with PISA's impacts ``int(w * scale)``
-    (int64); postings whose impact is 0 are removed, so every engine stores exactly the terms PISA stores."""
+    (int64); postings whose impact is 0 are removed, so every engine stores exactly the terms PISA stores.  Terms are
+    checked again (:func:`~pyterrier_lsr.checks.check_term`): native code must never see a NUL."""
     docnos, terms, indptr, ids, weights = index.vectors().to_csr()
+    for term in terms:
+        check_term(term, 'stored vectors')
     impacts = (weights.astype(np.float64) * index.scale).astype(np.int64)
     keep = impacts > 0
     if not keep.all():
@@ -46,12 +65,83 @@ def quantized_csr(index) -> Tuple[List[str], List[str], np.ndarray, np.ndarray, 
     return docnos, terms, indptr, ids, impacts
 
 
-def write_terms(folder: Path, terms: Sequence[str]) -> None:
-    write_json(Path(folder) / TERMS_FILE, list(terms))
+def save_array(path: Path, array: np.ndarray) -> None:
+    def write(tmp):
+        with open(tmp, 'wb') as f:
+            np.save(f, array, allow_pickle=False)
+    write_file(path, write)
 
 
-def read_terms(folder: Path) -> Dict[str, int]:
-    return {t: i for i, t in enumerate(json.loads((Path(folder) / TERMS_FILE).read_text()))}
+class Forward:
+    """PISA's integer impacts by document (CSR, memory-mapped), the term list and the docnos of an engine folder."""
+
+    def __init__(self, folder):
+        folder = Path(folder)
+        self.indptr, self.ids, self.impacts = (np.load(folder / name, mmap_mode='r', allow_pickle=False)
+                                               for name in FORWARD_FILES)
+        self.terms = read_json(folder / TERMS_FILE, 'the engine term list', expect=list)
+        self.term_ids = {t: i for i, t in enumerate(self.terms)}
+        self.docnos = read_json(folder / DOCNOS_FILE, 'the engine docnos', expect=list)
+        if not len(self.docnos) + 1 == len(self.indptr) or len(self.ids) != len(self.impacts):
+            raise ValueError(f'the forward index in {folder} is inconsistent; rebuild the engine')
+
+    @staticmethod
+    def write(folder, docnos, terms, indptr, ids, impacts) -> None:
+        folder = Path(folder)
+        for name, array in zip(FORWARD_FILES, (indptr.astype(np.int64), ids.astype(np.int32),
+                                               impacts.astype(np.int64))):
+            save_array(folder / name, array)
+        write_json(folder / TERMS_FILE, list(terms))
+        write_json(folder / DOCNOS_FILE, list(docnos))
+
+    def query(self, toks: Dict[str, float], scale: float) -> Dict[int, int]:
+        """``{term id: int(w * scale)}`` of the query's terms that the index has, zeros dropped (as PISA queries)."""
+        out = {}
+        for term, weight in toks.items():
+            q = int(weight * scale)
+            if q > 0 and term in self.term_ids:
+                out[self.term_ids[term]] = q
+        return out
+
+    def rescore(self, query: Dict[int, int], rows: np.ndarray) -> np.ndarray:
+        """PISA's exact scores (float64, exact integers) of documents ``rows`` for ``query``."""
+        rows = np.asarray(rows, dtype=np.int64)
+        if not len(rows) or not query:
+            return np.zeros(len(rows))
+        starts = self.indptr[rows]
+        lengths = self.indptr[rows + 1] - starts
+        ends = np.cumsum(lengths)
+        positions = np.arange(int(ends[-1])) + np.repeat(starts - (ends - lengths), lengths)
+        dense = np.zeros(len(self.terms))  # per call: retrievers are shared between threads
+        dense[list(query)] = list(query.values())
+        products = dense[self.ids[positions]] * self.impacts[positions]
+        return np.bincount(np.repeat(np.arange(len(rows)), lengths), weights=products, minlength=len(rows))
+
+
+def certified_top(search: Callable[[int], Tuple[np.ndarray, float]], rescore: Callable[[np.ndarray], np.ndarray],
+                  k: int, limit: int, start: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
+    """The exact top-``k`` ``(rows, scores)``, best first (ties by row), from an engine's candidates.
+
+    ``search(depth)`` returns candidate rows and a bound on the exact score of every row it did not return (0: none of
+    them matches); candidates are re-scored exactly and asked for deeper (first ``start``, default ``k``; up to
+    ``limit``, where ``search`` returns every matching row) until the exact k-th score reaches that bound.  Documents
+    whose exact score is 0 (not matching) are dropped, as PISA never returns them."""
+    depth = min(limit, start or k)
+    while True:
+        rows, unseen = search(depth)
+        rows, scores = ranked(rows, rescore(rows), k)
+        if unseen <= 0 or depth >= limit or (len(rows) == k and scores[-1] >= unseen):
+            return rows, scores
+        depth = min(limit, depth * 4)
+
+
+def ranked(rows: np.ndarray, scores: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+    """Candidates re-scored, without the non-matching ones, best first (ties by row), at most ``k``."""
+    rows = np.asarray(rows, dtype=np.int64)
+    matching = scores > 0
+    rows, scores = rows[matching], scores[matching]
+    order = np.lexsort((rows, -scores))[:k]
+    return rows[order], scores[order]
 
 
 class Timer:

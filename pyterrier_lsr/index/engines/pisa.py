@@ -1,8 +1,16 @@
-"""PISA: exact dynamic-pruning retrieval (dot product over quantized impacts, or BM25 over quantized TFs)."""
+"""PISA: exact dynamic-pruning retrieval (dot product over quantized impacts, or BM25 over quantized TFs).
+
+Every parameter is checked here before PISA sees it: PISA's native code hangs on a negative ``threads`` and throws
+``bad_alloc`` on a huge ``num_results`` (capped at the number of documents).
+"""
 import pyterrier as pt
 
+from ...checks import check_bool, check_choice, check_float, check_term
 from ..quantization import pisa_term, quantize
-from .glue import Timer
+from .glue import Timer, check_depth, check_threads
+
+QUERY_ALGORITHMS = ('block_max_wand', 'block_max_maxscore', 'block_max_ranked_and', 'maxscore', 'wand', 'ranked_and',
+                    'ranked_or')
 
 
 class PisaEngine:
@@ -16,11 +24,13 @@ class PisaEngine:
         if params:
             raise TypeError(f'PISA takes no build parameters, got {sorted(params)}')
         scale = index.scale
+        stored = {}  # each term's escaped form, computed (and checked) once
 
         def docs():
             for docno, vector in index.vectors():
                 # Impacts are already integers, so PISA's own int(w * 1) keeps them as they are.
-                yield {'docno': docno, 'toks': {pisa_term(t): w for t, w in quantize(vector, scale).items()}}
+                yield {'docno': docno, 'toks': {stored.get(t) or stored.setdefault(t, pisa_term(check_term(t))): w
+                                                for t, w in quantize(vector, scale).items()}}
 
         pisa = pyterrier_pisa.PisaIndex(str(folder), stemmer='none')
         with Timer() as timer:
@@ -34,14 +44,17 @@ class PisaEngine:
     def _retriever(self, index, folder, num_results: int, threads: int = 1, verbose: bool = False, k1=None, b=None,
                    query_algorithm=None):
         import pyterrier_pisa
+        common = dict(num_results=check_depth(index, num_results), threads=check_threads(threads),
+                      verbose=check_bool('verbose', verbose), toks_scale=index.scale,
+                      query_algorithm=None if query_algorithm is None else
+                      check_choice('query_algorithm', getattr(query_algorithm, 'value', query_algorithm),
+                                   QUERY_ALGORITHMS))
         pisa = pyterrier_pisa.PisaIndex(str(folder), stemmer='none', stops='none')
         scoring = index.scoring
-        common = dict(num_results=num_results, threads=threads, verbose=verbose, toks_scale=index.scale,
-                      query_algorithm=query_algorithm)
         if scoring['kind'] == 'bm25':
             # k1 is on the float-TF scale; PISA sees TFs multiplied by the index scale (see latent_terms docs).
-            k1 = scoring['k1'] if k1 is None else k1
-            b = scoring['b'] if b is None else b
+            k1 = scoring['k1'] if k1 is None else check_float('k1', k1, minimum=0)
+            b = scoring['b'] if b is None else check_float('b', b, 0, 1)
             return pisa.bm25(k1=k1 * index.scale, b=b, query_weighted=True, **common)
         if k1 is not None or b is not None:
             raise TypeError('k1 and b apply to BM25-scored indexes only')

@@ -1,28 +1,43 @@
 """Seismic (Bruch et al., SIGIR 2024 / CIKM 2024) through the ``pyseismic-lsr`` package: approximate top-k over
 statically pruned, clustered posting lists with summaries, re-scored on a forward index.
 
-How Seismic's values relate to the index ``scale``: Seismic stores values as float16 and scores by the float dot
-product, so it is given PISA's integers themselves: document values ``int(w * scale)`` (postings of impact 0 removed,
-as in PISA) and query values ``int(q * scale)``.  Its scores are then PISA's scores, ``sum_t int(q_t * scale) *
-int(d_t * scale)`` (about ``scale**2`` times the dot product), exact for every impact up to 2048 (float16 holds
-integers exactly up to 2048; larger ones round to 11 significant bits).  Terms are given to Seismic as integer ids
-(the index's term list is kept in ``terms.json``), so no term is truncated to Seismic's fixed-width strings.
+How Seismic's values relate to the index ``scale``: Seismic is given PISA's integers, document values
+``int(w * scale)`` (postings of impact 0 removed, as in PISA) and query values ``int(q * scale)``.  It stores document
+values as float16, which holds integers exactly up to 2048 and rounds larger ones to 11 significant bits, and overflows
+to infinity past 65,504: so document values are multiplied by ``value_scale``, the power of two (at most 1) that keeps
+the largest one below that (recorded in the engine settings).  The scores returned are not Seismic's: its candidates
+are re-scored with PISA's integers from the engine's forward index (:mod:`.glue`), so they are PISA's scores, ``sum_t
+int(q_t * scale) * int(d_t * scale)`` (about ``scale**2`` times the dot product), and documents that match no query
+term are never returned.  Terms are given to Seismic as integer ids (the index's term list is kept in ``terms.json``),
+so no term is truncated to Seismic's fixed-width strings.
 
 Seismic has no exact search mode; ``exact=True`` uses its brute-force scan of the same vectors (``SeismicDataset``,
-loaded into memory when the retriever is made): exact, slow, meant for checking.  The approximate knobs: at build time
-``n_postings`` (average posting-list length kept; ``max_fraction`` times it at most per list), ``centroid_fraction``,
+loaded into memory when the retriever is made; slow, meant for checking), deepened until no document left out can
+score above the k-th: a document Seismic scores ``s'`` has an exact score of at most ``s' / value_scale / (1 - d)``
+with ``d = 2**-10 + (n + 2) * 2**-23`` for ``n`` query terms (float16 values, float32 sums, with a factor 2 to spare),
+so the top-k equals PISA's (up to the order of equal scores); when every impact is at most 2048 and a query's
+``sum_t q_t`` times the largest impact is below 2**24, Seismic's scores are exact and ``d = 0``.
+The approximate knobs: at build time ``n_postings``
+(average posting-list length kept; ``max_fraction`` times it at most per list), ``centroid_fraction``,
 ``summary_energy``; at query time ``query_cut`` (query terms kept, highest weights first) and ``heap_factor`` (a block
 is skipped when its summary's score is below ``heap_factor`` times the k-th best score so far: lower values skip
 fewer blocks, more accurate and slower).
 """
+import math
+
 import numpy as np
 import pyterrier as pt
 
-from .glue import Timer, ToksSearcher, check_threads, quantized_csr, read_terms, require, write_terms
+from ...checks import check_bool, check_float, check_int
+from .glue import Forward, Timer, ToksSearcher, certified_top, check_depth, check_threads, quantized_csr, ranked, \
+    require
 
+FORMAT = 2  # 2: documents numbered by row, forward index kept, values scaled into float16's range
 INDEX_NAME = 'index'  # Seismic appends '.index.seismic'
 INDEX_FILE = INDEX_NAME + '.index.seismic'
 MAX_SMALL_VOCABULARY = 2 ** 16 - 1  # SeismicIndex numbers terms in 16 bits; the LV classes in 32
+FLOAT16_MAX = 65504.
+FLOAT16_EXACT = 2048  # float16 holds every integer up to this one
 
 
 def _classes(seismic, num_terms: int):
@@ -31,16 +46,21 @@ def _classes(seismic, num_terms: int):
     return seismic.SeismicDataset, seismic.SeismicIndex
 
 
-def _dataset(seismic, index):
-    """The index's quantized vectors as a SeismicDataset (components sorted within each document)."""
-    docnos, terms, indptr, ids, impacts = quantized_csr(index)
-    rows = np.repeat(np.arange(len(docnos)), np.diff(indptr))
+def _value_scale(largest: int) -> float:
+    """The power of two (at most 1) that brings ``largest`` within float16's range."""
+    return 2. ** -max(0, math.ceil(math.log2(largest / FLOAT16_MAX)))
+
+
+def _dataset(seismic, indptr, ids, impacts, num_terms: int, value_scale: float):
+    """The documents as a SeismicDataset (numbered by row; components sorted within each document)."""
+    indptr, ids, impacts = np.asarray(indptr), np.asarray(ids), np.asarray(impacts)
+    rows = np.repeat(np.arange(len(indptr) - 1), np.diff(indptr))
     order = np.lexsort((ids, rows))
-    dataset_class, _ = _classes(seismic, len(terms))
-    dataset = dataset_class(dim=len(terms))
-    dataset.add_documents_by_id(docnos, ids[order].astype(np.int64), impacts[order].astype(np.float32),
-                                indptr.astype(np.int64))
-    return dataset, terms
+    dataset_class, _ = _classes(seismic, num_terms)
+    dataset = dataset_class(dim=num_terms)
+    dataset.add_documents_by_id([str(r) for r in range(len(indptr) - 1)], ids[order].astype(np.int64),
+                                (impacts[order] * value_scale).astype(np.float32), indptr.astype(np.int64))
+    return dataset
 
 
 class SeismicEngine:
@@ -54,57 +74,88 @@ class SeismicEngine:
               threads: int = 1) -> dict:
         """Seismic's own defaults (pyseismic-lsr 0.5.4) except ``threads`` (1: the machines here are shared)."""
         seismic = require('seismic', 'pyseismic-lsr')
+        settings = {'n_postings': check_int('n_postings', n_postings, minimum=1),
+                    'centroid_fraction': check_float('centroid_fraction', centroid_fraction, 0, 1,
+                                                     exclusive_minimum=True),
+                    'summary_energy': check_float('summary_energy', summary_energy, 0, 1, exclusive_minimum=True),
+                    'max_fraction': check_float('max_fraction', max_fraction, 0, exclusive_minimum=True),
+                    'min_cluster_size': check_int('min_cluster_size', min_cluster_size, minimum=1),
+                    'doc_cut': check_int('doc_cut', doc_cut, minimum=1)}
+        threads = check_threads(threads)
         with Timer() as timer:
-            dataset, terms = _dataset(seismic, index)
+            docnos, terms, indptr, ids, impacts = quantized_csr(index)
+            value_scale = _value_scale(int(impacts.max()))
+            dataset = _dataset(seismic, indptr, ids, impacts, len(terms), value_scale)
             _, index_class = _classes(seismic, len(terms))
-            built = index_class.build_from_dataset(
-                dataset, n_postings=n_postings, centroid_fraction=centroid_fraction, min_cluster_size=min_cluster_size,
-                summary_energy=summary_energy, max_fraction=max_fraction, doc_cut=doc_cut,
-                num_threads=check_threads(threads))
+            built = index_class.build_from_dataset(dataset, num_threads=threads, **settings)
             built.save(str(folder / INDEX_NAME))
-            write_terms(folder, terms)
-        return {'n_postings': n_postings, 'centroid_fraction': centroid_fraction, 'summary_energy': summary_energy,
-                'max_fraction': max_fraction, 'min_cluster_size': min_cluster_size, 'doc_cut': doc_cut,
+            Forward.write(folder, docnos, terms, indptr, ids, impacts)
+        return {'format': FORMAT, **settings, 'value_scale': value_scale, 'largest_impact': int(impacts.max()),
                 'large_vocabulary': len(terms) > MAX_SMALL_VOCABULARY, 'build_seconds': round(timer.seconds, 3)}
 
     def retriever(self, index, folder, num_results: int, query_cut: int = 20, heap_factor: float = 0.7,
                   exact: bool = False, threads: int = 1, verbose: bool = False) -> pt.Transformer:
         seismic = require('seismic', 'pyseismic-lsr')
-        check_threads(threads)
-        if query_cut < 1 or not heap_factor > 0:
-            raise ValueError(f'query_cut must be >= 1 and heap_factor > 0, got {query_cut}, {heap_factor}')
-        term_ids = read_terms(folder)
+        threads = check_threads(threads)
+        query_cut = check_int('query_cut', query_cut, minimum=1)
+        heap_factor = check_float('heap_factor', heap_factor, 0, exclusive_minimum=True)
+        exact = check_bool('exact', exact)
+        check_bool('verbose', verbose)
+        k = check_depth(index, num_results)
+        settings = index.meta['engines'][self.name]
+        if settings.get('format') != FORMAT:
+            raise ValueError(f'the Seismic engine of {index.path} was built by an older pyterrier-lsr; rebuild it: '
+                             "LsrIndex(path).build_engine('seismic', overwrite=True)")
+        value_scale, largest = settings['value_scale'], settings['largest_impact']
+        forward = Forward(folder)
         if exact:
-            searcher, _ = _dataset(seismic, index)
-            options = {}
+            searcher = _dataset(seismic, forward.indptr, forward.ids, forward.impacts, len(forward.terms), value_scale)
         else:
-            _, index_class = _classes(seismic, len(term_ids))
+            _, index_class = _classes(seismic, len(forward.terms))
             searcher = index_class.load(str(folder / INDEX_FILE))
-            options = dict(heap_factor=heap_factor)
         string = seismic.get_seismic_string()
-
-        def cut(longest):
-            # pyseismic-lsr 0.5.4 scores wrongly with query_cut=1000 exactly (measured), so larger cuts than any query
-            # needs are clamped to the longest query of the batch.
-            return {} if exact else {'query_cut': min(query_cut, longest)}
-
         scale = index.scale
 
-        def search(queries):
-            kept = [{str(term_ids[t]): q for t, q in ((t, int(w * scale)) for t, w in toks.items())
-                     if q > 0 and t in term_ids} for toks in queries]
-            asked = [i for i, q in enumerate(kept) if q]
-            found = [([], [])] * len(queries)
-            if asked:
-                results = searcher.batch_search(
-                    np.array([str(i) for i in asked], dtype=string),
-                    [np.array(list(kept[i]), dtype=string) for i in asked],
-                    [np.array(list(kept[i].values()), dtype=np.float32) for i in asked],
-                    k=num_results, num_threads=threads, **cut(max(len(kept[i]) for i in asked)), **options)
-                # Results come back in no fixed order (measured), each tagged with its query id.
-                for result in filter(None, results):
-                    found[int(result[0][0])] = ([docno for _, _, docno in result], [score for _, score, _ in result])
+        def batch(queries, depth):
+            """Seismic's ``(rows, scores)`` for each query (``{term id: value}``, non-empty), best first."""
+            options = {} if exact else dict(heap_factor=heap_factor,
+                                            # pyseismic-lsr 0.5.4 scores wrongly with query_cut=1000 exactly
+                                            # (measured), so larger cuts than any query needs are clamped.
+                                            query_cut=min(query_cut, max(len(q) for q in queries)))
+            results = searcher.batch_search(
+                np.array([str(i) for i in range(len(queries))], dtype=string),
+                [np.array([str(t) for t in q], dtype=string) for q in queries],
+                [np.array(list(q.values()), dtype=np.float32) for q in queries],
+                k=depth, num_threads=threads, **options)
+            found = [(np.zeros(0, np.int64), np.zeros(0))] * len(queries)
+            # Results come back in no fixed order (measured), each tagged with its query id.
+            for result in filter(None, results):
+                found[int(result[0][0])] = (np.array([int(d) for _, _, d in result], dtype=np.int64),
+                                            np.array([s for _, s, _ in result], dtype=np.float64))
             return found
+
+        def exact_top(query, first):
+            """Certified top-k; ``first``: Seismic's answer at depth k, from the batch of all queries."""
+            if largest <= FLOAT16_EXACT and sum(query.values()) * largest < 2 ** 24:
+                margin = 1.  # float16 values and float32 sums are all exact integers: Seismic's scores are PISA's
+            else:
+                margin = 1 / value_scale / (1 - 2 ** -10 - (len(query) + 2) * 2 ** -23)
+
+            def candidates(depth):
+                rows, scores = first if depth == k else batch([query], depth)[0]
+                return rows, (scores.min() * margin if len(rows) == depth and len(rows) else 0.)
+
+            return certified_top(candidates, lambda rows: forward.rescore(query, rows), k, index.num_docs())
+
+        def search(toks_list):
+            queries = [forward.query(toks, scale) for toks in toks_list]
+            asked = [i for i, q in enumerate(queries) if q]
+            found = [(np.zeros(0, np.int64), np.zeros(0))] * len(queries)
+            if asked:
+                for i, first in zip(asked, batch([queries[i] for i in asked], k)):
+                    found[i] = exact_top(queries[i], first) if exact else \
+                        ranked(first[0], forward.rescore(queries[i], first[0]), k)
+            return [([forward.docnos[r] for r in rows], scores.tolist()) for rows, scores in found]
 
         mode = 'exact' if exact else f'query_cut={query_cut}, heap_factor={heap_factor}'
         return ToksSearcher(search, f'Seismic({mode})')
