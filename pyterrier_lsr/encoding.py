@@ -14,7 +14,8 @@ from tqdm.auto import tqdm
 from .checks import is_missing
 
 
-PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
+# The autocast dtype of each precision; int8 runs no autocast: its module is quantized (see pyterrier_lsr.int8).
+PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16, 'int8': None}
 
 
 def resolve_device(device=None) -> torch.device:
@@ -24,13 +25,15 @@ def resolve_device(device=None) -> torch.device:
 
 
 def resolve_precision(precision: Optional[str], device: torch.device) -> str:
-    """``None`` means fp32 on CPU (exact) and bf16/fp16 on GPU (fast)."""
+    """``None`` means fp32 on CPU (exact) and bf16/fp16 on GPU (fast); ``'int8'`` is CPU only."""
     if precision is None:
         if device.type != 'cuda':
             return 'fp32'
         return 'bf16' if torch.cuda.is_bf16_supported() else 'fp16'
     if precision not in PRECISIONS:
         raise ValueError(f'precision must be one of {sorted(PRECISIONS)}, got {precision!r}')
+    if precision == 'int8' and device.type != 'cpu':
+        raise ValueError(f"precision='int8' runs on CPU only, got device {str(device)!r}: use 'bf16' or 'fp16' there")
     return precision
 
 
