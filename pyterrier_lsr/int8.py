@@ -64,7 +64,8 @@ class Int8MaxPool(nn.Module):
         super().__init__()
         weight = decoder.weight.detach()
         self.vocab_size = weight.shape[0]
-        self.slices = [pack(weight[v0:v0 + VOCAB_STEP]) for v0 in range(0, self.vocab_size, VOCAB_STEP)]
+        self.starts = range(0, self.vocab_size, VOCAB_STEP)
+        self.slices = [pack(weight[v0:v0 + VOCAB_STEP]) for v0 in self.starts]
         bias = decoder.bias
         self.register_buffer('bias', None if bias is None else bias.detach().float().clone(), persistent=False)
 
@@ -75,7 +76,7 @@ class Int8MaxPool(nn.Module):
             tokens = hidden[row, valid[row]].float().contiguous()
             if not len(tokens):
                 continue
-            for part, v0 in zip(self.slices, range(0, self.vocab_size, VOCAB_STEP)):
+            for part, v0 in zip(self.slices, self.starts):
                 logits = torch.ops.quantized.linear_dynamic(tokens, part, REDUCE_RANGE)
                 torch.amax(logits, dim=0, out=pooled[row, v0:v0 + logits.shape[1]])
             if self.bias is not None:
