@@ -63,10 +63,14 @@ class TorchSparseModel(SparseModel):
             raise ValueError(f"precision='int8' quantizes the model's torch module at construction, and "
                              f'{type(self).__name__} builds its own: it has no int8 path')
         if model is not None:
-            model = model.to(self.device).eval()
+            # a sibling built from an int8 model's module (AsymmetricSplade's sides, ...) shares or drops its copy
+            quantized = model if isinstance(model, Int8Module) else None
+            model = (model.float_module if quantized else model).to(self.device).eval()
             # Models with their own vocabulary (latent ids, ...) name their terms; SPLADE's terms are the tokenizer's.
             self.terms = getattr(model, 'terms', None) or vocabulary_terms(tokenizer, model.vocab_size)
-            self.model = Int8Module(model) if self.precision == 'int8' else model
+            if self.precision == 'int8':
+                model = quantized or Int8Module(model)
+            self.model = model
 
     def runtime(self) -> dict:
         """The runtime options (device, truncation, batching, precision), to build a sibling model alike."""

@@ -1,4 +1,6 @@
 """precision='int8': a quantized copy of the torch module, close to fp32 on real texts, CPU only."""
+import copy
+
 import pytest
 import torch
 from torch import nn
@@ -80,6 +82,37 @@ def test_int8_query_and_doc_sides(pair):
     query, reference = (m.encode_queries(['radio waves in the ionosphere'])[0] for m in pair)
     assert max(query, key=query.get) == max(reference, key=reference.get) and all(w > 0 for w in query.values())
     assert int8.encode_docs(['', None]) == [{}, {}]
+
+
+def test_int8_for_the_other_torch_kinds(pair, tmp_path, texts):
+    from pyterrier_lsr import AsymmetricSplade
+    fp32, int8 = pair
+    asymmetric = AsymmetricSplade(fp32.model, fp32.tokenizer, copy.deepcopy(fp32.model), precision='int8')
+    assert asymmetric.encode_docs(texts[:4]) == int8.encode_docs(texts[:4])
+    asymmetric.save_pretrained(tmp_path / 'a')
+    loaded = AsymmetricSplade.from_pretrained(tmp_path / 'a', precision='int8', batch_size=8)
+    # loading quantizes each side once, and hands the int8 copy on rather than quantizing the copy again
+    assert isinstance(loaded.model, Int8Module) and not isinstance(loaded.model.float_module, Int8Module)
+    assert loaded.encode_docs(texts[:4]) == int8.encode_docs(texts[:4])
+    # a sibling asked for fp32 gets the fp32 module back
+    assert Splade(int8.model, int8.tokenizer, precision='fp32').model is int8.model.float_module
+
+
+def test_int8_sae_splade(tiny):
+    from pyterrier_lsr import SaeSplade
+    from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
+    from pyterrier_lsr.models.sae_splade import SaeSpladeModel, structural_token_ids
+    mlm, tokenizer = tiny[0].mlm, tiny[1]
+    sae = SparseAutoencoder(SAEConfig(d_in=32, n_latents=64, k=4, seed=1))
+    module = SaeSpladeModel(mlm.bert, sae, structural_token_ids(tokenizer))
+    texts = ['the nuclear reactor physics', 'radio wave noise in a transistor amplifier circuit']
+    fp32 = SaeSplade(module, tokenizer).encode(texts)
+    int8 = SaeSplade(module, tokenizer, precision='int8')
+    assert any(isinstance(m, Int8Linear) for m in int8.model.quantized.modules())
+    out = int8.encode(texts)
+    assert out != fp32  # int8, yet (measured: same latents, weights ~1.6 within 3e-4) fp32's latents
+    for a, b in zip(fp32, out):
+        assert set(a) == set(b) and max(abs(a[t] - b[t]) for t in a) < 0.01
 
 
 def test_int8_refused_on_cuda_and_without_a_module(pair):
