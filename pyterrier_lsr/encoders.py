@@ -10,7 +10,7 @@ from typing import Dict, List, Optional, Sequence
 
 from .base import SparseModel
 from .checks import check_int
-from .encoding import encode_texts, resolve_device, resolve_precision, vocabulary_terms
+from .encoding import INT8, encode_texts, resolve_device, resolve_precision, vocabulary_terms
 from .int8 import Int8Module
 from .loading import local_folder
 from .models.splade import ModelLoadError, SpladeModel
@@ -56,10 +56,10 @@ class TorchSparseModel(SparseModel):
         self.batch_size = check_int('batch_size', batch_size, 1)
         self.device = resolve_device(device)
         self.tokenizer = tokenizer
-        self.precision = resolve_precision(precision, self.device)
+        self.precision = resolve_precision(precision, self.device, int8=True)
         self.name = name
         self.model = self.terms = None
-        if model is None and self.precision == 'int8':
+        if model is None and self.precision == INT8:
             raise ValueError(f"precision='int8' quantizes the model's torch module at construction, and "
                              f'{type(self).__name__} builds its own: it has no int8 path')
         if model is not None:
@@ -68,7 +68,7 @@ class TorchSparseModel(SparseModel):
             model = (model.float_module if quantized else model).to(self.device).eval()
             # Models with their own vocabulary (latent ids, ...) name their terms; SPLADE's terms are the tokenizer's.
             self.terms = getattr(model, 'terms', None) or vocabulary_terms(tokenizer, model.vocab_size)
-            if self.precision == 'int8':
+            if self.precision == INT8:
                 model = quantized or Int8Module(model)
             self.model = model
 

@@ -6,6 +6,7 @@ import torch
 from torch import nn
 
 from pyterrier_lsr import Splade
+from pyterrier_lsr.encoding import resolve_precision
 from pyterrier_lsr.int8 import Int8Linear, Int8MaxPool, Int8Module
 from pyterrier_lsr.offline import resolve_model
 
@@ -123,3 +124,6 @@ def test_int8_refused_on_cuda_and_without_a_module(pair):
         Splade(None, fp32.tokenizer, device='cpu', precision='int8')  # as LatentTerms builds its module later
     with pytest.raises(ValueError, match="precision must be one of"):
         Splade(fp32.model, fp32.tokenizer, precision='int4')
+    # kinds that only autocast (MultiVector, teachers) must not take int8 and silently run fp32
+    with pytest.raises(ValueError, match=r"precision must be one of \['bf16', 'fp16', 'fp32'\], got 'int8'"):
+        resolve_precision('int8', torch.device('cpu'))
