@@ -45,7 +45,7 @@ class TorchSparseModel(SparseModel):
         batch_size: texts per forward pass.
         precision: ``'fp32'``, ``'bf16'`` or ``'fp16'`` autocast, or ``'int8'`` (CPU only: an int8 copy of the module
             made here, see :mod:`pyterrier_lsr.int8`); default fp32 on CPU, bf16 (or fp16) on GPU. bf16 on a CPU
-            with AMX is about 2-3x faster, int8 about 2x on any x86 CPU, each with slightly different weights.
+            with AMX is about 2-3x faster, int8 1.7-1.8x on an AVX2 CPU, each with slightly different weights.
         name: the model's name (a hub name or folder) in reprs and indexes.
     """
 
