@@ -14,7 +14,10 @@ from tqdm.auto import tqdm
 from .checks import is_missing
 
 
+# The autocast dtype of each precision.
 PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
+# Not an autocast: the module itself is quantized (pyterrier_lsr.int8), so only kinds that quantize accept it.
+INT8 = 'int8'
 
 
 def resolve_device(device=None) -> torch.device:
@@ -23,19 +26,22 @@ def resolve_device(device=None) -> torch.device:
     return torch.device(device)
 
 
-def resolve_precision(precision: Optional[str], device: torch.device) -> str:
-    """``None`` means fp32 on CPU (exact) and bf16/fp16 on GPU (fast)."""
+def resolve_precision(precision: Optional[str], device: torch.device, int8: bool = False) -> str:
+    """``None`` means fp32 on CPU (exact) and bf16/fp16 on GPU (fast); ``'int8'`` (CPU only) where ``int8``."""
     if precision is None:
         if device.type != 'cuda':
             return 'fp32'
         return 'bf16' if torch.cuda.is_bf16_supported() else 'fp16'
-    if precision not in PRECISIONS:
-        raise ValueError(f'precision must be one of {sorted(PRECISIONS)}, got {precision!r}')
+    allowed = sorted(PRECISIONS) + ([INT8] if int8 else [])
+    if precision not in allowed:
+        raise ValueError(f'precision must be one of {allowed}, got {precision!r}')
+    if precision == INT8 and device.type != 'cpu':
+        raise ValueError(f"precision='int8' runs on CPU only, got device {str(device)!r}: use 'bf16' or 'fp16' there")
     return precision
 
 
 def autocast(device: torch.device, precision: str):
-    dtype = PRECISIONS[precision]
+    dtype = None if precision == INT8 else PRECISIONS[precision]
     return nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 

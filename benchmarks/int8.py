@@ -1,0 +1,139 @@
+"""int8 vs fp32 CPU encoding: document-encoding speed and retrieval effectiveness, in one run.
+
+    IR_DATASETS_HOME=... python benchmarks/int8.py --cisi path/to/cisi
+
+Measured (``precision='int8'`` is :mod:`pyterrier_lsr.int8`; the model defaults to the offline ``splade-tiny``):
+
+* speed: docs/s of ``encode_docs`` on the first ``--speed-docs`` Vaswani documents, fp32 and int8 alternating for
+  ``--rounds`` rounds in this one process at ``--threads`` threads (default 1); the best round of each is reported
+  (on a shared machine slower rounds measure the neighbours), with every round and the load average before and
+  after. The full-corpus indexing time of each precision is reported too.
+* effectiveness: nDCG@10 on Vaswani (``--vaswani``, an ``irds:`` id) and CISI (``--cisi``, a folder of
+  ``docs.jsonl``, ``topics.tsv``, ``qrels.txt``) of an index of fp32 documents searched with fp32 queries and of
+  int8 documents searched with int8 queries (the two mixed pairs are reported too), PISA exact retrieval.
+
+Prints a table and writes JSON (``--output``).
+"""
+import argparse
+import datetime
+import os
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+PRECISIONS = ('fp32', 'int8')
+
+
+def cpu_info() -> dict:
+    model, flags = platform.processor(), set()
+    try:
+        fields = dict(line.split(':', 1) for line in Path('/proc/cpuinfo').read_text().split('\n\n')[0].splitlines()
+                      if ':' in line)
+        fields = {k.strip(): v.strip() for k, v in fields.items()}
+        model, flags = fields.get('model name', model), set(fields.get('flags', '').split())
+    except OSError:  # not Linux
+        pass
+    return {'model': model, 'cores': os.cpu_count(),
+            **{flag: flag in flags for flag in ('avx2', 'avx512f', 'avx512_vnni', 'avx_vnni', 'avx512_bf16',
+                                                'amx_int8')}}
+
+
+def speed(models: dict, texts: list, rounds: int) -> dict:
+    times = {p: [] for p in models}
+    for p, model in models.items():  # warm-up: first-call allocations and kernel selection
+        model.encode_docs(texts[:64])
+    for _ in range(rounds):
+        for p, model in models.items():
+            start = time.perf_counter()
+            model.encode_docs(texts)
+            times[p].append(time.perf_counter() - start)
+    return {p: {'rounds_s': t, 'docs_per_s': len(texts) / min(t)} for p, t in times.items()}
+
+
+def effectiveness(name: str, collection, models: dict, workdir: Path) -> dict:
+    import pyterrier as pt
+    from pyterrier.measures import nDCG
+
+    from pyterrier_lsr import LsrIndex, SpladeIndexer
+
+    indexes, index_s = {}, {}
+    for p, model in models.items():
+        path = workdir / f'{name}.{p}.lsr'
+        start = time.perf_counter()
+        SpladeIndexer(str(path), model).index(collection.corpus)
+        index_s[p] = time.perf_counter() - start
+        indexes[p] = path
+    runs = {f'docs {d} / queries {q}': LsrIndex(str(indexes[d]), models[q]).retriever()
+            for d in PRECISIONS for q in PRECISIONS}
+    table = pt.Experiment(list(runs.values()), collection.topics, collection.qrels, [nDCG @ 10], names=list(runs))
+    ndcg = dict(zip(table['name'], table['nDCG@10']))
+    return {'docs': len(collection.corpus), 'topics': len(collection.topics), 'index_s': index_s,
+            'index_docs_per_s': {p: len(collection.corpus) / s for p, s in index_s.items()}, 'ndcg@10': ndcg,
+            'int8/fp32': ndcg['docs int8 / queries int8'] / ndcg['docs fp32 / queries fp32']}
+
+
+def main(argv=None):
+    parser = argparse.ArgumentParser(description=__doc__.split('\n')[0])
+    parser.add_argument('--model', default='splade-tiny', help='a model name or folder (default: splade-tiny)')
+    parser.add_argument('--vaswani', default='irds:vaswani', help='the irds: id of the first collection')
+    parser.add_argument('--cisi', default='cisi', help='the CISI folder (docs.jsonl, topics.tsv, qrels.txt)')
+    parser.add_argument('--docs', type=int, default=None, help='a corpus subset per collection (default: all)')
+    parser.add_argument('--speed-docs', type=int, default=1000)
+    parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('--threads', type=int, default=1, help='torch threads (1 on a shared machine)')
+    parser.add_argument('--batch-size', type=int, default=32)
+    parser.add_argument('--workdir', default=None, help='where the indexes go (default: a temporary folder)')
+    parser.add_argument('--output', default='benchmarks/results/int8.json')
+    args = parser.parse_args(argv)
+
+    import torch
+    torch.set_num_threads(args.threads)
+    from pyterrier_lsr import Splade
+    from pyterrier_lsr.collections import load_collection
+    from pyterrier_lsr.storage import write_json
+
+    started = datetime.datetime.now(datetime.timezone.utc)
+    load_before = os.getloadavg()
+    models = {p: Splade.from_pretrained(args.model, device='cpu', precision=p, batch_size=args.batch_size)
+              for p in PRECISIONS}
+    vaswani = load_collection(args.vaswani).subset(args.docs)
+    texts = [d['text'] for d in vaswani.corpus[:args.speed_docs]]
+    result = {'command': ' '.join([Path(sys.executable).name] + sys.argv), 'started': started.isoformat(),
+              'cpu': cpu_info(), 'torch': torch.__version__, 'quantized_engine': torch.backends.quantized.engine,
+              'threads': args.threads, 'model': args.model, 'batch_size': args.batch_size,
+              'loadavg_before': load_before}
+    result['speed'] = speed(models, texts, args.rounds)
+    result['speed']['int8/fp32'] = result['speed']['int8']['docs_per_s'] / result['speed']['fp32']['docs_per_s']
+    result['speed']['docs'] = len(texts)
+    result['loadavg_after_speed'] = os.getloadavg()
+    with tempfile.TemporaryDirectory() as tmp:
+        workdir = Path(args.workdir or tmp)
+        collections = [('vaswani', vaswani), ('cisi', load_collection(args.cisi).subset(args.docs))]
+        result['effectiveness'] = {name: effectiveness(name, collection, models, workdir)
+                                   for name, collection in collections}
+    result['loadavg_after'] = os.getloadavg()
+    result['seconds'] = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
+    write_json(args.output, result)
+
+    s = result['speed']
+    print(f"{result['cpu']['model']}, torch {result['torch']} ({result['quantized_engine']}), "
+          f"{args.threads} thread(s), "
+          f"load {load_before[0]:.1f} -> {result['loadavg_after'][0]:.1f}")
+    print(f"{'':28s}{'fp32':>10s}{'int8':>10s}{'int8/fp32':>11s}")
+    print(f"{'docs/s (best of %d)' % args.rounds:28s}{s['fp32']['docs_per_s']:10.1f}{s['int8']['docs_per_s']:10.1f}"
+          f"{s['int8/fp32']:11.2f}")
+    for name, e in result['effectiveness'].items():
+        n = e['ndcg@10']
+        print(f"{name + ' nDCG@10':28s}{n['docs fp32 / queries fp32']:10.4f}{n['docs int8 / queries int8']:10.4f}"
+              f"{e['int8/fp32']:11.4f}")
+        print(f"{name + ' index docs/s':28s}{e['index_docs_per_s']['fp32']:10.1f}{e['index_docs_per_s']['int8']:10.1f}"
+              f"{e['index_docs_per_s']['int8'] / e['index_docs_per_s']['fp32']:11.2f}")
+        print(f"{name + ' mixed nDCG@10':28s}  int8 docs/fp32 queries {n['docs int8 / queries fp32']:.4f}, "
+              f"fp32 docs/int8 queries {n['docs fp32 / queries int8']:.4f}")
+    print(f'wrote {args.output}')
+
+
+if __name__ == '__main__':
+    main()

@@ -1,0 +1,137 @@
+"""int8 CPU encoding: a dynamically quantized copy of a sparse model's torch module (``precision='int8'``).
+
+Every ``nn.Linear`` of the copy runs as an int8 matrix product (fbgemm/oneDNN, through the same
+``torch.ops.quantized.linear_dynamic`` kernels as ``torch.ao.quantization.quantize_dynamic``): weights are quantized
+once, symmetrically per output row; activations are quantized per call from their own range. SPLADE's vocabulary
+projection (128 or 768 -> 30522, most of the cost of a small model) is not an ``nn.Linear`` call but is fused with the
+max pooling (:func:`~pyterrier_lsr.models.pooling.max_pooled_logits`); here it runs in int8 over prepacked vocabulary
+slices, one text at a time, so a text's activation range is its own and never includes padding.
+
+The user's fp32 module is never modified: :class:`Int8Module` keeps it (for saving, settings, training) beside the
+quantized copy that encodes. Chosen by measurement against ONNX Runtime's dynamic int8 (see ``benchmarks/int8.py``
+and ``docs/int8.md``): it needs no new dependency and keeps the fused pooling.
+"""
+import copy
+import warnings
+
+import torch
+from torch import nn
+
+from .models.pooling import log_saturation
+from .models.splade import SpladeModel
+
+# Vocabulary rows per prepacked slice: 256 positions x 4096 logits = 4 MB of fp32 logits, a cache-sized tile
+# (see pooling.CPU_CHUNK_ELEMENTS).
+VOCAB_STEP = 4096
+# fbgemm's AVX2 kernels sum pairs of uint8 x int8 products in int16; 7-bit activations cannot saturate it
+# (quantize_dynamic sets the same on x86).
+REDUCE_RANGE = True
+
+
+def pack(weight: torch.Tensor, bias=None):
+    """``weight`` (out x in) quantized to int8 symmetrically per output row, prepacked for the int8 kernels."""
+    weight = weight.detach().float().contiguous()
+    scales = (weight.abs().amax(dim=1) / 127).clamp_min(torch.finfo(torch.float32).tiny).double()
+    zeros = torch.zeros(weight.shape[0], dtype=torch.long)
+    # torch 2.13 deprecates quantized tensor creation in favour of torchao, which has no CPU int8 kernels for this;
+    # the warning would fire once per layer at every int8 load and concerns torch's roadmap, not the user's code.
+    with warnings.catch_warnings():
+        warnings.filterwarnings('ignore', message='torch.quantize_per_tensor, torch.quantize_per_channel',
+                                category=UserWarning)
+        quantized = torch.quantize_per_channel(weight, scales, zeros, 0, torch.qint8)
+    return torch.ops.quantized.linear_prepack(quantized, None if bias is None else bias.detach().float())
+
+
+class Int8Linear(nn.Module):
+    """An ``nn.Linear`` as an int8 product (weights quantized once, activations per call)."""
+
+    def __init__(self, linear: nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        self.packed = pack(linear.weight, linear.bias)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return torch.ops.quantized.linear_dynamic(x.float(), self.packed, REDUCE_RANGE)
+
+    def extra_repr(self) -> str:
+        return f'in_features={self.in_features}, out_features={self.out_features}, int8'
+
+
+class Int8MaxPool(nn.Module):
+    """``max_i (hidden_i · weight^T) + bias`` over each text's real positions, in int8 (see the module docstring)."""
+
+    def __init__(self, decoder: nn.Linear):
+        super().__init__()
+        weight = decoder.weight.detach()
+        self.vocab_size = weight.shape[0]
+        self.starts = range(0, self.vocab_size, VOCAB_STEP)
+        self.slices = [pack(weight[v0:v0 + VOCAB_STEP]) for v0 in self.starts]
+        bias = decoder.bias
+        self.register_buffer('bias', None if bias is None else bias.detach().float().clone(), persistent=False)
+
+    def forward(self, hidden: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        valid = attention_mask.bool()
+        pooled = torch.full((hidden.shape[0], self.vocab_size), float('-inf'))
+        for row in range(hidden.shape[0]):
+            tokens = hidden[row, valid[row]].float().contiguous()
+            if not len(tokens):
+                continue
+            for part, v0 in zip(self.slices, self.starts):
+                logits = torch.ops.quantized.linear_dynamic(tokens, part, REDUCE_RANGE)
+                torch.amax(logits, dim=0, out=pooled[row, v0:v0 + logits.shape[1]])
+            if self.bias is not None:
+                pooled[row] += self.bias
+        return pooled
+
+
+def quantize_linears(module: nn.Module, skip=()) -> None:
+    """Replaces, in place, every ``nn.Linear`` of ``module`` but those in ``skip`` by an :class:`Int8Linear`."""
+    for name, child in list(module.named_children()):
+        if isinstance(child, nn.Linear) and not any(child is s for s in skip):
+            setattr(module, name, Int8Linear(child))
+        else:
+            quantize_linears(child, skip)
+
+
+class Int8Module(nn.Module):
+    """A sparse model's module (``(input_ids, attention_mask)`` -> batch x terms) encoding through an int8 copy.
+
+    ``float_module`` stays the model (``save_pretrained``, ``settings``, ``vocab_size``... are its own: attributes
+    this wrapper lacks are looked up there); the copy is quantized once, here. CPU only. Training the float module
+    afterwards does not update the copy: quantize again (build the model again with ``precision='int8'``).
+    """
+
+    def __init__(self, float_module: nn.Module):
+        super().__init__()
+        if any(p.device.type != 'cpu' for p in float_module.parameters()):
+            raise ValueError('int8 encoding runs on CPU only: move the model to the CPU first')
+        self.float_module = float_module
+        quantized = copy.deepcopy(float_module).eval()
+        self.pool = None
+        skip = ()
+        # SPLADE's fused projection reads the decoder's weight directly: it gets its own int8 pooling.
+        if isinstance(quantized, SpladeModel) and quantized._head_layout is not None:
+            decoder = quantized.mlm.get_output_embeddings()
+            self.pool = Int8MaxPool(decoder)
+            skip = (decoder,)
+        quantize_linears(quantized, skip)
+        self.quantized = quantized
+
+    def __getattr__(self, name):
+        try:
+            return super().__getattr__(name)
+        except AttributeError:
+            if name in ('_modules', 'float_module'):  # not yet set (copying, unpickling): no delegation
+                raise
+            return getattr(self.float_module, name)
+
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        if self.pool is None:
+            return self.quantized(input_ids, attention_mask)
+        model = self.quantized
+        pooled = self.pool(model.decoder_inputs(input_ids, attention_mask), attention_mask)
+        # SpladeModel.forward's activation and special-token mask, after the int8 pooling
+        pooled = log_saturation(pooled / float(model.settings['head_scale']))
+        if len(model.special_token_ids):
+            pooled = pooled.index_fill(1, model.special_token_ids, 0.)
+        return pooled

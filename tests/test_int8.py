@@ -1,0 +1,129 @@
+"""precision='int8': a quantized copy of the torch module, close to fp32 on real texts, CPU only."""
+import copy
+
+import pytest
+import torch
+from torch import nn
+
+from pyterrier_lsr import Splade
+from pyterrier_lsr.encoding import resolve_precision
+from pyterrier_lsr.int8 import Int8Linear, Int8MaxPool, Int8Module
+from pyterrier_lsr.offline import resolve_model
+
+
+@pytest.fixture(scope='module')
+def pair():
+    path = resolve_model('splade-tiny')
+    return Splade.from_pretrained(path, batch_size=8), Splade.from_pretrained(path, batch_size=8, precision='int8')
+
+
+def cosine(a, b):
+    dot = sum(w * b.get(t, 0.0) for t, w in a.items())
+    return dot / (sum(w * w for w in a.values()) * sum(w * w for w in b.values())) ** 0.5
+
+
+def test_int8_keeps_the_top_terms_of_fp32(pair, texts):
+    # Bounds measured on these 42 texts (splade-tiny, batch 8 and 32): every text keeps >= 8 of its fp32 top-10
+    # terms (mean 9.7), top-term weights (up to ~3) move by <= 0.24, cosine >= 0.991. bf16 meets the same kind of
+    # bound (test_encoding); nDCG@10 is benchmarks/int8.py's.
+    fp32, int8 = pair[0].encode(texts), pair[1].encode(texts)
+    overlaps = []
+    for a, b in zip(fp32, int8):
+        top = sorted(a, key=a.get, reverse=True)[:10]
+        overlaps.append(len(set(top) & set(sorted(b, key=b.get, reverse=True)[:10])))
+        assert overlaps[-1] >= 8
+        assert max(abs(a[t] - b.get(t, 0.0)) for t in top) < 0.3
+        assert cosine(a, b) > 0.98
+    assert sum(overlaps) / len(overlaps) >= 9.5
+    # ... and it is int8: the weights are not fp32's
+    assert sum(a != b for a, b in zip(fp32, int8)) > len(texts) // 2
+
+
+def test_int8_quantizes_a_copy_once_and_leaves_the_fp32_module_alone():
+    from pyterrier_lsr.models import SpladeModel
+    from transformers import AutoTokenizer
+    path = resolve_model('splade-tiny')
+    tokenizer = AutoTokenizer.from_pretrained(str(path))
+    module = SpladeModel.from_pretrained(str(path), special_token_ids=tokenizer.all_special_ids)
+    before = {k: v.clone() for k, v in module.state_dict().items()}
+    linears = [name for name, m in module.named_modules() if isinstance(m, nn.Linear)]
+    model = Splade(module, tokenizer, precision='int8')
+    assert isinstance(model.model, Int8Module) and model.model.float_module is module
+    assert [name for name, m in module.named_modules() if isinstance(m, nn.Linear)] == linears
+    assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())
+    quantized = model.model.quantized
+    # every Linear of the copy is int8 but the vocabulary projection, which the int8 pooling replaces
+    decoder = quantized.mlm.get_output_embeddings()
+    assert [m for m in quantized.modules() if isinstance(m, nn.Linear)] == [decoder]
+    assert sum(isinstance(m, Int8Linear) for m in quantized.modules()) == len(linears) - 1
+    assert isinstance(model.model.pool, Int8MaxPool)
+    # the float module's own attributes stay reachable (save, settings, vocabulary size)
+    assert model.model.vocab_size == module.vocab_size and model.model.settings is module.settings
+
+
+def test_int8_is_deterministic(pair, texts):
+    path = resolve_model('splade-tiny')
+    again = Splade.from_pretrained(path, batch_size=8, precision='int8')
+    first = pair[1].encode(texts)
+    assert pair[1].encode(texts) == first
+    assert again.encode(texts) == first
+
+
+def test_int8_model_saves_its_fp32_weights(pair, tmp_path, texts):
+    fp32, int8 = pair
+    int8.save_pretrained(tmp_path / "m")
+    assert Splade.from_pretrained(tmp_path / 'm', batch_size=8).encode(texts[:6]) == fp32.encode(texts[:6])
+    reloaded = Splade.from_pretrained(tmp_path / 'm', batch_size=8, precision='int8')
+    assert reloaded.encode(texts[:6]) == int8.encode(texts[:6])
+
+
+def test_int8_query_and_doc_sides(pair):
+    int8 = pair[1]
+    assert int8.runtime()['precision'] == 'int8'
+    query, reference = (m.encode_queries(['radio waves in the ionosphere'])[0] for m in pair)
+    assert max(query, key=query.get) == max(reference, key=reference.get) and all(w > 0 for w in query.values())
+    assert int8.encode_docs(['', None]) == [{}, {}]
+
+
+def test_int8_for_the_other_torch_kinds(pair, tmp_path, texts):
+    from pyterrier_lsr import AsymmetricSplade
+    fp32, int8 = pair
+    asymmetric = AsymmetricSplade(fp32.model, fp32.tokenizer, copy.deepcopy(fp32.model), precision='int8')
+    assert asymmetric.encode_docs(texts[:4]) == int8.encode_docs(texts[:4])
+    asymmetric.save_pretrained(tmp_path / 'a')
+    loaded = AsymmetricSplade.from_pretrained(tmp_path / 'a', precision='int8', batch_size=8)
+    # loading quantizes each side once, and hands the int8 copy on rather than quantizing the copy again
+    assert isinstance(loaded.model, Int8Module) and not isinstance(loaded.model.float_module, Int8Module)
+    assert loaded.encode_docs(texts[:4]) == int8.encode_docs(texts[:4])
+    # a sibling asked for fp32 gets the fp32 module back
+    assert Splade(int8.model, int8.tokenizer, precision='fp32').model is int8.model.float_module
+
+
+def test_int8_sae_splade(tiny):
+    from pyterrier_lsr import SaeSplade
+    from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
+    from pyterrier_lsr.models.sae_splade import SaeSpladeModel, structural_token_ids
+    mlm, tokenizer = tiny[0].mlm, tiny[1]
+    sae = SparseAutoencoder(SAEConfig(d_in=32, n_latents=64, k=4, seed=1))
+    module = SaeSpladeModel(mlm.bert, sae, structural_token_ids(tokenizer))
+    texts = ['the nuclear reactor physics', 'radio wave noise in a transistor amplifier circuit']
+    fp32 = SaeSplade(module, tokenizer).encode(texts)
+    int8 = SaeSplade(module, tokenizer, precision='int8')
+    assert any(isinstance(m, Int8Linear) for m in int8.model.quantized.modules())
+    out = int8.encode(texts)
+    assert out != fp32  # int8, yet (measured: same latents, weights ~1.6 within 3e-4) fp32's latents
+    for a, b in zip(fp32, out):
+        assert set(a) == set(b) and max(abs(a[t] - b[t]) for t in a) < 0.01
+
+
+def test_int8_refused_on_cuda_and_without_a_module(pair):
+    fp32 = pair[0]
+    with pytest.raises(ValueError, match="precision='int8' runs on CPU only"):
+        Splade(fp32.model, fp32.tokenizer, device='cuda', precision='int8')
+    with pytest.raises(ValueError, match="precision='int8' quantizes"):
+        Splade(None, fp32.tokenizer, device='cpu', precision='int8')  # as LatentTerms builds its module later
+    with pytest.raises(ValueError, match="precision must be one of"):
+        Splade(fp32.model, fp32.tokenizer, precision='int4')
+    # kinds that only autocast (MultiVector, teachers) must not take int8 and silently run fp32
+    with pytest.raises(ValueError, match=r"precision must be one of \['bf16', 'fp16', 'fp32'\], got 'int8'"):
+        resolve_precision('int8', torch.device('cpu'))
