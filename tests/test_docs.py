@@ -125,7 +125,8 @@ def test_the_assignment_runs_from_plain_files_and_a_second_run_only_evaluates(sm
     folder = tmp_path / 'collection'
     folder.mkdir()
     (folder / 'docs.jsonl').write_text(''.join(json.dumps(d) + '\n' for d in small_vaswani.corpus))
-    small_vaswani.topics[['qid', 'query']].to_csv(folder / 'topics.tsv', sep='\t', header=False, index=False)
+    (folder / 'topics.tsv').write_text(''.join(f'{r.qid}\t{" ".join(r.query.split())}\n'
+                                               for r in small_vaswani.topics.itertuples()))
     (folder / 'qrels.txt').write_text(''.join(f'{r.qid} 0 {r.docno} {r.label}\n'
                                               for r in small_vaswani.qrels.itertuples()))
     work = tmp_path / 'work'
