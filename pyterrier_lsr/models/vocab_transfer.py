@@ -16,6 +16,9 @@ embeddings (and output bias) for a target vocabulary:
 The decoder is tied to the new input embeddings; the rest of the MLM head is kept. Target vocabularies:
 any normalized tokenizer (e.g. bert-base-uncased's WordPiece), :func:`train_wordpiece` on a corpus, and
 :func:`extend_vocabulary` (the domain variant: add the most frequent corpus words the vocabulary splits).
+
+One concept (moving a masked LM to another vocabulary), kept in one module past 450 lines: the tokenizer styles,
+the row initialisers and the transfer report share the token normalisation.
 """
 import copy
 import inspect

@@ -13,6 +13,9 @@ and saving a step again replaces only our own checkpoint. ``trainer_state.pt`` h
 lists and dicts only (torch's RNG state is a tensor) and is read with ``torch.load(weights_only=True)``: a checkpoint
 cannot run code. Resume takes the newest checkpoint that loads, warning about newer ones that do not, and refuses a
 ``TrainConfig`` that differs from the saved one unless ``resume='force'``.
+
+One concept (the loop with its configuration, checkpoints and resumption), kept in one module past 450 lines because
+resumption must see exactly what a checkpoint saves.
 """
 
 import csv
