@@ -1,6 +1,6 @@
 """Exact-mode BMP and Seismic against PISA on real collections: the same top-k, query by query.
 
-    PYTHONPATH=. python benchmarks/engine_exactness.py --collections irds:vaswani ../shared/collections/cisi
+    PYTHONPATH=. python benchmarks/engine_exactness.py --collections irds:vaswani path/to/cisi
 
 Each collection is encoded once by the offline SPLADE-tiny into one LsrIndex (kept under ``--workdir`` and reused);
 BMP and Seismic are rebuilt from its vectors on every run, so they are the current code's.  For every topic, the top

@@ -11,11 +11,9 @@ from pyterrier.io import ok_filename
 
 ROOT = Path(__file__).resolve().parents[1]
 SMALL = {'DOCS': 200, 'TOPICS': 5, 'STEPS': 2, 'LATENTS': 512}
-SYSTEMS = ['BM25(bm25.pisa)', "Splade('splade-tiny') on PISA(splade.lsr)",
-           ' on PISA(splade.lsr)',  # IDF queries: "IDFQueryEncoder(<n> terms) on ...", n depends on the corpus
-           " on PISA(latent-terms-512.lsr)", "Splade('vt-splade-queries').query on PISA(vt-splade.lsr)",
-           "SaeSplade('sae-splade-512') on PISA(sae-splade-512.lsr)",
-           "Splade('splade-adapted').query on PISA(splade.lsr)"]  # adapted queries, splade-tiny's documents
+# short, stable names: the method, then the model's folder (the query side's own, for adapted queries)
+SYSTEMS = ['BM25', 'SPLADE (splade-tiny)', 'IDF queries on splade.lsr', 'Latent Terms (', 'VT-SPLADE',
+           'SAE-SPLADE (sae-splade-512)', 'SPLADE']
 METRICS = ['nDCG@10', 'AP', 'R@100', 'RR@10']
 
 
@@ -45,7 +43,9 @@ def test_course_script_and_notebook_build_once_then_reuse(tmp_path, capfd):
     assert len(out.strip().splitlines()) == 1 + len(SYSTEMS), out
     names = table['name'].tolist()
     assert len(names) == len(SYSTEMS) and all(expected in name for expected, name in zip(SYSTEMS, names)), names
-    assert names[2].startswith('IDFQueryEncoder(') and all(len(n) < 100 and '0x' not in n for n in names)
+    assert names[0] == 'BM25' and all(len(n) < 60 and '0x' not in n for n in names), names
+    # adapted queries are named by their own folder (the documents are splade-tiny's and VT-SPLADE's)
+    assert '(vt-splade-queries)' in names[4] and '(splade-adapted)' in names[6], names
     assert all(ok_filename(n) for n in names), names  # pt.Experiment(save_dir=...) accepts the default names
     for metric in METRICS:
         assert all(0 <= v <= 1 for v in table[metric]), table

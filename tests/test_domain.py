@@ -173,7 +173,8 @@ def test_query_side_adapts_a_copy_of_the_query_encoder(tiny, corpus, tmp_path, m
     start_index = (splade >> SpladeIndexer(str(tmp_path / 'start.lsr'), verbose=False)).index(corpus)
     assert isinstance(own.model(), AsymmetricSplade)
     out.name = 'runs/adapted'  # as systems.adapted names its models: both sides follow
-    assert repr(out.query_encoder()) == "Splade('adapted').query" and repr(out) == "AsymmetricSplade('adapted')"
+    assert repr(out.query_encoder()) == "AsymmetricSplade('adapted').query"
+    assert repr(out) == "AsymmetricSplade('adapted')"
     ranked = own.retriever()(queries)
     pd.testing.assert_frame_equal(ranked, start_index.retriever(query_encoder=out.query_encoder())(queries))
     assert not ranked.equals(start_index.retriever()(queries))

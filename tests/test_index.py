@@ -86,7 +86,7 @@ def test_default_experiment_name_is_short_and_save_dir_accepts_it(small_index, s
     import pyterrier as pt
     from pyterrier.measures import nDCG
     retriever = LsrIndex(small_index.path).retriever()
-    name = f"Splade({Path(splade.name).name!r}) on PISA({small_index.path.name})"
+    name = f"SPLADE ({Path(splade.name).name})"
     assert repr(retriever) == name  # the recorded model's name, not the folder of its copy
     qrels = pd.DataFrame({'qid': QUERIES['qid'], 'docno': ['d0'] * len(QUERIES), 'label': 1})
     table = pt.Experiment([retriever], QUERIES, qrels, [nDCG @ 10], save_dir=str(tmp_path))
