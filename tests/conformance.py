@@ -135,7 +135,11 @@ def check_transformer(transformer: pt.Transformer, inputs_kind: str, threads: in
                 transformer(with_value({'nuclear': float('nan')}))
 
     # threads: the same single-row calls from 4 threads give the sequential results exactly
-    rows = [frame.iloc[[i % len(frame)]].reset_index(drop=True) for i in range(calls)]
+    _same_from_threads(transformer, [frame.iloc[[i % len(frame)]].reset_index(drop=True) for i in range(calls)],
+                       threads, name)
+
+
+def _same_from_threads(transformer, rows, threads: int, name: str):
     expected = [transformer(row) for row in rows]
     with ThreadPoolExecutor(threads) as pool:
         results = list(pool.map(lambda _: [transformer(row) for row in rows], range(threads)))
@@ -199,10 +203,4 @@ def check_retriever(retriever: pt.Transformer, inputs_kind: str, num_results: in
     alone = len(retriever(frame.iloc[[0]])) + len(retriever(frame.iloc[[1]]))
     assert len(retriever(twice)) == alone, f'{name}: two rows with one qid were not answered independently'
 
-    rows = [frame.iloc[[i]].reset_index(drop=True) for i in range(len(frame))]
-    expected = [retriever(row) for row in rows]
-    with ThreadPoolExecutor(threads) as pool:
-        results = list(pool.map(lambda _: [retriever(row) for row in rows], range(threads)))
-    for result in results:
-        for got, want in zip(result, expected):
-            pd.testing.assert_frame_equal(got, want, obj=f'{name} from {threads} threads')
+    _same_from_threads(retriever, [frame.iloc[[i]].reset_index(drop=True) for i in range(len(frame))], threads, name)

@@ -37,8 +37,8 @@ import numpy as np
 import pyterrier as pt
 
 from ...checks import check_bool, check_float, check_int
-from .glue import Forward, Timer, ToksSearcher, certified_top, check_depth, check_threads, quantized_csr, ranked, \
-    require, save_array
+from .glue import (Forward, Timer, ToksSearcher, certified_top, check_depth, check_threads, engine_settings,
+                   quantized_csr, ranked, require, save_array)
 
 FORMAT = 2  # 2: documents numbered by row, forward index kept, levels chosen so that no score wraps
 INDEX_FILE = 'index.bmp'
@@ -154,10 +154,7 @@ class BmpEngine:
             raise ValueError('bmp 0.2.8 searches one query at a time holding the GIL; use threads=1')
         check_bool('verbose', verbose)
         k = check_depth(index, num_results)
-        settings = index.meta['engines'][self.name]
-        if settings.get('format') != FORMAT:
-            raise ValueError(f'the BMP engine of {index.path} was built by an older pyterrier-lsr; rebuild it: '
-                             "LsrIndex(path).build_engine('bmp', overwrite=True)")
+        settings = engine_settings(index, self.name, 'BMP', FORMAT)
         factor = settings['impact_factor']
         # Deep enough for BMP to return every matching document, with no initial threshold (k > 1000).
         limit = max(settings['bmp_documents'], KTH[-1] + 1)

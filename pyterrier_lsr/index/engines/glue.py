@@ -21,8 +21,8 @@ import pyterrier as pt
 from ...checks import check_int, check_term
 from ...storage import read_json, write_file, write_json
 
-__all__ = ['require', 'check_threads', 'check_depth', 'quantized_csr', 'save_array', 'Forward', 'certified_top',
-           'ranked', 'ToksSearcher', 'Timer']
+__all__ = ['require', 'check_threads', 'check_depth', 'engine_settings', 'quantized_csr', 'save_array', 'Forward',
+           'certified_top', 'ranked', 'ToksSearcher', 'Timer']
 
 TERMS_FILE = 'terms.json'
 DOCNOS_FILE = 'docnos.json'
@@ -46,6 +46,15 @@ def check_depth(index, num_results) -> int:
     """``num_results`` checked (an integer >= 1) and capped at the number of documents: every engine allocates room
     for it before searching (a huge value aborts the process)."""
     return min(check_int('num_results', num_results, minimum=1), index.num_docs())
+
+
+def engine_settings(index, engine: str, label: str, fmt: int) -> dict:
+    """The settings ``engine`` recorded in the index, refused when an older version of its files was written."""
+    settings = index.meta['engines'][engine]
+    if settings.get('format') != fmt:
+        raise ValueError(f'the {label} engine of {index.path} was built by an older pyterrier-lsr; rebuild it: '
+                         f"LsrIndex(path).build_engine({engine!r}, overwrite=True)")
+    return settings
 
 
 def quantized_csr(index) -> Tuple[List[str], List[str], np.ndarray, np.ndarray, np.ndarray]:

@@ -29,8 +29,8 @@ import numpy as np
 import pyterrier as pt
 
 from ...checks import check_bool, check_float, check_int
-from .glue import Forward, Timer, ToksSearcher, certified_top, check_depth, check_threads, quantized_csr, ranked, \
-    require
+from .glue import (Forward, Timer, ToksSearcher, certified_top, check_depth, check_threads, engine_settings,
+                   quantized_csr, ranked, require)
 
 FORMAT = 2  # 2: documents numbered by row, forward index kept, values scaled into float16's range
 INDEX_NAME = 'index'  # Seismic appends '.index.seismic'
@@ -102,10 +102,7 @@ class SeismicEngine:
         exact = check_bool('exact', exact)
         check_bool('verbose', verbose)
         k = check_depth(index, num_results)
-        settings = index.meta['engines'][self.name]
-        if settings.get('format') != FORMAT:
-            raise ValueError(f'the Seismic engine of {index.path} was built by an older pyterrier-lsr; rebuild it: '
-                             "LsrIndex(path).build_engine('seismic', overwrite=True)")
+        settings = engine_settings(index, self.name, 'Seismic', FORMAT)
         value_scale, largest = settings['value_scale'], settings['largest_impact']
         forward = Forward(folder)
         if exact:
