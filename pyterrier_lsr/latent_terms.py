@@ -20,7 +20,6 @@ the documents contributes (almost) nothing.  Query weights: PISA repeats a query
 (weighted mode), i.e. multiplies its contribution by ``w`` up to rounding; weights below ``1/s`` are dropped.
 """
 import hashlib
-import io
 import json
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Sequence
@@ -187,12 +186,6 @@ def cache_key(latent_terms: LatentTerms, texts: Sequence) -> str:
     return f'{Path(latent_terms.dense_name).name}.{latent_terms.mode}.{digest.hexdigest()[:16]}'
 
 
-def _npy_bytes(array: np.ndarray) -> bytes:
-    buffer = io.BytesIO()
-    np.save(buffer, array)
-    return buffer.getvalue()
-
-
 def cached_embeddings(latent_terms: LatentTerms, texts: Sequence, cache_dir, verbose: bool = True):
     """:meth:`LatentTerms.embed` of ``texts``, stored as ``<key>.vectors.npy`` + ``<key>.offsets.npy`` in
     ``cache_dir`` and memory-mapped from there on later calls."""
@@ -204,5 +197,5 @@ def cached_embeddings(latent_terms: LatentTerms, texts: Sequence, cache_dir, ver
         partial = cache_dir / f'{key}.vectors.partial.npy'
         _, offsets = latent_terms.embed(texts, path=partial, verbose=verbose)
         storage.move_file(partial, vectors_path)
-        storage.write_file(offsets_path, lambda tmp: tmp.write_bytes(_npy_bytes(offsets)))
+        storage.write_array(offsets_path, offsets)
     return np.load(vectors_path, mmap_mode='r'), np.load(offsets_path)

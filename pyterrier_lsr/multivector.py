@@ -40,15 +40,6 @@ STORE_KIND = 'maxsim_store'
 IVF_KIND = 'maxsim_store.ivf'
 
 
-def _npy(array: np.ndarray):
-    """A writer of ``array`` in ``.npy`` format for :func:`storage.write_file` (``np.save`` on a path would append
-    ``.npy`` to the temporary name)."""
-    def write(tmp):
-        with open(tmp, 'wb') as f:
-            np.save(f, array, allow_pickle=False)
-    return write
-
-
 class MultiVector:
     """A :class:`~pyterrier_lsr.models.multivector.MultiVectorModel` and its tokenizer: token embeddings of texts,
     an exact MaxSim scorer and an indexer for a :class:`MaxSimIndex`.
@@ -295,8 +286,8 @@ class MaxSimIndex:
                 'model': getattr(encoder, 'name', None)}
         _check_layout(path, meta, docnos, offsets, vectors.shape)
         with storage.build_folder(path, STORE_KIND, overwrite, what='MaxSim store') as tmp:
-            storage.write_file(tmp / VECTORS_FILE, _npy(stored))
-            storage.write_file(tmp / OFFSETS_FILE, _npy(offsets.astype(np.int64)))
+            storage.write_array(tmp / VECTORS_FILE, stored)
+            storage.write_array(tmp / OFFSETS_FILE, offsets.astype(np.int64))
             storage.write_json(tmp / DOCNOS_FILE, docnos, indent=None)
             storage.write_json(tmp / STORE_FILE, meta)
         return cls(path, encoder)
@@ -390,8 +381,8 @@ class MaxSimIndex:
         _, codes = kmeans.index.search(vectors, 1)
         assigned = time.perf_counter()
         with storage.build_folder(self.path / IVF_FOLDER, IVF_KIND, overwrite=True, what='k-means cells') as folder:
-            storage.write_file(folder / 'centroids.npy', _npy(kmeans.centroids.astype(np.float32)))
-            storage.write_file(folder / 'codes.npy', _npy(codes[:, 0].astype(np.int32)))
+            storage.write_array(folder / 'centroids.npy', kmeans.centroids.astype(np.float32))
+            storage.write_array(folder / 'codes.npy', codes[:, 0].astype(np.int32))
         return {'kmeans_s': trained - start, 'assign_s': assigned - trained, 'n_centroids': k}
 
     def ivf_retriever(self, ncells: int = 2, ndocs: int = 1024, num_results: int = 1000) -> pt.Transformer:

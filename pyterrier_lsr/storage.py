@@ -31,8 +31,8 @@ MARKER = '.lsr-artifact.json'
 PathLike = Union[str, Path]
 
 __all__ = ['MARKER', 'artifact_type', 'is_artifact', 'write_file', 'write_bytes', 'write_text', 'write_json',
-           'read_json', 'build_folder', 'replace_folder', 'remove_artifact', 'mark', 'read_marker', 'move_file',
-           'temporary_sibling', 'remove_temporary', 'link_tree', 'file_digest', 'model_digest']
+           'write_array', 'read_json', 'build_folder', 'replace_folder', 'remove_artifact', 'mark', 'read_marker',
+           'move_file', 'temporary_sibling', 'remove_temporary', 'link_tree', 'file_digest', 'model_digest']
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -82,6 +82,17 @@ def write_text(path: PathLike, text: str) -> Path:
 
 def write_json(path: PathLike, obj, indent: Optional[int] = 1) -> Path:
     return write_text(path, json.dumps(obj, indent=indent))
+
+
+def write_array(path: PathLike, array) -> Path:
+    """``array`` in ``.npy`` format (no pickled objects), atomically.  ``np.save`` on a path would append ``.npy`` to
+    the temporary name, so it writes to the open file."""
+    import numpy as np
+
+    def write(tmp):
+        with open(tmp, 'wb') as f:
+            np.save(f, np.asarray(array), allow_pickle=False)
+    return write_file(path, write)
 
 
 def read_json(path: PathLike, what: Optional[str] = None, expect: type = dict):

@@ -36,9 +36,10 @@ so results map back to docnos through the forward index.
 import numpy as np
 import pyterrier as pt
 
+from ... import storage
 from ...checks import check_bool, check_float, check_int
 from .glue import (Forward, Timer, ToksSearcher, certified_top, check_depth, check_threads, engine_settings,
-                   quantized_csr, ranked, require, save_array)
+                   quantized_csr, ranked, require)
 
 FORMAT = 2  # 2: documents numbered by row, forward index kept, levels chosen so that no score wraps
 INDEX_FILE = 'index.bmp'
@@ -138,7 +139,7 @@ class BmpEngine:
             indexer.add_document(SENTINEL_DOCNO, SENTINEL_DOC)
             indexer.finish()
             Forward.write(folder, docnos, terms, indptr, ids, impacts)
-            save_array(folder / KTH_FILE, _kth_impacts(ids, levels, len(terms)))
+            storage.write_array(folder / KTH_FILE, _kth_impacts(ids, levels, len(terms)))
         return {'format': FORMAT, 'block_size': block_size, 'compress_range': compress_range,
                 'max_impact': max_impact, 'largest_impact': int(impacts.max()), 'impact_factor': factor,
                 'bmp_documents': len(docnos) + pads + 1, 'build_seconds': round(timer.seconds, 3)}

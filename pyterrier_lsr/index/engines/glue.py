@@ -19,9 +19,9 @@ import pandas as pd
 import pyterrier as pt
 
 from ...checks import check_int, check_term
-from ...storage import read_json, write_file, write_json
+from ...storage import read_json, write_array, write_json
 
-__all__ = ['require', 'check_threads', 'check_depth', 'engine_settings', 'quantized_csr', 'save_array', 'Forward',
+__all__ = ['require', 'check_threads', 'check_depth', 'engine_settings', 'quantized_csr', 'Forward',
            'certified_top', 'ranked', 'ToksSearcher', 'Timer']
 
 TERMS_FILE = 'terms.json'
@@ -74,13 +74,6 @@ def quantized_csr(index) -> Tuple[List[str], List[str], np.ndarray, np.ndarray, 
     return docnos, terms, indptr, ids, impacts
 
 
-def save_array(path: Path, array: np.ndarray) -> None:
-    def write(tmp):
-        with open(tmp, 'wb') as f:
-            np.save(f, array, allow_pickle=False)
-    write_file(path, write)
-
-
 class Forward:
     """PISA's integer impacts by document (CSR, memory-mapped), the term list and the docnos of an engine folder."""
 
@@ -99,7 +92,7 @@ class Forward:
         folder = Path(folder)
         for name, array in zip(FORWARD_FILES, (indptr.astype(np.int64), ids.astype(np.int32),
                                                impacts.astype(np.int64))):
-            save_array(folder / name, array)
+            write_array(folder / name, array)
         write_json(folder / TERMS_FILE, list(terms))
         write_json(folder / DOCNOS_FILE, list(docnos))
 
