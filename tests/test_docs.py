@@ -24,7 +24,7 @@ def bash_lines(text: str) -> list:
 
 
 def readme_test_command() -> str:
-    (command,) = [line for line in bash_lines(README.read_text()) if line.endswith('python -m pytest tests')]
+    (command,) = [line for line in bash_lines(README.read_text()) if ' -m pytest ' in line and line.endswith(' tests')]
     return command
 
 
