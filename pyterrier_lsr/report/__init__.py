@@ -4,7 +4,7 @@
 :mod:`.plot` draws it, :mod:`.config` is the YAML schema of ``pyterrier-lsr report config.yaml`` and :mod:`.builder`
 builds a config's systems (:func:`run_config`).
 """
-from .builder import model_fingerprint, run_config
+from .builder import run_config
 from .config import (DEFAULT_MEASURES, DEFAULT_PASSES, LEVEL_KEYS, PRUNING_KEYS, SYSTEM_KEYS, TOP_KEYS, TYPES,
                      ConfigError, check_config, config_help, confined_path, engine_parameters, load_config,
                      select_topics)
@@ -13,7 +13,7 @@ from .costs import (COST_COLUMNS, System, costs, engine_costs, engine_footprint,
 from .plot import figure, place_labels
 from .table import report
 
-__all__ = ['model_fingerprint', 'run_config', 'DEFAULT_MEASURES', 'DEFAULT_PASSES', 'LEVEL_KEYS', 'PRUNING_KEYS',
+__all__ = ['run_config', 'DEFAULT_MEASURES', 'DEFAULT_PASSES', 'LEVEL_KEYS', 'PRUNING_KEYS',
            'SYSTEM_KEYS', 'TOP_KEYS', 'TYPES', 'ConfigError', 'check_config', 'config_help', 'confined_path',
            'engine_parameters', 'load_config', 'select_topics', 'COST_COLUMNS', 'System', 'costs', 'engine_costs',
            'engine_footprint', 'index_size_bytes', 'posting_lengths', 'query_times', 'figure', 'place_labels',

@@ -13,6 +13,7 @@ import pandas as pd
 import pyterrier as pt
 
 from ..quiet import quiet_native
+from ..storage import model_digest
 from .config import DEFAULT_MEASURES, DEFAULT_PASSES, IDF_KINDS, TYPE_ALIASES, ConfigError, load_config, select_topics
 from .costs import System
 from .table import report
@@ -78,20 +79,6 @@ def run_config(path) -> pd.DataFrame:
     )
 
 
-def model_fingerprint(folder) -> str:
-    """A hash of a model folder's files (names and contents): the identity report indexes are keyed on, so a retrained
-    model saved to the same folder never reuses the old model's index."""
-    digest = hashlib.sha256()
-    folder = Path(folder)
-    for path in sorted(p for p in folder.rglob('*') if p.is_file()):
-        digest.update(str(path.relative_to(folder)).encode('utf8') + b'\0')
-        with path.open('rb') as f:
-            for block in iter(lambda: f.read(1 << 20), b''):
-                digest.update(block)
-        digest.update(b'\0')
-    return digest.hexdigest()
-
-
 def _slug(name: str) -> str:
     return re.sub(r'[^A-Za-z0-9_.-]+', '_', Path(name.rstrip('/')).name) or 'model'
 
@@ -136,7 +123,7 @@ class _SystemBuilder:
         if name not in self.keys:
             from ..loading import local_folder
 
-            self.keys[name] = f'{_slug(name)}-{model_fingerprint(local_folder(name))[:12]}'
+            self.keys[name] = f'{_slug(name)}-{model_digest(local_folder(name))[:12]}'
         return self.keys[name]
 
     def prepare(self, spec: dict, where: str = 'systems[?]'):

@@ -19,7 +19,7 @@ resumption must see exactly what a checkpoint saves.
 """
 
 import csv
-import json
+import io
 import random
 import re
 import time
@@ -294,12 +294,13 @@ def _check_resumed_config(saved: dict, config: TrainConfig, checkpoint: Path):
 
 
 def _write_log(output_dir: Path, log: List[dict]):
-    (output_dir / 'metrics.json').write_text(json.dumps(log, indent=1))
+    storage.write_json(output_dir / 'metrics.json', log)
     keys = sorted({k for row in log for k in row}, key=lambda k: (k != 'step', k))
-    with (output_dir / 'metrics.csv').open('w', newline='') as f:
-        writer = csv.DictWriter(f, fieldnames=keys)
-        writer.writeheader()
-        writer.writerows(log)
+    table = io.StringIO(newline='')
+    writer = csv.DictWriter(table, fieldnames=keys)
+    writer.writeheader()
+    writer.writerows(log)
+    storage.write_text(output_dir / 'metrics.csv', table.getvalue())
 
 
 def train(
