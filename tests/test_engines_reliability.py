@@ -241,10 +241,17 @@ def test_bmp_scores_never_wrap(tmp_path):
     assert_exact(ask(index, queries, 'bmp'), vectors, queries, 100., 10)
 
 
-def test_bmp_refuses_a_document_whose_sum_cannot_fit(tmp_path):
-    docs = [{'docno': 'long', 'toks': {f't{j}': 1.0 for j in range(2100)}}]
-    with pytest.raises(ValueError, match="document 'long' has 2100 terms, and at most 2046 fit"):
-        SpladeIndexer(tmp_path / 'long.lsr', verbose=False, engines=('pisa', 'bmp')).index(docs)
+def test_bmp_long_documents_and_queries_stay_exact(tmp_path):
+    # A document of 2,100 terms was refused (its levels could have passed BMP's 16-bit sums for some query); now each
+    # query's levels keep its scores within 16 bits (300 terms: levels lowered to fit), and a query for which even
+    # levels of 1 cannot fit (600 or 2,100 terms of the largest level) is answered by a scan of the forward index.
+    vectors = [{f't{j}': 3.0 for j in range(2100)}, {f't{j}': 2.9 for j in range(300)}, {'t0': 3.0, 't1': 3.0},
+               {'t5': 0.5, 'x': 1.0}]
+    index = build(tmp_path / 'long.lsr', vectors)
+    queries = [{f't{j}': 1.0 for j in range(300)}, {f't{j}': 0.5 + j / 300 for j in range(300)},
+               {f't{j}': 0.5 + j / 600 for j in range(600)}, {f't{j}': 1.0 for j in range(2100)},
+               {'t0': 1.0, 't5': 0.2, 'x': 0.01}]
+    assert_exact(ask(index, queries, 'bmp'), vectors, queries, 100., 10)
 
 
 def test_bmp_approximate_on_a_single_block_returns_rows(tmp_path):
