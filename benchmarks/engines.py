@@ -19,8 +19,9 @@
     probability 0.8 plus those of B with 0.2, same seed), with the real query texts: the reference to beat.
 
 Resumable: every index is kept under ``--workdir`` (the vectors + PISA, each further engine, the BM25 text index) and
-every measured row in ``rows-<size>.json`` there; a rerun skips what is built and measured (``--remeasure ENGINE``
-measures an engine again). Each build runs in a child process whose peak RSS is recorded (``builds.json``).
+every measured row in ``rows-<size>-<engine>.json`` there; a rerun skips what is built and measured
+(``--remeasure ENGINE`` measures an engine again; runs measuring different ``--engines`` may share the folder).
+Each build runs in a child process whose peak RSS is recorded (``builds.json``).
 Prints tables and writes benchmarks/results/engines.json.
 """
 import argparse
@@ -46,8 +47,8 @@ SEISMIC_SETTINGS = [dict(query_cut=5, heap_factor=0.7), dict(query_cut=10, heap_
                     dict(query_cut=20, heap_factor=0.9), dict(query_cut=40, heap_factor=1.0)]
 BM25_ALGORITHMS = ('maxscore', 'block_max_wand', 'block_max_maxscore')
 SETTINGS = {'pisa': PISA_SETTINGS, 'bmp': BMP_SETTINGS, 'seismic': SEISMIC_SETTINGS}
-# Synthetic runs: BM25 and Seismic first, so that a run cut short still compares the LSR engine with BM25.
-SYNTHETIC_ORDER = ('bm25', 'pisa', 'seismic', 'bmp')
+# Synthetic runs: the vectors (+ PISA) and Seismic first, so that a run cut short still has an LSR engine to compare.
+SYNTHETIC_ORDER = ('pisa', 'seismic', 'bm25', 'bmp')
 KEEP_A, TAKE_B, NOISE = 0.8, 0.2, 0.2
 GIB = 2 ** 30
 
@@ -173,15 +174,15 @@ def build_child(args, step, size):
 
 def ensure_built(args, workdir, size, step, built):
     """Builds ``step`` for ``size`` documents unless ``built()``; the record of its build (``builds.json``)."""
-    file = workdir / 'builds.json'
-    records = read_json(file, 'build records') if file.exists() else {}
-    key = f'{size}/{step}'
+    file, key = workdir / 'builds.json', f'{size}/{step}'
     if not built():
         print(f'{size}: building {step}', flush=True)
-        records[key] = build_child(args, step, size)
-        write_json(file, records)
-        print(f'{size}: {step} built: {records[key]}', flush=True)
-    return records.get(key, {})
+        record = build_child(args, step, size)
+        # Read again after the build: runs measuring other engines may have recorded theirs meanwhile.
+        records = read_json(file, 'build records') if file.exists() else {}
+        write_json(file, dict(records, **{key: record}))
+        print(f'{size}: {step} built: {record}', flush=True)
+    return (read_json(file, 'build records') if file.exists() else {}).get(key, {})
 
 
 def build_step(args):
@@ -304,12 +305,12 @@ def recall(results, qids, exact, k):
 
 
 class Rows:
-    """The measured rows of one size, kept in ``rows-<size>.json`` under the work folder as they are measured."""
+    """The measured rows of one size and engine, kept in ``rows-<size>-<engine>.json`` under the work folder as they
+    are measured (one file per engine: runs measuring different engines may share the folder)."""
 
-    def __init__(self, workdir, size, remeasure):
-        self.file = workdir / f'rows-{size}.json'
-        self.rows = read_json(self.file, 'measured rows') if self.file.exists() else []
-        self.rows = [r for r in self.rows if r['engine'] not in remeasure]
+    def __init__(self, workdir, size, engine, remeasure):
+        self.file = workdir / f'rows-{size}-{engine}.json'
+        self.rows = read_json(self.file, 'measured rows') if self.file.exists() and engine not in remeasure else []
 
     def has(self, setting, k):
         return any(r['setting'] == setting and r['k'] == k for r in self.rows)
@@ -340,9 +341,10 @@ def run_real(args, model, collections, workdir):
 def run_synthetic(args, workdir, queries, size, engines):
     from pyterrier_lsr import LsrIndex
     path = synthetic_path(workdir, size)
-    rows = Rows(workdir, size, args.remeasure)
-    exact, num_postings = None, None
+    exact, num_postings, out = None, None, []
     for engine in engines:
+        rows = Rows(workdir, size, engine, args.remeasure)
+        out.append(rows)
         if engine == 'bm25':
             build = ensure_built(args, workdir, size, 'bm25', lambda: is_built_text(text_path(workdir, size)))
             measure_bm25(args, workdir, size, queries, rows, build)
@@ -365,7 +367,7 @@ def run_synthetic(args, workdir, queries, size, engines):
                       f'R@{k}': recall(results, queries.qid, exact, k), 'engine_mb': engine_mb(index, engine),
                       'build_s': build.get('seconds'), 'build_peak_rss_gib': build.get('peak_rss_gib'),
                       'load': os.getloadavg()[0]})
-    return rows.rows
+    return [row for rows in out for row in rows.rows]
 
 
 def is_built_text(path):
@@ -419,8 +421,8 @@ def main():
                         help='irds: ids or folders of docs.jsonl, topics.tsv and qrels.txt (e.g. path/to/cisi)')
     parser.add_argument('--sizes', nargs='*', type=int, default=[100_000, 1_000_000])
     parser.add_argument('--depths', nargs='+', type=int, default=[10, 1000], help='the k of each measured retriever')
-    parser.add_argument('--engines', nargs='+', default=['pisa', 'seismic', 'bmp'], choices=sorted(SETTINGS),
-                        help='the engines measured on the synthetic corpora')
+    parser.add_argument('--engines', nargs='+', default=['pisa', 'seismic', 'bmp'], choices=SYNTHETIC_ORDER,
+                        help='the engines measured on the synthetic corpora (bm25: as --bm25)')
     parser.add_argument('--scale', type=float, default=100.)
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--skip-real', action='store_true')
