@@ -28,8 +28,8 @@ class QueryToksRetriever(pt.Transformer):
         if not len(inp):
             return pd.DataFrame(columns=columns)
         toks = [dict(check_vector(q, f'query {qid!r}')) for qid, q in zip(inp['qid'], inp['query_toks'])]
-        out = self.engine_retriever(inp.assign(query_toks=toks))
-        return out.drop(columns=['query_toks'], errors='ignore')[columns]
+        # One selection (no drop first): frame operations are a large share of a one-query call.
+        return self.engine_retriever(inp.assign(query_toks=toks))[columns]
 
     def __repr__(self):
         return f'{self.engine.upper()}({self.index.path.name})'
