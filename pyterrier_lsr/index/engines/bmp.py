@@ -9,16 +9,17 @@ k-th, so the top-k equals PISA's (up to the order of equal scores).
 BMP's integers (bmp 0.2.8):
 
 * document: BMP level ``l = max(1, rint(i * f))`` of PISA's impact ``i = int(w * scale)``, with
-  ``f = min(1, max_impact / M)`` (``M``: the largest impact; ``impact_factor`` is recorded), and each term's largest
-  level ``m_t`` is kept.
-* query: level ``L_t = ceil(g * q_t)`` of ``q_t = int(w_t * scale)``, with ``g = 32 / max_t q_t`` (BMP maps the largest
-  query weight to 32; it is given the levels themselves, which it keeps as they are).  BMP sums scores in 16 bits and
-  wraps past 65,535 without an error, and no document scores above ``sum_t L_t * m_t``: when that sum passes 65,535,
-  ``g`` is lowered (by bisection) until it fits, so no score wraps, whatever the documents' lengths (``L_t >= 1``: a
-  query too long even then is answered by a scan of the forward index).  Terms the index lacks and weights that
+  ``f = min(1, max_impact / M)`` (``M``: the largest impact).  BMP sums scores in 16 bits and wraps past 65,535
+  without an error; a query level is at most 32, so a document whose levels sum to at most 2047 (``65535 // 32``)
+  cannot wrap.  The few documents whose levels sum to more (at most :data:`HEAVY_SHARE` of them, ``f`` is lowered by
+  bisection until so; a document with 2,047 terms or more is always one) are kept in a list and re-scored exactly for
+  every query, whatever BMP makes of them (``impact_factor`` and ``heavy_documents`` are recorded).
+* query: level ``L_t = ceil(32 * q_t / max_t q_t)`` of ``q_t = int(w_t * scale)`` (BMP maps the largest query weight
+  to 32; it is given the levels themselves, which it keeps as they are).  Terms the index lacks and weights that
   quantize to 0 are dropped.
-* bound: ``q <= L / g`` and ``i <= (l + 1/2) / f``, so a document BMP scores ``s'`` has an exact score of at most
-  ``(s' + sum_t L_t / 2) / (g f)``: that is the bound on the documents BMP did not return.
+* bound: ``q <= L * max_q / 32`` and ``i <= (l + 1/2) / f``, so a document BMP scores ``s'`` (not a heavy one: its
+  score is right) has an exact score of at most ``max_q / (32 f) * (s' + sum_t L_t / 2)``: that is the bound on the
+  documents BMP did not return.
 
 ``alpha < 1`` stops once the best remaining block bound is below ``1/alpha`` times the k-th score; ``beta < 1`` keeps
 only that fraction of the (highest-weighted) query terms (done here, as BMP does it); both return BMP's candidates
@@ -41,11 +42,11 @@ from ...checks import check_bool, check_float, check_int
 from .glue import (Forward, Timer, ToksSearcher, certified_top, check_depth, check_threads, engine_settings,
                    quantized_csr, ranked, require)
 
-# 2: documents numbered by row, forward index kept; 3: levels up to max_impact, each term's largest level kept (the
-# query side keeps scores within 16 bits)
+# 2: documents numbered by row, forward index kept; 3: the heavy documents kept (finer levels for the others)
 FORMAT = 3
 INDEX_FILE = 'index.bmp'
-KTH_FILE = 'kth.npy'  # [terms, 4]: each term's 10th, 100th and 1000th largest BMP level, and its largest
+KTH_FILE = 'kth.npy'  # [terms, 3]: each term's 10th, 100th and 1000th largest BMP level
+HEAVY_FILE = 'heavy.npy'  # rows of the documents whose levels may wrap BMP's 16-bit sums
 # Names no document can have: terms never contain whitespace, docnos here are row numbers.
 SENTINEL_DOCNO = ' bmp sentinel'
 # Sentinel terms and levels: with query levels 0-32 they sum to any bound 1..65535 (see _sentinel_levels).
@@ -53,22 +54,23 @@ SENTINEL_ONE, SENTINEL_32 = 'bmp sentinel 1', 'bmp sentinel 32'
 SENTINEL_255 = [f'bmp sentinel 255 {i}' for i in range(9)]
 SENTINEL_DOC = {SENTINEL_ONE: 1, SENTINEL_32: 32, **{t: 255 for t in SENTINEL_255}}
 MAX_QUERY_LEVEL = 32  # bmp.query.MAX_TERM_WEIGHT: the searcher maps the largest query weight to it
-MAX_SCORE = 2 ** 16 - 1  # BMP's scores are 16-bit
+MAX_LEVEL_SUM = (2 ** 16 - 1) // MAX_QUERY_LEVEL  # a document's levels may sum to this: 32 times it fits in 16 bits
+# At most this share of the documents (and at least HEAVY_MIN of them) may be heavy: each is re-scored for every query.
+HEAVY_SHARE, HEAVY_MIN = 0.001, 64
 KTH = (10, 100, 1000)  # the depths whose k-th levels BMP keeps per term
 # Exact mode asks BMP first for START * k candidates: its levels are coarser than PISA's impacts, so the exact top-k
 # is rarely certain from BMP's own top-k alone (see certified_top).
-START = 2
+START = 4
 MAX_TERMS = 2 ** 16 - len(SENTINEL_DOC)  # term ids are 16-bit
 
 
 def _kth_impacts(ids: np.ndarray, levels: np.ndarray, num_terms: int) -> np.ndarray:
-    """``[num_terms, 4]``: each term's 10th, 100th and 1000th largest level (0 when it has fewer postings), and its
-    largest."""
+    """``[num_terms, 3]``: each term's 10th, 100th and 1000th largest level (0 when it has fewer postings)."""
     order = np.lexsort((-levels, ids))
     counts = np.bincount(ids, minlength=num_terms)
     starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    out = np.zeros((num_terms, len(KTH) + 1), dtype=np.int64)
-    for j, k in enumerate(KTH + (1,)):
+    out = np.zeros((num_terms, len(KTH)), dtype=np.int64)
+    for j, k in enumerate(KTH):
         has = counts >= k
         out[has, j] = levels[order[starts[has] + k - 1]]
     return out
@@ -83,29 +85,31 @@ def _sentinel_levels(bound: int) -> dict:
     return {t: level for t, level in levels.items() if level}
 
 
-def _query_levels(query: dict, largest: np.ndarray):
-    """``(g, levels)``: BMP's levels ``ceil(g * q)`` of a query ``{term id: q}`` with the largest ``g <= 32 / max q``
-    whose scores cannot pass :data:`MAX_SCORE` (``sum_t L_t * largest_t``), or ``None`` when even levels of 1 can."""
-    ids = np.fromiter(query, dtype=np.int64, count=len(query))
-    weights = np.fromiter(query.values(), dtype=np.float64, count=len(query))
-    most = largest[ids]
+def _levels(indptr, impacts, max_impact: int):
+    """``(factor, levels, heavy rows)``: BMP's levels of PISA's impacts, the largest factor (at most
+    ``max_impact / M``) that leaves at most ``max(HEAVY_MIN, HEAVY_SHARE * n)`` documents whose levels sum past
+    :data:`MAX_LEVEL_SUM`, and those documents (see the module notes)."""
+    lengths = np.diff(indptr)
+    rows = np.repeat(np.arange(len(lengths)), lengths)
+    # Documents of more terms than MAX_LEVEL_SUM are heavy at any factor (every level is at least 1): not counted.
+    allowed = max(HEAVY_MIN, int(HEAVY_SHARE * len(lengths))) + int((lengths > MAX_LEVEL_SUM).sum())
 
-    def at(g):
-        levels = np.maximum(1, np.ceil(weights * g)).astype(np.int64)
-        return levels, int(levels @ most) <= MAX_SCORE
+    def at(factor):
+        levels = np.maximum(1, np.rint(impacts * factor)).astype(np.int64)
+        heavy = np.flatnonzero(np.bincount(rows, weights=levels, minlength=len(lengths)) > MAX_LEVEL_SUM)
+        return levels, heavy
 
-    g = MAX_QUERY_LEVEL / weights.max()
-    levels, fits = at(g)
-    if not fits:
-        if int(most.sum()) > MAX_SCORE:
-            return None
-        low, high = 0., g
-        for _ in range(40):
+    factor = min(1., max_impact / int(impacts.max()))
+    levels, heavy = at(factor)
+    if len(heavy) > allowed:
+        # Near factor 0 every level is 1: only the documents counted out of `allowed` are heavy.
+        low, high = 0., factor
+        for _ in range(30):
             middle = (low + high) / 2
-            low, high = (middle, high) if at(middle)[1] else (low, middle)
-        g = low
-        levels, _ = at(g)
-    return g, dict(zip(ids.tolist(), levels.tolist()))
+            low, high = (middle, high) if len(at(middle)[1]) <= allowed else (low, middle)
+        factor = low
+        levels, heavy = at(factor)
+    return factor, levels, heavy
 
 
 class BmpEngine:
@@ -126,8 +130,7 @@ class BmpEngine:
             if len(terms) > MAX_TERMS:
                 raise ValueError(f'BMP numbers terms in 16 bits: the index has {len(terms)} terms, at most '
                                  f'{MAX_TERMS} fit')
-            factor = min(1., max_impact / int(impacts.max()))
-            levels = np.maximum(1, np.rint(impacts * factor)).astype(np.int64)
+            factor, levels, heavy = _levels(indptr, impacts, max_impact)
             names = np.array(terms, dtype=object)
             indexer = bmp.Indexer(str(folder / INDEX_FILE), bsize=block_size, compress_range=compress_range)
             for row in range(len(docnos)):
@@ -141,8 +144,10 @@ class BmpEngine:
             indexer.finish()
             Forward.write(folder, docnos, terms, indptr, ids, impacts)
             storage.write_array(folder / KTH_FILE, _kth_impacts(ids, levels, len(terms)))
+            storage.write_array(folder / HEAVY_FILE, heavy.astype(np.int64))
         return {'format': FORMAT, 'block_size': block_size, 'compress_range': compress_range,
                 'max_impact': max_impact, 'largest_impact': int(impacts.max()), 'impact_factor': factor,
+                'heavy_documents': len(heavy),
                 'bmp_documents': len(docnos) + pads + 1, 'build_seconds': round(timer.seconds, 3)}
 
     def retriever(self, index, folder, num_results: int, alpha: float = 1., beta: float = 1., threads: int = 1,
@@ -162,7 +167,7 @@ class BmpEngine:
         limit = max(settings['bmp_documents'], KTH[-1] + 1)
         forward = Forward(folder)
         kth = np.load(folder / KTH_FILE, allow_pickle=False)
-        largest = kth[:, len(KTH)]
+        heavy = np.load(folder / HEAVY_FILE, allow_pickle=False)
         searcher = bmp.Searcher(str(folder / INDEX_FILE))
         scale = index.scale
         exact = alpha == 1 and beta == 1
@@ -174,11 +179,8 @@ class BmpEngine:
                 query = {t: query[t] for t in kept}
             if not query:
                 return [], []
-            quantized = _query_levels(query, largest)
-            if quantized is None:
-                rows, scores = forward.scan(query, k)
-                return [forward.docnos[r] for r in rows], scores.tolist()
-            g, levels = quantized
+            top = max(query.values())
+            levels = {t: -(-q * MAX_QUERY_LEVEL // top) for t, q in query.items()}
             named = {forward.terms[t]: float(level) for t, level in levels.items()}
             slack = sum(levels.values()) / 2
 
@@ -188,9 +190,11 @@ class BmpEngine:
                 asked = dict(named, **{t: float(v) for t, v in _sentinel_levels(threshold + 1).items()})
                 docnos, scores = searcher.search(asked, k=depth, alpha=alpha, beta=1.)
                 rows = np.array([int(d) for d in docnos if not d.startswith(' ')], dtype=np.int64)
+                # Heavy documents are always candidates: BMP's scores of them may have wrapped.
+                rows = np.union1d(rows, heavy) if len(heavy) else rows
                 # Left out: documents BMP scored at most the lowest score kept (when it kept `depth`), or at most T.
                 lowest = max(min(scores), threshold) if len(docnos) == depth else threshold
-                return rows, (lowest + slack) / (g * factor) * (1 + 1e-9) if lowest else 0.
+                return rows, top / (MAX_QUERY_LEVEL * factor) * (lowest + slack) * (1 + 1e-9) if lowest else 0.
 
             def rescore(rows):
                 return forward.rescore(query, rows)

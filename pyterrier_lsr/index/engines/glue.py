@@ -119,15 +119,6 @@ class Forward:
         products = dense[self.ids[positions]] * self.impacts[positions]
         return np.bincount(np.repeat(np.arange(len(rows)), lengths), weights=products, minlength=len(rows))
 
-    def scan(self, query: Dict[int, int], k: int, chunk: int = 50_000) -> Tuple[np.ndarray, np.ndarray]:
-        """The exact top-``k`` ``(rows, scores)`` of every document, ``chunk`` documents at a time (bounded memory)."""
-        rows, scores = np.zeros(0, np.int64), np.zeros(0)
-        for start in range(0, len(self.docnos), chunk):
-            block = np.arange(start, min(start + chunk, len(self.docnos)))
-            rows, scores = ranked(np.concatenate([rows, block]), np.concatenate([scores, self.rescore(query, block)]),
-                                  k)
-        return rows, scores
-
 
 def certified_tops(search: Callable[[List[int], int], List[Tuple[np.ndarray, float]]],
                    rescore: Callable[[int, np.ndarray], np.ndarray], k: int, limit: int, count: int,
