@@ -1,7 +1,7 @@
 """PISA, BMP and Seismic on the same encoded corpora: real collections and synthetic ones of up to a million documents.
 
-    python benchmarks/engines.py --irds-cache PATH --collections irds:vaswani path/to/cisi --sizes 1000000 --bm25 \
-        --workdir path/to/work
+    PYTHONPATH=. python benchmarks/engines.py --irds-cache PATH --collections irds:vaswani path/to/cisi \
+        --sizes 1000000 --bm25 --workdir path/to/work
 
 (a) Real collections (Vaswani, CISI): the documents are encoded once by the offline SPLADE-tiny into one LsrIndex with
     the three engines; every engine/setting is scored by nDCG@10 next to PISA, with its ms/query.
