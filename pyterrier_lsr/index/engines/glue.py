@@ -117,7 +117,12 @@ class Forward:
         dense = np.zeros(len(self.terms))  # per call: retrievers are shared between threads
         dense[list(query)] = list(query.values())
         products = dense[self.ids[positions]] * self.impacts[positions]
-        return np.bincount(np.repeat(np.arange(len(rows)), lengths), weights=products, minlength=len(rows))
+        # Sums of exact integers in float64 (below 2**53): any order gives the same; reduceat over the non-empty rows'
+        # segments spares the per-posting row numbers of a bincount (a fifth of a 1000-candidate re-scoring).
+        scores, filled = np.zeros(len(rows)), lengths > 0
+        if filled.any():
+            scores[filled] = np.add.reduceat(products, (ends - lengths)[filled])
+        return scores
 
 
 def certified_tops(search: Callable[[List[int], int], List[Tuple[np.ndarray, float]]],
