@@ -1,6 +1,7 @@
 """PISA, BMP and Seismic on the same encoded corpora: real collections and synthetic ones of up to a million documents.
 
-    python benchmarks/engines.py --irds-cache PATH --sizes 100000 1000000
+    PYTHONPATH=. python benchmarks/engines.py --irds-cache PATH --collections irds:vaswani path/to/cisi \
+        --sizes 1000000 --bm25 --workdir path/to/work
 
 (a) Real collections (Vaswani, CISI): the documents are encoded once by the offline SPLADE-tiny into one LsrIndex with
     the three engines; every engine/setting is scored by nDCG@10 next to PISA, with its ms/query.
@@ -9,18 +10,25 @@
     each of its terms with probability 0.8; each term of a second base document B (uniform) joins with probability 0.2
     (a term in both keeps the larger weight); every weight is multiplied by exp(N(0, 0.2^2)). Lengths stay those of
     the base (0.8 |A| + 0.2 |B| on average) and document frequencies grow with the corpus as in the base. The queries
-    are the real encoded Vaswani and CISI queries. Per engine/setting: build time, engine index size, ms/query (one
+    are the real encoded Vaswani and CISI queries. Per engine/setting and depth k (``--depths``): ms/query (one
     thread; median and p99 of one-query calls through the PyTerrier retriever, and the mean over one call with all
-    queries), and recall@10/@100 against the exact float dot product (scipy sparse products).
-(c) ``--bm25``: PISA BM25 on a synthetic text corpus of the largest size (document i = the words of base text A kept
-    with probability 0.8 plus those of B with 0.2, same seed), with the real query texts: the moonshot reference.
+    queries), the engine's own share of it (the native search calls: PISA's ``retrieve``, BMP's and Seismic's
+    searches; the rest is our wrapper: validation, re-scoring, result frames), and recall@10/@k against the exact
+    float dot product (scipy sparse products).
+(c) ``--bm25``: PISA BM25 on a synthetic text corpus of each size (document i = the words of base text A kept with
+    probability 0.8 plus those of B with 0.2, same seed), with the real query texts: the reference to beat.
 
+Resumable: every index is kept under ``--workdir`` (the vectors + PISA, each further engine, the BM25 text index) and
+every measured row in ``rows-<size>-<engine>.json`` there; a rerun skips what is built and measured
+(``--remeasure ENGINE`` measures an engine again; runs measuring different ``--engines`` may share the folder).
+Each build runs in a child process whose peak RSS is recorded (``builds.json``).
 Prints tables and writes benchmarks/results/engines.json.
 """
 import argparse
 import gc
-import json
+import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -30,13 +38,19 @@ import pandas as pd
 
 from pyterrier_lsr.collections import load_collection
 from pyterrier_lsr.offline import resolve_model, use_irds_cache
+from pyterrier_lsr.storage import read_json, write_json
 
 PISA_SETTINGS = [{'query_algorithm': a} for a in ('maxscore', 'block_max_wand', 'block_max_maxscore')]
 BMP_SETTINGS = [dict(alpha=1., beta=1.), dict(alpha=0.9, beta=1.), dict(alpha=0.8, beta=1.), dict(alpha=0.7, beta=1.),
                 dict(alpha=0.9, beta=0.8), dict(alpha=0.8, beta=0.6)]
 SEISMIC_SETTINGS = [dict(query_cut=5, heap_factor=0.7), dict(query_cut=10, heap_factor=0.8),
                     dict(query_cut=20, heap_factor=0.9), dict(query_cut=40, heap_factor=1.0)]
+BM25_ALGORITHMS = ('maxscore', 'block_max_wand', 'block_max_maxscore')
+SETTINGS = {'pisa': PISA_SETTINGS, 'bmp': BMP_SETTINGS, 'seismic': SEISMIC_SETTINGS}
+# Synthetic runs: the vectors (+ PISA) and Seismic first, so that a run cut short still has an LSR engine to compare.
+SYNTHETIC_ORDER = ('pisa', 'seismic', 'bm25', 'bmp')
 KEEP_A, TAKE_B, NOISE = 0.8, 0.2, 0.2
+GIB = 2 ** 30
 
 
 def settings(real: bool):
@@ -49,30 +63,157 @@ def label(engine, params):
     return engine + ('(' + ', '.join(f'{k}={v}' for k, v in params.items()) + ')' if params else '')
 
 
+class EngineClock:
+    """Seconds spent inside the engines' native search calls since the last :meth:`reset`.
+
+    The engine packages' classes are wrapped once (:meth:`install`, after every build of this process): PISA's
+    ``_pisathon.retrieve``, ``bmp.Searcher.search`` and Seismic's ``batch_search``/``search`` add their time here; the
+    rest of a retriever call is ours."""
+
+    def __init__(self):
+        self.seconds = 0.
+
+    def reset(self):
+        self.seconds = 0.
+
+    def timed(self, fn):
+        def call(*args, **kwargs):
+            start = time.perf_counter()
+            try:
+                return fn(*args, **kwargs)
+            finally:
+                self.seconds += time.perf_counter() - start
+        return call
+
+    def install(self):
+        import bmp
+        import pyterrier_pisa
+        import seismic
+        pyterrier_pisa._pisathon = _Timed(pyterrier_pisa._pisathon, self, {'retrieve'})
+        bmp.Searcher = _TimedClass(bmp.Searcher, self, {'search'})
+        for name in ('SeismicIndex', 'SeismicIndexLV', 'SeismicDataset', 'SeismicDatasetLV'):
+            setattr(seismic, name, _TimedClass(getattr(seismic, name), self, {'search', 'batch_search'}))
+
+
+class _Timed:
+    """``target`` with the methods ``names`` timed by ``clock``; everything else passed through."""
+
+    def __init__(self, target, clock, names):
+        self._target, self._clock, self._names = target, clock, names
+
+    def __getattr__(self, name):
+        value = getattr(self._target, name)
+        return self._clock.timed(value) if name in self._names else value
+
+
+class _TimedClass(_Timed):
+    """A class whose instances (made by calling it or by its ``load``) are :class:`_Timed`."""
+
+    def __call__(self, *args, **kwargs):
+        return _Timed(self._target(*args, **kwargs), self._clock, self._names)
+
+    def __getattr__(self, name):
+        value = getattr(self._target, name)
+        if name == 'load':
+            return lambda *args, **kwargs: _Timed(value(*args, **kwargs), self._clock, self._names)
+        return value
+
+
+CLOCK = EngineClock()
+
+
+def timed_calls(retriever, frame, passes=1):
+    """Per query (one-query calls, after a warm-up call): total ms and the engine's ms; then one call on the whole
+    frame: ``(results, total ms, engine ms)``."""
+    retriever(frame.iloc[:1])
+    total, engine = np.zeros(len(frame)), np.zeros(len(frame))
+    for _ in range(passes):
+        for i in range(len(frame)):
+            CLOCK.reset()
+            start = time.perf_counter()
+            retriever(frame.iloc[[i]])
+            total[i] += (time.perf_counter() - start) * 1e3 / passes
+            engine[i] += CLOCK.seconds * 1e3 / passes
+    CLOCK.reset()
+    start = time.perf_counter()
+    results = retriever(frame)
+    return total, engine, (results, (time.perf_counter() - start) * 1e3, CLOCK.seconds * 1e3)
+
+
+def latency(retriever, frame):
+    """``(costs, results)``: ms/query of one-query calls (median, p99) and of one call on all queries, each with the
+    engine's own share (native calls over the whole time)."""
+    total, engine, (results, batch, batch_engine) = timed_calls(retriever, frame)
+    n = max(1, len(frame))
+    return {'ms_median': float(np.median(total)), 'ms_p99': float(np.percentile(total, 99)),
+            'engine_ms_median': float(np.median(engine)), 'wrapper_share': float(1 - engine.sum() / total.sum()),
+            'ms_batch': batch / n, 'engine_ms_batch': batch_engine / n,
+            'wrapper_share_batch': float(1 - batch_engine / batch)}, results
+
+
+def engine_mb(index, engine):
+    from pyterrier_lsr.report.costs import engine_footprint
+    return engine_footprint(index.path, engine)['engine_mb']
+
+
+# -- builds, each in a child process (peak RSS) -------------------------------------------------------------------
+
+def build_child(args, step, size):
+    """Runs ``--build-step step`` in a child process; returns its wall seconds and peak RSS (GiB)."""
+    command = [sys.executable, __file__, '--build-step', step, '--sizes', str(size), '--workdir', args.workdir,
+               '--seed', str(args.seed), '--scale', str(args.scale), '--collections', *args.collections]
+    if args.irds_cache:
+        command += ['--irds-cache', args.irds_cache]
+    start = time.perf_counter()
+    child = subprocess.Popen(command)
+    _, status, usage = os.wait4(child.pid, 0)
+    if os.waitstatus_to_exitcode(status) != 0:
+        raise RuntimeError(f'building {step} for {size} documents failed (exit status {status})')
+    return {'seconds': round(time.perf_counter() - start, 1), 'peak_rss_gib': round(usage.ru_maxrss * 1024 / GIB, 3)}
+
+
+def ensure_built(args, workdir, size, step, built):
+    """Builds ``step`` for ``size`` documents unless ``built()``; the record of its build (``builds.json``)."""
+    file, key = workdir / 'builds.json', f'{size}/{step}'
+    if not built():
+        print(f'{size}: building {step}', flush=True)
+        record = build_child(args, step, size)
+        # Read again after the build: runs measuring other engines may have recorded theirs meanwhile.
+        records = read_json(file, 'build records') if file.exists() else {}
+        write_json(file, dict(records, **{key: record}))
+        print(f'{size}: {step} built: {record}', flush=True)
+    return (read_json(file, 'build records') if file.exists() else {}).get(key, {})
+
+
+def build_step(args):
+    """The child's work: one build (``args.build_step``) for ``args.sizes[0]`` documents."""
+    from pyterrier_lsr import LsrIndex
+    workdir, size = Path(args.workdir), args.sizes[0]
+    collections = {c.name: c for c in map(load_collection, args.collections)}
+    if args.build_step == 'bm25':
+        build_bm25(args, collections, workdir, size)
+    elif args.build_step == 'vectors':
+        base = base_vectors(collections, workdir, None)
+        LsrIndex(synthetic_path(workdir, size), scale=args.scale, engines=('pisa',), overwrite=True,
+                 batch_size=10_000, verbose=False).index(synthetic_docs(base, size, args.seed))
+    else:
+        LsrIndex(synthetic_path(workdir, size)).build_engine(args.build_step)
+
+
+def synthetic_path(workdir, size):
+    return workdir / f'synthetic-{size}.lsr'
+
+
+def text_path(workdir, size):
+    return workdir / f'synthetic-text-{size}.pisa'
+
+
 def real_index(name, collection, model, workdir):
     from pyterrier_lsr import LsrIndex, SpladeIndexer
     path = workdir / f'{name}.lsr'
     if LsrIndex(path).built():
         return LsrIndex(path, model)
     return SpladeIndexer(path, model, engines=('pisa', 'bmp', 'seismic'), overwrite=True).index(collection.corpus)
-
-
-def run_real(args, model, collections, workdir):
-    import pyterrier as pt
-    from pyterrier.measures import nDCG
-    from pyterrier_lsr.report import engine_costs
-    rows = []
-    for name, collection in collections.items():
-        index = real_index(name, collection, model, workdir)
-        topics = collection.topics
-        toks = model.query_encoder()(topics)
-        for engine, params in settings(real=True):
-            costs, results = engine_costs(index, engine, toks, num_results=1000, **params)
-            ndcg = pt.Experiment([pt.Transformer.from_df(results)], topics, collection.qrels, [nDCG @ 10])
-            rows.append({'collection': name, 'setting': label(engine, params), **costs,
-                         'nDCG@10': float(ndcg['nDCG@10'].iloc[0])})
-            print(rows[-1], flush=True)
-    return rows
 
 
 def base_vectors(collections, workdir, model):
@@ -163,68 +304,106 @@ def recall(results, qids, exact, k):
     return float(np.mean(values))
 
 
-def run_synthetic(args, model, collections, workdir, base, queries):
-    from pyterrier_lsr import LsrIndex
-    from pyterrier_lsr.report import engine_costs
+class Rows:
+    """The measured rows of one size and engine, kept in ``rows-<size>-<engine>.json`` under the work folder as they
+    are measured (one file per engine: runs measuring different engines may share the folder)."""
+
+    def __init__(self, workdir, size, engine, remeasure):
+        self.file = workdir / f'rows-{size}-{engine}.json'
+        self.rows = read_json(self.file, 'measured rows') if self.file.exists() and engine not in remeasure else []
+
+    def has(self, setting, k):
+        return any(r['setting'] == setting and r['k'] == k for r in self.rows)
+
+    def add(self, row):
+        self.rows.append(row)
+        write_json(self.file, self.rows)
+        print(row, flush=True)
+
+
+def run_real(args, model, collections, workdir):
+    import pyterrier as pt
+    from pyterrier.measures import nDCG
     rows = []
-    for size in args.sizes:
-        path = workdir / f'synthetic-{size}.lsr'
-        index = LsrIndex(path, scale=args.scale)
-        if not index.built():
-            start = time.perf_counter()
-            LsrIndex(path, scale=args.scale, engines=('pisa',), overwrite=True, batch_size=10_000).index(
-                synthetic_docs(base, size, args.seed))
-            print(f'{size}: vectors + PISA in {time.perf_counter() - start:.0f} s', flush=True)
-        index = LsrIndex(path)
-        for engine in ('bmp', 'seismic'):
-            if engine not in index.meta['engines']:
-                index.build_engine(engine)
-                print(f'{size}: {engine} built: {index.meta["engines"][engine]}', flush=True)
-        exact = exact_top(index, list(queries['query_toks']))
-        gc.collect()
-        num_postings = sum(s['num_postings'] for s in index.vectors().manifest['shards'])
-        for engine, params in settings(real=False):
-            costs, results = engine_costs(index, engine, queries, num_results=100, **params)
-            rows.append({'docs': size, 'postings_per_doc': num_postings / size, 'setting': label(engine, params),
-                         **costs, 'R@10': recall(results, queries.qid, exact, 10),
-                         'R@100': recall(results, queries.qid, exact, 100)})
+    for name, collection in collections.items():
+        index = real_index(name, collection, model, workdir)
+        topics = collection.topics
+        toks = model.query_encoder()(topics)
+        for engine, params in settings(real=True):
+            costs, results = latency(index.toks_retriever(1000, engine=engine, **params), toks)
+            ndcg = pt.Experiment([pt.Transformer.from_df(results)], topics, collection.qrels, [nDCG @ 10])
+            rows.append({'collection': name, 'setting': label(engine, params), 'engine': engine, 'k': 1000, **costs,
+                         'engine_mb': engine_mb(index, engine), 'nDCG@10': float(ndcg['nDCG@10'].iloc[0])})
             print(rows[-1], flush=True)
     return rows
 
 
-def run_bm25(args, collections, workdir, queries):
-    """PISA BM25 on a synthetic text corpus of the largest size (the moonshot reference)."""
+def run_synthetic(args, workdir, queries, size, engines):
+    from pyterrier_lsr import LsrIndex
+    path = synthetic_path(workdir, size)
+    exact, num_postings, out = None, None, []
+    for engine in engines:
+        rows = Rows(workdir, size, engine, args.remeasure)
+        out.append(rows)
+        if engine == 'bm25':
+            build = ensure_built(args, workdir, size, 'bm25', lambda: is_built_text(text_path(workdir, size)))
+            measure_bm25(args, workdir, size, queries, rows, build)
+            continue
+        step = 'vectors' if engine == 'pisa' else engine
+        build = ensure_built(args, workdir, size, step, lambda: LsrIndex(path).built() and (
+            engine in LsrIndex(path).meta['engines']))
+        index = LsrIndex(path)
+        todo = [(p, k) for p in SETTINGS[engine] for k in args.depths if not rows.has(label(engine, p), k)]
+        if not todo:
+            continue
+        if exact is None:
+            exact = exact_top(index, list(queries['query_toks']), depth=max(args.depths))
+            num_postings = sum(s['num_postings'] for s in index.vectors().manifest['shards'])
+            gc.collect()
+        for params, k in todo:
+            costs, results = latency(index.toks_retriever(k, engine=engine, **params), queries)
+            rows.add({'docs': size, 'postings_per_doc': num_postings / size, 'setting': label(engine, params),
+                      'engine': engine, 'k': k, **costs, 'R@10': recall(results, queries.qid, exact, 10),
+                      f'R@{k}': recall(results, queries.qid, exact, k), 'engine_mb': engine_mb(index, engine),
+                      'build_s': build.get('seconds'), 'build_peak_rss_gib': build.get('peak_rss_gib'),
+                      'load': os.getloadavg()[0]})
+    return [row for rows in out for row in rows.rows]
+
+
+def is_built_text(path):
     import pyterrier_pisa
+    return pyterrier_pisa.PisaIndex(str(path)).built()
 
-    from pyterrier_lsr.report import query_times
+
+def build_bm25(args, collections, workdir, size):
+    """PISA BM25 on a synthetic text corpus of ``size`` documents (see the module docs)."""
+    import pyterrier_pisa
     texts = [d['text'].split() for c in collections.values() for d in c.corpus]
-    size = max(args.sizes)
-    path = workdir / f'synthetic-text-{size}.pisa'
-    index = pyterrier_pisa.PisaIndex(str(path), text_field='text', threads=1)
-    start = time.perf_counter()
-    if not index.built():
-        rng = np.random.default_rng(args.seed)
+    rng = np.random.default_rng(args.seed)
 
-        def docs():
-            for i in range(size):
-                a, b = texts[rng.integers(len(texts))], texts[rng.integers(len(texts))]
-                words = [w for w in a if rng.random() < KEEP_A] + [w for w in b if rng.random() < TAKE_B]
-                yield {'docno': f't{i}', 'text': ' '.join(words)}
-        index.index(docs())
-    build = time.perf_counter() - start
-    rows = []
-    for algorithm in ('maxscore', 'block_max_wand'):
-        retriever = index.bm25(num_results=100, threads=1, query_algorithm=algorithm)
-        times = query_times(retriever, queries)
-        start = time.perf_counter()
-        retriever(queries[['qid', 'query']])
-        batch = (time.perf_counter() - start) * 1e3 / len(queries)
-        rows.append({'docs': size, 'setting': f'pisa BM25 text ({algorithm})', 'engine_build_s': build,
-                     'engine_mb': sum(f.stat().st_size for f in path.rglob('*') if f.is_file()) / 2 ** 20,
-                     'ms_median': float(np.median(times)), 'ms_p99': float(np.percentile(times, 99)),
-                     'ms_batch': batch})
-        print(rows[-1], flush=True)
-    return rows
+    def docs():
+        for i in range(size):
+            a, b = texts[rng.integers(len(texts))], texts[rng.integers(len(texts))]
+            words = [w for w in a if rng.random() < KEEP_A] + [w for w in b if rng.random() < TAKE_B]
+            yield {'docno': f't{i}', 'text': ' '.join(words)}
+    pyterrier_pisa.PisaIndex(str(text_path(workdir, size)), text_field='text', threads=1).index(docs())
+
+
+def measure_bm25(args, workdir, size, queries, rows, build):
+    import pyterrier_pisa
+    path = text_path(workdir, size)
+    index = pyterrier_pisa.PisaIndex(str(path), text_field='text', threads=1)
+    for algorithm in BM25_ALGORITHMS:
+        for k in args.depths:
+            setting = f'pisa BM25 text ({algorithm})'
+            if rows.has(setting, k):
+                continue
+            costs, _ = latency(index.bm25(num_results=k, threads=1, query_algorithm=algorithm),
+                               queries[['qid', 'query']])
+            rows.add({'docs': size, 'setting': setting, 'engine': 'bm25', 'k': k, **costs,
+                      'engine_mb': sum(f.stat().st_size for f in path.rglob('*') if f.is_file()) / 2 ** 20,
+                      'build_s': build.get('seconds'), 'build_peak_rss_gib': build.get('peak_rss_gib'),
+                      'load': os.getloadavg()[0]})
 
 
 def markdown(rows, columns):
@@ -241,46 +420,55 @@ def main():
     parser.add_argument('--collections', nargs='+', default=['irds:vaswani'],
                         help='irds: ids or folders of docs.jsonl, topics.tsv and qrels.txt (e.g. path/to/cisi)')
     parser.add_argument('--sizes', nargs='*', type=int, default=[100_000, 1_000_000])
+    parser.add_argument('--depths', nargs='+', type=int, default=[10, 1000], help='the k of each measured retriever')
+    parser.add_argument('--engines', nargs='+', default=['pisa', 'seismic', 'bmp'], choices=SYNTHETIC_ORDER,
+                        help='the engines measured on the synthetic corpora (bm25: as --bm25)')
     parser.add_argument('--scale', type=float, default=100.)
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--skip-real', action='store_true')
     parser.add_argument('--bm25', action='store_true')
-    parser.add_argument('--workdir', default='/tmp/lsr-engines')
+    parser.add_argument('--remeasure', nargs='*', default=[],
+                        help='engines (or bm25) whose kept rows are measured again')
+    parser.add_argument('--workdir', default='lsr-engines-work', help='where the indexes and measured rows are kept')
     parser.add_argument('--irds-cache')
+    parser.add_argument('--build-step', choices=['vectors', 'bmp', 'seismic', 'bm25'], help=argparse.SUPPRESS)
     parser.add_argument('--output', default=str(Path(__file__).parent / 'results' / 'engines.json'))
     args = parser.parse_args()
-    import torch
-    torch.set_num_threads(1)
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
+    if args.build_step:
+        return build_step(args)
+    import torch
+    torch.set_num_threads(1)
     from pyterrier_lsr import Splade
     workdir = Path(args.workdir)
     workdir.mkdir(parents=True, exist_ok=True)
     model = Splade.from_pretrained(resolve_model(args.model), batch_size=32)
     collections = {c.name: c for c in map(load_collection, args.collections)}
+    for name, collection in collections.items():
+        real_index(name, collection, model, workdir)
+    CLOCK.install()  # after every build of this process: native builders must see the engines' own classes
     output = Path(args.output)
-    report = json.loads(output.read_text()) if output.exists() else {}
+    report = read_json(output, 'the benchmark results') if output.exists() else {}
     report.update({'command': 'python benchmarks/engines.py ' + ' '.join(sys.argv[1:]),
                    'machine': platform.processor() or platform.machine(), 'date': time.strftime('%Y-%m-%d %H:%M UTC'),
                    'synthetic': {'keep_a': KEEP_A, 'take_b': TAKE_B, 'noise_sigma': NOISE, 'seed': args.seed}})
     if not args.skip_real:
         report['real'] = run_real(args, model, collections, workdir)
         print(markdown(report['real'], ['collection', 'setting', 'nDCG@10', 'ms_median', 'ms_p99', 'ms_batch',
-                                        'engine_mb', 'engine_build_s']))
+                                        'wrapper_share', 'engine_mb']))
     queries = pd.concat([model.query_encoder()(c.topics.assign(qid=c.name + '-' + c.topics.qid.astype(str)))
                          for c in collections.values()], ignore_index=True)
-    if args.sizes:
-        base = base_vectors(collections, workdir, model)
-        rows = run_synthetic(args, model, collections, workdir, base, queries)
-        report['synthetic_rows'] = [r for r in report.get('synthetic_rows', []) if r['docs'] not in args.sizes] + rows
-        print(markdown(rows, ['docs', 'setting', 'R@10', 'R@100', 'ms_median', 'ms_p99', 'ms_batch', 'engine_mb',
-                              'engine_build_s']))
-    if args.bm25:
-        report['bm25'] = run_bm25(args, collections, workdir, queries)
+    engines = [e for e in SYNTHETIC_ORDER if e in args.engines or (e == 'bm25' and args.bm25)]
+    rows = []
+    for size in args.sizes:
+        rows += run_synthetic(args, workdir, queries, size, engines)
+    report['synthetic_rows'] = [r for r in report.get('synthetic_rows', []) if r['docs'] not in args.sizes] + rows
+    report['builds'] = read_json(workdir / 'builds.json', 'build records') if (workdir / 'builds.json').exists() else {}
+    print(markdown(rows, ['docs', 'setting', 'k', 'R@10', 'ms_median', 'ms_p99', 'ms_batch', 'wrapper_share',
+                          'build_peak_rss_gib', 'engine_mb', 'build_s']))
     output.parent.mkdir(parents=True, exist_ok=True)
-    tmp = output.with_suffix('.json.tmp')
-    tmp.write_text(json.dumps(report, indent=1))
-    tmp.replace(output)
+    write_json(output, report)
 
 
 if __name__ == '__main__':

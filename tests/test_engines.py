@@ -54,6 +54,20 @@ def test_exact_modes_are_pisa(engine_index, queries, engine, params, depth):
         same_ranking(top(got, qid, depth), top(pisa, qid, depth))
 
 
+@pytest.mark.parametrize('engine, params', [('pisa', dict(threads=2)), ('bmp', {}), ('bmp', dict(alpha=0.8)),
+                                            ('seismic', dict(threads=2)), ('seismic', dict(exact=True, threads=2))])
+def test_a_batch_equals_one_query_at_a_time(engine_index, queries, engine, params):
+    """A frame of many queries takes the engines' own batch paths (PISA's and Seismic's threads, Seismic's exact
+    queries deepened together): the results are those of one-query calls, row for row."""
+    some = queries.head(30)
+    alone = engine_index.toks_retriever(num_results=20, engine=engine, **dict(params, threads=1))
+    expected = pd.concat([alone(some.iloc[[i]]) for i in range(len(some))], ignore_index=True)
+    got = engine_index.toks_retriever(num_results=20, engine=engine, **params)(some)
+    order = lambda frame: frame.sort_values(['qid', 'rank'], kind='stable').reset_index(drop=True)  # noqa: E731
+    pd.testing.assert_frame_equal(order(got), order(expected))
+    assert len(got) > 20 * 25
+
+
 def test_approximate_settings_run_and_stay_close(engine_index, queries):
     pisa = engine_index.toks_retriever(num_results=10)(queries)
     for engine, params in [('bmp', dict(alpha=0.8, beta=0.8)), ('seismic', dict(query_cut=5, heap_factor=0.7))]:

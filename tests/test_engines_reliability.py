@@ -241,10 +241,22 @@ def test_bmp_scores_never_wrap(tmp_path):
     assert_exact(ask(index, queries, 'bmp'), vectors, queries, 100., 10)
 
 
-def test_bmp_refuses_a_document_whose_sum_cannot_fit(tmp_path):
-    docs = [{'docno': 'long', 'toks': {f't{j}': 1.0 for j in range(2100)}}]
-    with pytest.raises(ValueError, match="document 'long' has 2100 terms, and at most 2046 fit"):
-        SpladeIndexer(tmp_path / 'long.lsr', verbose=False, engines=('pisa', 'bmp')).index(docs)
+@pytest.mark.parametrize('heavy_min', [64, 0])
+def test_bmp_long_documents_and_queries_stay_exact(tmp_path, monkeypatch, heavy_min):
+    # A document of 2,100 terms was refused (its levels could pass BMP's 16-bit sums); now documents whose levels may
+    # wrap are kept aside and re-scored for every query. With none allowed aside (0), the levels are lowered for the
+    # others and the 2,100-term document (heavy at any level) is still kept aside.
+    from pyterrier_lsr.index.engines import bmp
+    monkeypatch.setattr(bmp, 'HEAVY_MIN', heavy_min)
+    vectors = [{f't{j}': 3.0 for j in range(2100)}, {f't{j}': 2.9 for j in range(300)}, {'t0': 3.0, 't1': 3.0},
+               {'t5': 0.5, 'x': 1.0}] + [{f't{j}': 0.3 for j in range(i, i + 30)} for i in range(40)]
+    index = build(tmp_path / 'long.lsr', vectors)
+    settings = index.meta['engines']['bmp']
+    assert settings['heavy_documents'] == (2 if heavy_min else 1)
+    assert (settings['impact_factor'] < 127 / 300) == (heavy_min == 0)
+    queries = [{f't{j}': 1.0 for j in range(300)}, {f't{j}': 0.5 + j / 300 for j in range(300)},
+               {f't{j}': 1.0 for j in range(2100)}, {'t0': 1.0, 't5': 0.2, 'x': 0.01}, {'t35': 1.0, 't40': 0.5}]
+    assert_exact(ask(index, queries, 'bmp'), vectors, queries, 100., 10)
 
 
 def test_bmp_approximate_on_a_single_block_returns_rows(tmp_path):

@@ -9,16 +9,17 @@ k-th, so the top-k equals PISA's (up to the order of equal scores).
 BMP's integers (bmp 0.2.8):
 
 * document: BMP level ``l = max(1, rint(i * f))`` of PISA's impact ``i = int(w * scale)``, with
-  ``f = min(1, max_impact / M)`` (``M``: the largest impact), lowered (by bisection) until every document's levels sum
-  to at most 2047 (``65535 // 32``): BMP sums scores in 16 bits and wraps past 65,535 without an error, and a query
-  level is at most 32, so such a document cannot wrap for any query (``largest_impact`` and ``impact_factor`` are
-  recorded).  A document with more than 2046 terms cannot be
-  made to fit and is refused.  (Block upper bounds saturate in bmp 0.2.8 instead of wrapping: measured.)
+  ``f = min(1, max_impact / M)`` (``M``: the largest impact).  BMP sums scores in 16 bits and wraps past 65,535
+  without an error; a query level is at most 32, so a document whose levels sum to at most 2047 (``65535 // 32``)
+  cannot wrap.  The few documents whose levels sum to more (at most :data:`HEAVY_SHARE` of them, ``f`` is lowered by
+  bisection until so; a document with 2,047 terms or more is always one) are kept in a list and re-scored exactly for
+  every query, whatever BMP makes of them (``impact_factor`` and ``heavy_documents`` are recorded).
 * query: level ``L_t = ceil(32 * q_t / max_t q_t)`` of ``q_t = int(w_t * scale)`` (BMP maps the largest query weight
   to 32; it is given the levels themselves, which it keeps as they are).  Terms the index lacks and weights that
   quantize to 0 are dropped.
-* bound: ``q <= L * max_q / 32`` and ``i <= (l + 1/2) / f``, so a document BMP scores ``s'`` has an exact score of at
-  most ``max_q / (32 f) * (s' + sum_t L_t / 2)``: that is the bound on the documents BMP did not return.
+* bound: ``q <= L * max_q / 32`` and ``i <= (l + 1/2) / f``, so a document BMP scores ``s'`` (not a heavy one: its
+  score is right) has an exact score of at most ``max_q / (32 f) * (s' + sum_t L_t / 2)``: that is the bound on the
+  documents BMP did not return.
 
 ``alpha < 1`` stops once the best remaining block bound is below ``1/alpha`` times the k-th score; ``beta < 1`` keeps
 only that fraction of the (highest-weighted) query terms (done here, as BMP does it); both return BMP's candidates
@@ -41,9 +42,11 @@ from ...checks import check_bool, check_float, check_int
 from .glue import (Forward, Timer, ToksSearcher, certified_top, check_depth, check_threads, engine_settings,
                    quantized_csr, ranked, require)
 
-FORMAT = 2  # 2: documents numbered by row, forward index kept, levels chosen so that no score wraps
+# 2: documents numbered by row, forward index kept; 3: the heavy documents kept (finer levels for the others)
+FORMAT = 3
 INDEX_FILE = 'index.bmp'
 KTH_FILE = 'kth.npy'  # [terms, 3]: each term's 10th, 100th and 1000th largest BMP level
+HEAVY_FILE = 'heavy.npy'  # rows of the documents whose levels may wrap BMP's 16-bit sums
 # Names no document can have: terms never contain whitespace, docnos here are row numbers.
 SENTINEL_DOCNO = ' bmp sentinel'
 # Sentinel terms and levels: with query levels 0-32 they sum to any bound 1..65535 (see _sentinel_levels).
@@ -52,7 +55,12 @@ SENTINEL_255 = [f'bmp sentinel 255 {i}' for i in range(9)]
 SENTINEL_DOC = {SENTINEL_ONE: 1, SENTINEL_32: 32, **{t: 255 for t in SENTINEL_255}}
 MAX_QUERY_LEVEL = 32  # bmp.query.MAX_TERM_WEIGHT: the searcher maps the largest query weight to it
 MAX_LEVEL_SUM = (2 ** 16 - 1) // MAX_QUERY_LEVEL  # a document's levels may sum to this: 32 times it fits in 16 bits
+# At most this share of the documents (and at least HEAVY_MIN of them) may be heavy: each is re-scored for every query.
+HEAVY_SHARE, HEAVY_MIN = 0.001, 64
 KTH = (10, 100, 1000)  # the depths whose k-th levels BMP keeps per term
+# Exact mode asks BMP first for START * k candidates: its levels are coarser than PISA's impacts, so the exact top-k
+# is rarely certain from BMP's own top-k alone (see certified_top).
+START = 4
 MAX_TERMS = 2 ** 16 - len(SENTINEL_DOC)  # term ids are 16-bit
 
 
@@ -64,7 +72,7 @@ def _kth_impacts(ids: np.ndarray, levels: np.ndarray, num_terms: int) -> np.ndar
     out = np.zeros((num_terms, len(KTH)), dtype=np.int64)
     for j, k in enumerate(KTH):
         has = counts >= k
-        out[has, j] = levels[order][starts[has] + k - 1]
+        out[has, j] = levels[order[starts[has] + k - 1]]
     return out
 
 
@@ -77,35 +85,31 @@ def _sentinel_levels(bound: int) -> dict:
     return {t: level for t, level in levels.items() if level}
 
 
-def _levels(docnos, indptr, impacts, max_impact: int):
-    """``(factor, levels)``: BMP's levels of PISA's impacts, such that no document's levels sum past
-    :data:`MAX_LEVEL_SUM` (see the module notes)."""
+def _levels(indptr, impacts, max_impact: int):
+    """``(factor, levels, heavy rows)``: BMP's levels of PISA's impacts, the largest factor (at most
+    ``max_impact / M``) that leaves at most ``max(HEAVY_MIN, HEAVY_SHARE * n)`` documents whose levels sum past
+    :data:`MAX_LEVEL_SUM`, and those documents (see the module notes)."""
     lengths = np.diff(indptr)
-    longest = int(lengths.argmax())
-    if lengths[longest] >= MAX_LEVEL_SUM:
-        raise ValueError(f'BMP sums scores in 16 bits: document {docnos[longest]!r} has {lengths[longest]} terms, and '
-                         f'at most {MAX_LEVEL_SUM - 1} fit; use another engine or prune the documents')
     rows = np.repeat(np.arange(len(lengths)), lengths)
+    # Documents of more terms than MAX_LEVEL_SUM are heavy at any factor (every level is at least 1): not counted.
+    allowed = max(HEAVY_MIN, int(HEAVY_SHARE * len(lengths))) + int((lengths > MAX_LEVEL_SUM).sum())
 
     def at(factor):
         levels = np.maximum(1, np.rint(impacts * factor)).astype(np.int64)
-        return levels, np.bincount(rows, weights=levels, minlength=len(lengths)).max() <= MAX_LEVEL_SUM
+        heavy = np.flatnonzero(np.bincount(rows, weights=levels, minlength=len(lengths)) > MAX_LEVEL_SUM)
+        return levels, heavy
 
     factor = min(1., max_impact / int(impacts.max()))
-    levels, fits = at(factor)
-    if not fits:
-        # A level is at most impact * factor + 1, so (2047 - n_d) / S_d fits every document; search up from there.
-        sums = np.bincount(rows, weights=impacts, minlength=len(lengths))
-        has = lengths > 0
-        low, high = float(((MAX_LEVEL_SUM - lengths[has]) / sums[has]).min()), factor
+    levels, heavy = at(factor)
+    if len(heavy) > allowed:
+        # Near factor 0 every level is 1: only the documents counted out of `allowed` are heavy.
+        low, high = 0., factor
         for _ in range(30):
             middle = (low + high) / 2
-            low, high = (middle, high) if at(middle)[1] else (low, middle)
+            low, high = (middle, high) if len(at(middle)[1]) <= allowed else (low, middle)
         factor = low
-        levels, fits = at(factor)
-        if not fits:  # pragma: no cover
-            raise AssertionError('BMP levels overflow despite the factor chosen for them')
-    return factor, levels
+        levels, heavy = at(factor)
+    return factor, levels, heavy
 
 
 class BmpEngine:
@@ -126,7 +130,7 @@ class BmpEngine:
             if len(terms) > MAX_TERMS:
                 raise ValueError(f'BMP numbers terms in 16 bits: the index has {len(terms)} terms, at most '
                                  f'{MAX_TERMS} fit')
-            factor, levels = _levels(docnos, indptr, impacts, max_impact)
+            factor, levels, heavy = _levels(indptr, impacts, max_impact)
             names = np.array(terms, dtype=object)
             indexer = bmp.Indexer(str(folder / INDEX_FILE), bsize=block_size, compress_range=compress_range)
             for row in range(len(docnos)):
@@ -140,8 +144,10 @@ class BmpEngine:
             indexer.finish()
             Forward.write(folder, docnos, terms, indptr, ids, impacts)
             storage.write_array(folder / KTH_FILE, _kth_impacts(ids, levels, len(terms)))
+            storage.write_array(folder / HEAVY_FILE, heavy.astype(np.int64))
         return {'format': FORMAT, 'block_size': block_size, 'compress_range': compress_range,
                 'max_impact': max_impact, 'largest_impact': int(impacts.max()), 'impact_factor': factor,
+                'heavy_documents': len(heavy),
                 'bmp_documents': len(docnos) + pads + 1, 'build_seconds': round(timer.seconds, 3)}
 
     def retriever(self, index, folder, num_results: int, alpha: float = 1., beta: float = 1., threads: int = 1,
@@ -161,6 +167,7 @@ class BmpEngine:
         limit = max(settings['bmp_documents'], KTH[-1] + 1)
         forward = Forward(folder)
         kth = np.load(folder / KTH_FILE, allow_pickle=False)
+        heavy = np.load(folder / HEAVY_FILE, allow_pickle=False)
         searcher = bmp.Searcher(str(folder / INDEX_FILE))
         scale = index.scale
         exact = alpha == 1 and beta == 1
@@ -183,6 +190,8 @@ class BmpEngine:
                 asked = dict(named, **{t: float(v) for t, v in _sentinel_levels(threshold + 1).items()})
                 docnos, scores = searcher.search(asked, k=depth, alpha=alpha, beta=1.)
                 rows = np.array([int(d) for d in docnos if not d.startswith(' ')], dtype=np.int64)
+                # Heavy documents are always candidates: BMP's scores of them may have wrapped.
+                rows = np.union1d(rows, heavy) if len(heavy) else rows
                 # Left out: documents BMP scored at most the lowest score kept (when it kept `depth`), or at most T.
                 lowest = max(min(scores), threshold) if len(docnos) == depth else threshold
                 return rows, top / (MAX_QUERY_LEVEL * factor) * (lowest + slack) * (1 + 1e-9) if lowest else 0.
@@ -191,8 +200,7 @@ class BmpEngine:
                 return forward.rescore(query, rows)
 
             if exact:
-                # BMP's levels are coarse (a few dozen): its top-k alone is never certain, 4k nearly always is.
-                rows, scores = certified_top(candidates, rescore, k, limit, start=4 * k)
+                rows, scores = certified_top(candidates, rescore, k, limit, start=START * k)
             else:
                 rows = candidates(k)[0]
                 rows, scores = ranked(rows, rescore(rows), k)

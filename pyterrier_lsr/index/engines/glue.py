@@ -22,7 +22,7 @@ from ...checks import check_int, check_term
 from ...storage import read_json, write_array, write_json
 
 __all__ = ['require', 'check_threads', 'check_depth', 'engine_settings', 'quantized_csr', 'Forward',
-           'certified_top', 'ranked', 'ToksSearcher', 'Timer']
+           'certified_top', 'certified_tops', 'ranked', 'ToksSearcher', 'Timer']
 
 TERMS_FILE = 'terms.json'
 DOCNOS_FILE = 'docnos.json'
@@ -117,24 +117,42 @@ class Forward:
         dense = np.zeros(len(self.terms))  # per call: retrievers are shared between threads
         dense[list(query)] = list(query.values())
         products = dense[self.ids[positions]] * self.impacts[positions]
-        return np.bincount(np.repeat(np.arange(len(rows)), lengths), weights=products, minlength=len(rows))
+        # Sums of exact integers in float64 (below 2**53): any order gives the same; reduceat over the non-empty rows'
+        # segments spares the per-posting row numbers of a bincount (a fifth of a 1000-candidate re-scoring).
+        scores, filled = np.zeros(len(rows)), lengths > 0
+        if filled.any():
+            scores[filled] = np.add.reduceat(products, (ends - lengths)[filled])
+        return scores
+
+
+def certified_tops(search: Callable[[List[int], int], List[Tuple[np.ndarray, float]]],
+                   rescore: Callable[[int, np.ndarray], np.ndarray], k: int, limit: int, count: int,
+                   start: Optional[int] = None) -> List[Tuple[np.ndarray, np.ndarray]]:
+    """The exact top-``k`` ``(rows, scores)`` of each of ``count`` queries, best first (ties by row), from an engine's
+    candidates.
+
+    ``search(queries, depth)`` returns, for each query asked (their positions), candidate rows and a bound on the exact
+    score of every row it did not return (0: none of them matches); ``rescore(query, rows)`` their exact scores.
+    Queries are asked again, deeper (first ``start``, default ``k``; up to ``limit``, where ``search`` returns every
+    matching row), all uncertain ones in one call, until the exact k-th score reaches that bound.  Documents whose
+    exact score is 0 (not matching) are dropped, as PISA never returns them."""
+    depth, pending, tops = min(limit, start or k), list(range(count)), [None] * count
+    while pending:
+        uncertain = []
+        for query, (rows, unseen) in zip(pending, search(pending, depth)):
+            rows, scores = ranked(rows, rescore(query, rows), k)
+            if unseen <= 0 or depth >= limit or (len(rows) == k and scores[-1] >= unseen):
+                tops[query] = rows, scores
+            else:
+                uncertain.append(query)
+        pending, depth = uncertain, min(limit, depth * 4)
+    return tops
 
 
 def certified_top(search: Callable[[int], Tuple[np.ndarray, float]], rescore: Callable[[np.ndarray], np.ndarray],
                   k: int, limit: int, start: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
-    """The exact top-``k`` ``(rows, scores)``, best first (ties by row), from an engine's candidates.
-
-    ``search(depth)`` returns candidate rows and a bound on the exact score of every row it did not return (0: none of
-    them matches); candidates are re-scored exactly and asked for deeper (first ``start``, default ``k``; up to
-    ``limit``, where ``search`` returns every matching row) until the exact k-th score reaches that bound.  Documents
-    whose exact score is 0 (not matching) are dropped, as PISA never returns them."""
-    depth = min(limit, start or k)
-    while True:
-        rows, unseen = search(depth)
-        rows, scores = ranked(rows, rescore(rows), k)
-        if unseen <= 0 or depth >= limit or (len(rows) == k and scores[-1] >= unseen):
-            return rows, scores
-        depth = min(limit, depth * 4)
+    """:func:`certified_tops` of one query: ``search(depth)``, ``rescore(rows)``."""
+    return certified_tops(lambda _, depth: [search(depth)], lambda _, rows: rescore(rows), k, limit, 1, start)[0]
 
 
 def ranked(rows: np.ndarray, scores: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:

@@ -15,8 +15,9 @@ Seismic has no exact search mode; ``exact=True`` uses its brute-force scan of th
 loaded into memory when the retriever is made; slow, meant for checking), deepened until no document left out can
 score above the k-th: a document Seismic scores ``s'`` has an exact score of at most ``s' / value_scale / (1 - d)``
 with ``d = 2**-10 + (n + 2) * 2**-23`` for ``n`` query terms (float16 values, float32 sums, with a factor 2 to spare),
-so the top-k equals PISA's (up to the order of equal scores); when every impact is at most 2048 and a query's
-``sum_t q_t`` times the largest impact is below 2**24, Seismic's scores are exact and ``d = 0``.
+so the top-k equals PISA's (up to the order of equal scores; the uncertain queries of a frame are deepened together,
+one batch call per round); when every impact is at most 2048 and a query's ``sum_t q_t`` times the largest impact is
+below 2**24, Seismic's scores are exact and ``d = 0``.
 The approximate knobs: at build time ``n_postings``
 (average posting-list length kept; ``max_fraction`` times it at most per list), ``centroid_fraction``,
 ``summary_energy``; at query time ``query_cut`` (query terms kept, highest weights first) and ``heap_factor`` (a block
@@ -29,7 +30,7 @@ import numpy as np
 import pyterrier as pt
 
 from ...checks import check_bool, check_float, check_int
-from .glue import (Forward, Timer, ToksSearcher, certified_top, check_depth, check_threads, engine_settings,
+from .glue import (Forward, Timer, ToksSearcher, certified_tops, check_depth, check_threads, engine_settings,
                    quantized_csr, ranked, require)
 
 FORMAT = 2  # 2: documents numbered by row, forward index kept, values scaled into float16's range
@@ -131,27 +132,28 @@ class SeismicEngine:
                                             np.array([s for _, s, _ in result], dtype=np.float64))
             return found
 
-        def exact_top(query, first):
-            """Certified top-k; ``first``: Seismic's answer at depth k, from the batch of all queries."""
+        def margin(query):
             if largest <= FLOAT16_EXACT and sum(query.values()) * largest < 2 ** 24:
-                margin = 1.  # float16 values and float32 sums are all exact integers: Seismic's scores are PISA's
-            else:
-                margin = 1 / value_scale / (1 - 2 ** -10 - (len(query) + 2) * 2 ** -23)
-
-            def candidates(depth):
-                rows, scores = first if depth == k else batch([query], depth)[0]
-                return rows, (scores.min() * margin if len(rows) == depth and len(rows) else 0.)
-
-            return certified_top(candidates, lambda rows: forward.rescore(query, rows), k, index.num_docs())
+                return 1.  # float16 values and float32 sums are all exact integers: Seismic's scores are PISA's
+            return 1 / value_scale / (1 - 2 ** -10 - (len(query) + 2) * 2 ** -23)
 
         def search(toks_list):
             queries = [forward.query(toks, scale) for toks in toks_list]
-            asked = [i for i, q in enumerate(queries) if q]
-            found = [(np.zeros(0, np.int64), np.zeros(0))] * len(queries)
-            if asked:
-                for i, first in zip(asked, batch([queries[i] for i in asked], k)):
-                    found[i] = exact_top(queries[i], first) if exact else \
-                        ranked(first[0], forward.rescore(queries[i], first[0]), k)
+            asked = [q for q in queries if q]
+            if not asked:
+                tops = []
+            elif exact:
+                # Every uncertain query is deepened in one batch call (one scan of the vectors each round).
+                def candidates(positions, depth):
+                    return [(rows, scores.min() * margin(asked[i]) if len(rows) == depth and len(rows) else 0.)
+                            for i, (rows, scores) in zip(positions, batch([asked[i] for i in positions], depth))]
+
+                tops = certified_tops(candidates, lambda i, rows: forward.rescore(asked[i], rows), k,
+                                      index.num_docs(), len(asked))
+            else:
+                tops = [ranked(rows, forward.rescore(q, rows), k) for q, (rows, _) in zip(asked, batch(asked, k))]
+            tops = iter(tops)
+            found = [next(tops) if q else (np.zeros(0, np.int64), np.zeros(0)) for q in queries]
             return [([forward.docnos[r] for r in rows], scores.tolist()) for rows, scores in found]
 
         mode = 'exact' if exact else f'query_cut={query_cut}, heap_factor={heap_factor}'
