@@ -1,5 +1,5 @@
-"""SAE-SPLADE's query side: latents weighed by their idf (``pyterrier_lsr.sae_splade.idf_queries``), against the
-plain query side and against SPLADE-tiny trained alike (issue #29, item 4).
+"""SAE-SPLADE's query side: latents weighed by their idf (``pyterrier_lsr.sae_splade.idf_weighted_queries``),
+against the plain query side and against SPLADE-tiny trained alike (issue #29, item 4).
 
 Builds (or reuses: the folder layout and settings of ``benchmarks/methods_transfer.py --methods splade sae --latents
 16384 --k 4 --sae-epochs 6 --then``) SPLADE-tiny and SAE-SPLADE (stage 1 ``systems.SAE_SPLADE``), each trained
@@ -13,7 +13,9 @@ stage (``DomainConfig()``, documents from its index), and measures on the SAE-SP
 
 and SPLADE-tiny two-sided + query side on its own index. Each row has its held-out first-stage nDCG@10 on the
 query-side recipe's held-out pseudo-queries (what chooses between the arms; no test topic is used), then test nDCG@10,
-AP and postings per query (:func:`pyterrier_lsr.report.report`).
+AP and postings per query (:func:`pyterrier_lsr.report.report`). ``--two-sided-only`` stops before the query-side
+stages: SPLADE-tiny and SAE-SPLADE two-sided, and SAE-SPLADE two-sided with idf queries, judged on the two-sided
+recipe's held-out pseudo-queries.
 
     OMP_NUM_THREADS=1 python benchmarks/sae_queries.py --collection path/to/cisi --workdir runs/sae_cisi \\
         --cache-dir runs/cache/cisi --output benchmarks/results/sae_queries_cisi.json
@@ -21,6 +23,7 @@ AP and postings per query (:func:`pyterrier_lsr.report.report`).
 import argparse
 import json
 import time
+from dataclasses import replace
 from pathlib import Path
 
 
@@ -52,7 +55,7 @@ def main():
     from pyterrier_lsr.collections import load_collection
     from pyterrier_lsr.offline import resolve_model
     from pyterrier_lsr.report import System, report
-    from pyterrier_lsr.sae_splade import idf_queries
+    from pyterrier_lsr.sae_splade import idf_weighted_queries
     from pyterrier_lsr.systems import SAE_SPLADE, adapted, sae_splade, sparse_index
     from pyterrier_lsr.train.domain import DomainConfig, config_from_overrides
     from pyterrier_lsr.train.domain.driver import DomainAdaptation
@@ -87,7 +90,7 @@ def main():
     if not args.two_sided_only:
         sae_q = timed('sae + q', lambda: adapted(lambda: sae, corpus, work / 'sae' / 'queries', config, cache,
                                                  documents=sae_index))
-        sae_idf_q = timed('sae, idf + q', lambda: adapted(lambda: idf_queries(sae, df, n), corpus,
+        sae_idf_q = timed('sae, idf + q', lambda: adapted(lambda: idf_weighted_queries(sae, df, n), corpus,
                                                           work / 'sae' / 'idf_queries', config, cache,
                                                           documents=sae_index))
     if args.build == 'sae':
@@ -95,18 +98,20 @@ def main():
     arms = {  # name -> (model, its index)
         'SPLADE-tiny two-sided': (splade, splade_index),
         'SAE-SPLADE two-sided': (sae, sae_index),
-        'SAE-SPLADE two-sided, idf': (idf_queries(sae, df, n), sae_index),
+        'SAE-SPLADE two-sided, idf': (idf_weighted_queries(sae, df, n), sae_index),
     }
     if not args.two_sided_only:
         arms.update({
             'SPLADE-tiny two-sided + q': (splade_q, splade_index),
             'SAE-SPLADE + q': (sae_q, sae_index),
-            'SAE-SPLADE + q, idf': (idf_queries(sae_q, df, n), sae_index),
+            'SAE-SPLADE + q, idf': (idf_weighted_queries(sae_q, df, n), sae_index),
             'SAE-SPLADE, idf + q': (sae_idf_q, sae_index),
         })
+    # the held-out pseudo-queries of the last stage run (the two-sided recipe's data, read as a query-side config)
+    judge = replace(two_sided, side='query') if args.two_sided_only else config
     heldout = {}
     for name, (model, index) in arms.items():
-        run = DomainAdaptation(model, collection.corpus, work / 'heldout_tmp', config, cache, verbose=False,
+        run = DomainAdaptation(model, collection.corpus, work / 'heldout_tmp', judge, cache, verbose=False,
                                documents=index)
         run.prepare()
         heldout[name] = run.evaluate(run.model)

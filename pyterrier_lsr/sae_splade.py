@@ -15,7 +15,7 @@ from .models.features import load_dense
 from .models.sae import SparseAutoencoder
 from .models.sae_splade import DEFAULT_ALPHA, KIND, SaeSpladeModel, latent_idf, structural_token_ids
 
-__all__ = ['SaeSplade', 'idf_queries', 'latent_top_words', 'explain']
+__all__ = ['SaeSplade', 'idf_weighted_queries', 'latent_top_words', 'explain']
 
 
 class SaeSplade(TorchSparseModel):
@@ -59,7 +59,7 @@ class SaeSplade(TorchSparseModel):
         return explain(self, text, top, words)
 
 
-def idf_queries(splade, document_frequencies, num_docs: int):
+def idf_weighted_queries(splade, document_frequencies, num_docs: int):
     """An :class:`~pyterrier_lsr.AsymmetricSplade` whose documents are ``splade``'s (an :class:`SaeSplade`, or an
     asymmetric SAE-SPLADE, whose query model is then the one reweighted) and whose queries weigh each latent by its
     idf (:func:`~pyterrier_lsr.models.sae_splade.latent_idf` of the frequencies of an index of ``splade``'s documents,
@@ -69,7 +69,8 @@ def idf_queries(splade, document_frequencies, num_docs: int):
 
     from .asymmetric import AsymmetricSplade
     if getattr(splade, 'sides', type(splade)) is not SaeSplade:
-        raise ValueError(f'idf_queries reweighs the latents of an SAE-SPLADE model, not of a {type(splade).__name__}')
+        raise ValueError(f'idf_weighted_queries reweighs the latents of an SAE-SPLADE model, not of a '
+                         f'{type(splade).__name__}')
     queries = copy.deepcopy(getattr(splade, 'query_splade', splade).model)
     with torch.no_grad():
         queries.latent_weight.copy_(latent_idf(document_frequencies, num_docs, queries.terms))

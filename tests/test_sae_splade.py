@@ -7,7 +7,7 @@ import torch
 
 from pyterrier_lsr import LsrIndex, SaeSplade, SpladeIndexer, load_model
 from pyterrier_lsr.models.sae_splade import SaeSpladeModel
-from pyterrier_lsr.sae_splade import idf_queries
+from pyterrier_lsr.sae_splade import idf_weighted_queries
 from pyterrier_lsr.train import train_token_sae
 from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
 from pyterrier_lsr.models.sae_splade import DEFAULT_ALPHA, structural_token_ids
@@ -107,12 +107,12 @@ def test_latent_thresholds_let_a_token_keep_fewer_than_k(sae_splade, tmp_path):
         SaeSpladeModel(model.backbone, model.sae, threshold=torch.zeros(3))
 
 
-def test_idf_queries_weigh_latents_by_their_document_frequency(sae_splade, tmp_path):
+def test_idf_weighted_queries_weigh_latents_by_their_document_frequency(sae_splade, tmp_path):
     docs = [{'docno': str(i), 'text': t} for i, t in enumerate(TEXTS)]
     SpladeIndexer(tmp_path / 'idx', sae_splade, verbose=False).index(docs)
     index = LsrIndex(tmp_path / 'idx')
     df, n = index.document_frequencies(), index.num_docs()
-    reweighed = idf_queries(sae_splade, df, n)
+    reweighed = idf_weighted_queries(sae_splade, df, n)
     assert torch.equal(sae_splade.model.latent_weight, torch.ones(64))  # the model given is not modified
     assert reweighed.encode_docs(TEXTS) == sae_splade.encode_docs(TEXTS)  # so the index stays valid
     query = ' '.join(TEXTS)
@@ -127,7 +127,7 @@ def test_idf_queries_weigh_latents_by_their_document_frequency(sae_splade, tmp_p
     assert loaded.encode_queries([query])[0] == pytest.approx(weighed)
     assert loaded.encode_docs(TEXTS[:1])[0] == pytest.approx(sae_splade.encode_docs(TEXTS[:1])[0])
     with pytest.raises(ValueError, match='none of the model'):
-        idf_queries(sae_splade, {'l99999': 3}, n)
+        idf_weighted_queries(sae_splade, {'l99999': 3}, n)
 
 
 def test_round_trip_encodes_identically(sae_splade, tmp_path):
