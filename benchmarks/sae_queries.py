@@ -13,7 +13,7 @@ stage (``DomainConfig()``, documents from its index), and measures on the SAE-SP
 
 and SPLADE-tiny two-sided + query side on its own index. Each row has its held-out first-stage nDCG@10 on the
 query-side recipe's held-out pseudo-queries (what chooses between the arms; no test topic is used), then test nDCG@10,
-AP and postings per query (:func:`pyterrier_lsr.report.report`). ``--two-sided-only`` stops before the query-side
+AP and postings per query (:func:`pyterrier_lsr.report.report`). ``--query-stages none`` stops before the query-side
 stages: SPLADE-tiny and SAE-SPLADE two-sided, and SAE-SPLADE two-sided with idf queries, judged on the two-sided
 recipe's held-out pseudo-queries.
 
@@ -38,8 +38,9 @@ def main():
     p.add_argument('--build', choices=['splade', 'sae'],
                    help='only build (or reuse) this method\'s models and index, then stop: the two builds can run in '
                         'two processes before the measuring run')
-    p.add_argument('--two-sided-only', action='store_true',
-                   help='no query-side stage: the two-sided models, and SAE-SPLADE\'s with idf queries (no training)')
+    p.add_argument('--query-stages', choices=['all', 'sae', 'none'], default='all',
+                   help='which models get the query-side stage: all, SAE-SPLADE\'s only, or none (the two-sided '
+                        'models, and SAE-SPLADE\'s with idf queries, no training)')
     p.add_argument('--output', default='benchmarks/results/sae_queries.json')
     p.add_argument('--irds-cache')
     p.add_argument('--threads', type=int, default=1)
@@ -78,7 +79,7 @@ def main():
         splade = timed('splade', lambda: adapted(lambda: Splade.from_pretrained(base), corpus, work / 'splade',
                                                  two_sided, cache))
         splade_index = timed('splade.lsr', lambda: sparse_index(work / 'splade.lsr', splade, corpus))
-        if not args.two_sided_only:
+        if args.query_stages == 'all':
             splade_q = timed('splade + q', lambda: adapted(lambda: splade, corpus, work / 'splade' / 'queries',
                                                            config, cache, documents=splade_index))
     if args.build == 'splade':
@@ -87,7 +88,7 @@ def main():
     sae = timed('sae', lambda: sae_splade(corpus, work / 'sae', two_sided, base, stage1, cache_dir=cache))
     sae_index = timed('sae.lsr', lambda: sparse_index(work / 'sae.lsr', sae, corpus))
     df, n = sae_index.document_frequencies(), sae_index.num_docs()
-    if not args.two_sided_only:
+    if args.query_stages != 'none':
         sae_q = timed('sae + q', lambda: adapted(lambda: sae, corpus, work / 'sae' / 'queries', config, cache,
                                                  documents=sae_index))
         sae_idf_q = timed('sae, idf + q', lambda: adapted(lambda: idf_weighted_queries(sae, df, n), corpus,
@@ -100,15 +101,16 @@ def main():
         'SAE-SPLADE two-sided': (sae, sae_index),
         'SAE-SPLADE two-sided, idf': (idf_weighted_queries(sae, df, n), sae_index),
     }
-    if not args.two_sided_only:
+    if args.query_stages == 'all':
+        arms['SPLADE-tiny two-sided + q'] = (splade_q, splade_index)
+    if args.query_stages != 'none':
         arms.update({
-            'SPLADE-tiny two-sided + q': (splade_q, splade_index),
             'SAE-SPLADE + q': (sae_q, sae_index),
             'SAE-SPLADE + q, idf': (idf_weighted_queries(sae_q, df, n), sae_index),
             'SAE-SPLADE, idf + q': (sae_idf_q, sae_index),
         })
     # the held-out pseudo-queries of the last stage run (the two-sided recipe's data, read as a query-side config)
-    judge = replace(two_sided, side='query') if args.two_sided_only else config
+    judge = replace(two_sided, side='query') if args.query_stages == 'none' else config
     heldout = {}
     for name, (model, index) in arms.items():
         run = DomainAdaptation(model, collection.corpus, work / 'heldout_tmp', judge, cache, verbose=False,
@@ -128,7 +130,8 @@ def main():
     output = Path(args.output)
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps({
-        'collection': collection.name, 'set': args.set, 'stage1': stage1, 'heldout': heldout, 'seconds': seconds,
+        'collection': collection.name, 'set': args.set, 'query_stages': args.query_stages, 'stage1': stage1,
+        'heldout': heldout, 'seconds': seconds,
         'decisions': decisions, 'table': json.loads(table.to_json(orient='records')),
         'date': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, indent=1))
 
