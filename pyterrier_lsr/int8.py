@@ -2,10 +2,13 @@
 
 Every ``nn.Linear`` of the copy runs as an int8 matrix product (fbgemm/oneDNN, through the same
 ``torch.ops.quantized.linear_dynamic`` kernels as ``torch.ao.quantization.quantize_dynamic``): weights are quantized
-once, symmetrically per output row; activations are quantized per call from their own range. SPLADE's vocabulary
-projection (128 or 768 -> 30522, most of the cost of a small model) is not an ``nn.Linear`` call but is fused with the
-max pooling (:func:`~pyterrier_lsr.models.pooling.max_pooled_logits`); here it runs in int8 over prepacked vocabulary
-slices, one text at a time, so a text's activation range is its own and never includes padding.
+once, symmetrically per output row; activations are quantized **per token**: each token's vector is divided by its
+largest magnitude before the kernel quantizes the call's input, and the product is multiplied back (it is linear;
+only the bias is added after), so every token gets a grid of its own. The kernels alone quantize a call's whole input
+on one grid (a batch of texts, padding included), which lost 1 % nDCG@10 on CISI's long queries (benchmarks/int8.py).
+SPLADE's vocabulary projection (128 or 768 -> 30522, most of the cost of a small model) is not an ``nn.Linear`` call
+but is fused with the max pooling (:func:`~pyterrier_lsr.models.pooling.max_pooled_logits`); here it runs in int8
+over prepacked vocabulary slices, one text at a time, never over padding, its tokens quantized per token too.
 
 The user's fp32 module is never modified: :class:`Int8Module` keeps it (for saving, settings, training) beside the
 quantized copy that encodes. Chosen by measurement against ONNX Runtime's dynamic int8 (see ``benchmarks/int8.py``
@@ -17,7 +20,6 @@ import warnings
 import torch
 from torch import nn
 
-from .models.pooling import log_saturation
 from .models.splade import SpladeModel
 
 # Vocabulary rows per prepacked slice: 256 positions x 4096 logits = 4 MB of fp32 logits, a cache-sized tile
@@ -42,16 +44,27 @@ def pack(weight: torch.Tensor, bias=None):
     return torch.ops.quantized.linear_prepack(quantized, None if bias is None else bias.detach().float())
 
 
+def per_token(x: torch.Tensor):
+    """``x`` with each last-axis vector divided by its largest magnitude (contiguous), and those magnitudes
+    (``... x 1``): the int8 kernels then quantize every token on a grid of its own."""
+    scale = x.abs().amax(dim=-1, keepdim=True).clamp_min(torch.finfo(torch.float32).tiny)
+    return (x / scale).contiguous(), scale
+
+
 class Int8Linear(nn.Module):
     """An ``nn.Linear`` as an int8 product (weights quantized once, activations per call)."""
 
     def __init__(self, linear: nn.Linear):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
-        self.packed = pack(linear.weight, linear.bias)
+        self.packed = pack(linear.weight)
+        bias = linear.bias
+        self.register_buffer('bias', None if bias is None else bias.detach().float().clone(), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return torch.ops.quantized.linear_dynamic(x.float(), self.packed, REDUCE_RANGE)
+        x, scale = per_token(x.float())
+        out = torch.ops.quantized.linear_dynamic(x, self.packed, REDUCE_RANGE).mul_(scale)
+        return out if self.bias is None else out.add_(self.bias)
 
     def extra_repr(self) -> str:
         return f'in_features={self.in_features}, out_features={self.out_features}, int8'
@@ -73,11 +86,12 @@ class Int8MaxPool(nn.Module):
         valid = attention_mask.bool()
         pooled = torch.full((hidden.shape[0], self.vocab_size), float('-inf'))
         for row in range(hidden.shape[0]):
-            tokens = hidden[row, valid[row]].float().contiguous()
+            tokens = hidden[row, valid[row]].float()
             if not len(tokens):
                 continue
+            tokens, scale = per_token(tokens)
             for part, v0 in zip(self.slices, self.starts):
-                logits = torch.ops.quantized.linear_dynamic(tokens, part, REDUCE_RANGE)
+                logits = torch.ops.quantized.linear_dynamic(tokens, part, REDUCE_RANGE).mul_(scale)
                 torch.amax(logits, dim=0, out=pooled[row, v0:v0 + logits.shape[1]])
             if self.bias is not None:
                 pooled[row] += self.bias
@@ -129,9 +143,4 @@ class Int8Module(nn.Module):
         if self.pool is None:
             return self.quantized(input_ids, attention_mask)
         model = self.quantized
-        pooled = self.pool(model.decoder_inputs(input_ids, attention_mask), attention_mask)
-        # SpladeModel.forward's activation and special-token mask, after the int8 pooling
-        pooled = log_saturation(pooled / float(model.settings['head_scale']))
-        if len(model.special_token_ids):
-            pooled = pooled.index_fill(1, model.special_token_ids, 0.)
-        return pooled
+        return model.activate(self.pool(model.decoder_inputs(input_ids, attention_mask), attention_mask))

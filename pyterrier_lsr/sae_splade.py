@@ -13,9 +13,9 @@ from .encoders import TorchSparseModel
 from .encoding import is_blank, length_sorted_batches
 from .models.features import load_dense
 from .models.sae import SparseAutoencoder
-from .models.sae_splade import DEFAULT_ALPHA, KIND, SaeSpladeModel, structural_token_ids
+from .models.sae_splade import DEFAULT_ALPHA, KIND, SaeSpladeModel, latent_idf, structural_token_ids
 
-__all__ = ['SaeSplade', 'latent_top_words', 'explain']
+__all__ = ['SaeSplade', 'idf_weighted_queries', 'latent_top_words', 'explain']
 
 
 class SaeSplade(TorchSparseModel):
@@ -57,6 +57,24 @@ class SaeSplade(TorchSparseModel):
                 words: Optional[Dict[int, List[Tuple[str, float]]]] = None) -> List[dict]:
         """See :func:`explain`."""
         return explain(self, text, top, words)
+
+
+def idf_weighted_queries(splade, document_frequencies, num_docs: int):
+    """An :class:`~pyterrier_lsr.AsymmetricSplade` whose documents are ``splade``'s (an :class:`SaeSplade`, or an
+    asymmetric SAE-SPLADE, whose query model is then the one reweighted) and whose queries weigh each latent by its
+    idf (:func:`~pyterrier_lsr.models.sae_splade.latent_idf` of the frequencies of an index of ``splade``'s documents,
+    e.g. ``index.document_frequencies(), index.num_docs()``), so that index serves it unchanged.  Latents in half the
+    documents or more leave the queries.  ``splade`` is not modified."""
+    import copy
+
+    from .asymmetric import AsymmetricSplade
+    if getattr(splade, 'sides', type(splade)) is not SaeSplade:
+        raise ValueError(f'idf_weighted_queries reweighs the latents of an SAE-SPLADE model, not of a '
+                         f'{type(splade).__name__}')
+    queries = copy.deepcopy(getattr(splade, 'query_splade', splade).model)
+    with torch.no_grad():
+        queries.latent_weight.copy_(latent_idf(document_frequencies, num_docs, queries.terms))
+    return AsymmetricSplade(splade.model, splade.tokenizer, queries, SaeSplade, name=splade.name, **splade.runtime())
 
 
 def _word_spans(encoding, text: str, n_tokens: int) -> List[Optional[str]]:

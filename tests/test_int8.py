@@ -77,6 +77,17 @@ def test_int8_model_saves_its_fp32_weights(pair, tmp_path, texts):
     assert reloaded.encode(texts[:6]) == int8.encode(texts[:6])
 
 
+def test_an_int8_index_encodes_its_queries_in_int8(pair, tmp_path, texts):
+    from pyterrier_lsr import LsrIndex, SpladeIndexer
+    fp32, int8 = pair
+    docs = [{'docno': str(i), 'text': t} for i, t in enumerate(texts[:4])]
+    for name, model in (('fp32', fp32), ('int8', int8)):
+        SpladeIndexer(tmp_path / name, model, verbose=False).index(docs)
+        loaded = LsrIndex(tmp_path / name).model()
+        assert loaded.precision == name  # recorded with the index, restored with its model
+        assert loaded.encode_queries(texts[4:8]) == model.encode_queries(texts[4:8])
+
+
 def test_int8_query_and_doc_sides(pair):
     int8 = pair[1]
     assert int8.runtime()['precision'] == 'int8'

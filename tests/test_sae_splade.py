@@ -7,6 +7,7 @@ import torch
 
 from pyterrier_lsr import LsrIndex, SaeSplade, SpladeIndexer, load_model
 from pyterrier_lsr.models.sae_splade import SaeSpladeModel
+from pyterrier_lsr.sae_splade import idf_weighted_queries
 from pyterrier_lsr.train import train_token_sae
 from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
 from pyterrier_lsr.models.sae_splade import DEFAULT_ALPHA, structural_token_ids
@@ -95,13 +96,38 @@ def test_latent_thresholds_let_a_token_keep_fewer_than_k(sae_splade, tmp_path):
     assert torch.equal(loaded.model.latent_threshold, model.latent_threshold) and loaded.encode(['nuclear'])[0] == cut
     # a folder written before θ existed loads as plain TopK
     config = json.loads((tmp_path / 'm' / 'config.json').read_text())
-    del config['lsr']['latent_threshold']
+    del config['lsr']['latent_threshold'], config['lsr']['latent_weight']
     (tmp_path / 'm' / 'config.json').write_text(json.dumps(config))
     (tmp_path / 'm' / 'latent_threshold.safetensors').unlink()
+    (tmp_path / 'm' / 'latent_weight.safetensors').unlink()
     old = SaeSplade.from_pretrained(str(tmp_path / 'm'))
     assert not old.model.latent_threshold.any() and old.encode(['nuclear'])[0] == pytest.approx(plain)
+    assert torch.equal(old.model.latent_weight, torch.ones(64))
     with pytest.raises(ValueError, match='one value per latent'):
         SaeSpladeModel(model.backbone, model.sae, threshold=torch.zeros(3))
+
+
+def test_idf_weighted_queries_weigh_latents_by_their_document_frequency(sae_splade, tmp_path):
+    docs = [{'docno': str(i), 'text': t} for i, t in enumerate(TEXTS)]
+    SpladeIndexer(tmp_path / 'idx', sae_splade, verbose=False).index(docs)
+    index = LsrIndex(tmp_path / 'idx')
+    df, n = index.document_frequencies(), index.num_docs()
+    reweighed = idf_weighted_queries(sae_splade, df, n)
+    assert torch.equal(sae_splade.model.latent_weight, torch.ones(64))  # the model given is not modified
+    assert reweighed.encode_docs(TEXTS) == sae_splade.encode_docs(TEXTS)  # so the index stays valid
+    query = ' '.join(TEXTS)
+    plain, weighed = sae_splade.encode_queries([query])[0], reweighed.encode_queries([query])[0]
+    common = {t for t in plain if df.get(t, 0) >= n / 2}
+    assert common and plain.keys() - weighed.keys() == common  # latents in half the documents or more leave
+    idf = {t: math.log((n - df.get(t, 0) + .5) / (df.get(t, 0) + .5)) for t in weighed}
+    scale = sum(max(0., math.log((n - f + .5) / (f + .5))) * f for f in df.values()) / sum(df.values())
+    assert all(weighed[t] == pytest.approx(plain[t] * idf[t] / scale, rel=1e-5) for t in weighed)
+    reweighed.save_pretrained(str(tmp_path / 'q'))
+    loaded = load_model(str(tmp_path / 'q'))
+    assert loaded.encode_queries([query])[0] == pytest.approx(weighed)
+    assert loaded.encode_docs(TEXTS[:1])[0] == pytest.approx(sae_splade.encode_docs(TEXTS[:1])[0])
+    with pytest.raises(ValueError, match='none of the model'):
+        idf_weighted_queries(sae_splade, {'l99999': 3}, n)
 
 
 def test_round_trip_encodes_identically(sae_splade, tmp_path):

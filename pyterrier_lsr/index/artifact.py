@@ -211,7 +211,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
                 raise ValueError(f'{self.path / META_FILE}: the model path {recorded["path"]!r} leads outside the '
                                  'index')
             check_files(self.path, meta['files'], full=True, prefix=recorded['path'].rstrip('/') + '/')
-            model = load_model(folder)
+            model = load_model(folder, **({'precision': 'int8'} if recorded.get('precision') == 'int8' else {}))
             if recorded.get('name'):  # the name it was indexed under, not the copy's folder ('model'), in reprs
                 model.name = recorded['name']
             self._model, self._model_from_index = model, True
@@ -316,7 +316,9 @@ class LsrIndex(pta.Artifact, pt.Indexer):
             with quiet_native():
                 model.save_pretrained(tmp / MODEL_FOLDER)
             recorded = {'path': MODEL_FOLDER, 'kind': getattr(model, 'kind', None),
-                        'name': getattr(model, 'name', None)}
+                        'name': getattr(model, 'name', None),
+                        # int8 weights differ from the folder's fp32 ones: queries must be encoded as documents were
+                        **({'precision': 'int8'} if getattr(model, 'precision', None) == 'int8' else {})}
         meta = {'version': FORMAT_VERSION, 'scale': self._scale, 'num_docs': count, 'scoring': scoring,
                 'model': recorded, 'engines': {}, 'files': {}}
         building = _Building(tmp, meta)

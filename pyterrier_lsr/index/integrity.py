@@ -129,3 +129,5 @@ def _check_model(model: Optional[dict]) -> None:
     for key in ('kind', 'name'):
         if model.get(key) is not None and not isinstance(model[key], str):
             raise ValueError(f'model.{key} must be a string, got {model[key]!r:.60}')
+    if model.get('precision') not in (None, 'int8'):
+        raise ValueError(f'model.precision must be absent or "int8", got {model["precision"]!r:.60}')

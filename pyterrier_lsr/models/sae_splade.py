@@ -5,10 +5,10 @@ states, with the SAE trainer and the cached token-state extraction Latent Terms 
 (:class:`SaeSpladeModel`) drops the decoder and fine-tunes backbone + SAE encoder with the bundled loop; a text's
 vector over latents ``j`` is
 
-    ``v_j = α · log(1 + max_i relu(z_ij - θ_j))``,  ``z_i = relu(topk((x_i - b_dec) W_enc + b_enc))``,
+    ``v_j = α · w_j · log(1 + max_i relu(z_ij - θ_j))``,  ``z_i = relu(topk((x_i - b_dec) W_enc + b_enc))``,
     ``x_i = h_i / |h_i|``
 
-so the loop's (and PISA's) dot product is ``α² <log(1 + max z_q), log(1 + max z_d)>`` with a learned scalar ``α``.
+so the loop's (and PISA's) dot product is ``α² <w log(1 + max z_q), w log(1 + max z_d)>`` with a learned scalar ``α``.
 
 Choices (all fixed by the saved settings):
 
@@ -22,6 +22,11 @@ Choices (all fixed by the saved settings):
   TopK alone always fills k slots per token: a latent that FLOPS pushes down is replaced by the token's next-best
   one, so a stopword keeps k latents whatever the training does. Trained with FLOPS, θ rises for latents whose cost
   outweighs their use, and a token keeps only the latents above their thresholds (θ is used clamped at 0).
+* **w**, a per-latent weight (used clamped at 0), starts at 1. TopK activations say how well a latent reconstructs a
+  token, not how much it matters for retrieval, so a stopword's latents weigh as much as a rare word's; SPLADE's head
+  learned that weighting, the SAE did not. :func:`latent_idf` sets w from the latents' document frequencies in an
+  index (the query side of an :class:`~pyterrier_lsr.AsymmetricSplade`, so the index stays valid): latents in half
+  the documents or more get 0 and drop out of queries, which also cuts the postings a query reads.
 * The SAE's decoder is kept, frozen and unused: the saved ``sae/`` folder stays a complete SAE that
   :meth:`SparseAutoencoder.from_pretrained` reads (e.g. to compare latents before and after fine-tuning).
 
@@ -31,7 +36,7 @@ tokenizer + ``sae/``; :meth:`SaeSplade.from_pretrained` rebuilds it exactly and
 """
 import json
 from pathlib import Path
-from typing import List, Optional, Sequence
+from typing import List, Mapping, Optional, Sequence
 
 import torch
 from safetensors.torch import load_file, save_file
@@ -39,12 +44,13 @@ from torch import nn
 
 from .features import DenseFeatures
 from .sae import SparseAutoencoder, latent_term_names
-from ..checks import check_float
+from ..checks import check_float, check_int
 from .splade import CONFIG_KEY
 
 KIND = 'sae-splade'
 SAE_FOLDER = 'sae'
 THRESHOLD_FILE = 'latent_threshold.safetensors'
+WEIGHT_FILE = 'latent_weight.safetensors'
 # Stage-1 latents of unit-norm token states are at most ~1, so log(1 + max z) lies in [0, 0.7] and with α = 1 scores
 # are ~20x below SPLADE's.  Measured on 200 Vaswani training pairs (SPLADE-tiny backbone, 16,384 latents, k = 8):
 # mean query-positive score 0.65 at α = 1 vs SPLADE-tiny's 14.7 (score spreads: 0.29 vs 6.4), i.e. α² ≈ 22.
@@ -65,10 +71,12 @@ class SaeSpladeModel(nn.Module):
         skip_ids: token ids whose positions are not pooled (see :func:`structural_token_ids`).
         alpha: initial value of the learned scale.
         threshold: initial per-latent thresholds θ (default zeros).
+        weight: initial per-latent weights w (default ones).
     """
 
     def __init__(self, backbone: nn.Module, sae: SparseAutoencoder, skip_ids: Sequence[int] = (),
-                 alpha: float = DEFAULT_ALPHA, threshold: Optional[torch.Tensor] = None):
+                 alpha: float = DEFAULT_ALPHA, threshold: Optional[torch.Tensor] = None,
+                 weight: Optional[torch.Tensor] = None):
         super().__init__()
         hidden = backbone.config.hidden_size
         if sae.config.d_in != hidden:
@@ -81,11 +89,8 @@ class SaeSpladeModel(nn.Module):
         sae.W_dec.requires_grad_(False)  # unused: only the encoder part is fine-tuned
         # α > 0: the weights are α log(1 + z); a negative α makes every weight negative and every vector empty
         self.alpha = nn.Parameter(torch.tensor(check_float('alpha', alpha, 0, exclusive_minimum=True)))
-        if threshold is not None and threshold.shape != (sae.n_latents,):
-            raise ValueError(f'threshold must have one value per latent ({sae.n_latents}), '
-                             f'got shape {tuple(threshold.shape)}')
-        self.latent_threshold = nn.Parameter(torch.zeros(sae.n_latents) if threshold is None
-                                             else threshold.detach().float().clone())
+        self.latent_threshold = nn.Parameter(_per_latent('threshold', threshold, sae.n_latents, 0.))
+        self.latent_weight = nn.Parameter(_per_latent('weight', weight, sae.n_latents, 1.))
         self.terms = latent_term_names(sae.n_latents)
 
     @property
@@ -99,7 +104,8 @@ class SaeSpladeModel(nn.Module):
     @property
     def settings(self) -> dict:
         return {'kind': KIND, 'alpha': self.alpha.item(), 'pooling': 'log1p-max', 'special_tokens': 'excluded',
-                'topk': 'per-token', 'sae': SAE_FOLDER, 'latent_threshold': THRESHOLD_FILE}
+                'topk': 'per-token', 'sae': SAE_FOLDER, 'latent_threshold': THRESHOLD_FILE,
+                'latent_weight': WEIGHT_FILE}
 
     def token_latents(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
         """Each pooled token's top-k latents: ``(indices, values, owner)``, ``n x k``, ``n x k`` and ``n`` (its text),
@@ -115,7 +121,7 @@ class SaeSpladeModel(nn.Module):
         # max_i z_ij per text without the dense tokens x latents tensor; z >= 0, so the zero start changes no maximum.
         flat = (owner[:, None] * n_latents + indices).flatten()
         pooled = values.new_zeros(len(input_ids) * n_latents).scatter_reduce(0, flat, values.flatten(), 'amax')
-        return self.alpha * torch.log1p(pooled.view(len(input_ids), n_latents))
+        return self.alpha * self.latent_weight.clamp(min=0) * torch.log1p(pooled.view(len(input_ids), n_latents))
 
     def save_pretrained(self, path, **kwargs):
         """The backbone's HF folder with our settings in ``config.json`` (``lsr``), and the SAE under ``sae/``."""
@@ -124,6 +130,7 @@ class SaeSpladeModel(nn.Module):
         self.backbone.save_pretrained(str(path), **kwargs)
         self.sae.save_pretrained(path / SAE_FOLDER)
         save_file({'threshold': self.latent_threshold.detach().cpu().contiguous()}, str(path / THRESHOLD_FILE))
+        save_file({'weight': self.latent_weight.detach().cpu().contiguous()}, str(path / WEIGHT_FILE))
 
     @classmethod
     def from_pretrained(cls, path, skip_ids: Sequence[int] = ()) -> 'SaeSpladeModel':
@@ -133,10 +140,36 @@ class SaeSpladeModel(nn.Module):
         backbone = AutoModel.from_pretrained(str(path))
         settings = getattr(backbone.config, CONFIG_KEY)
         sae = SparseAutoencoder.from_pretrained(Path(path) / settings['sae'])
-        # folders written before θ existed have none: plain TopK, as they were trained
-        threshold = (load_file(str(Path(path) / settings['latent_threshold']))['threshold']
-                     if settings.get('latent_threshold') else None)
-        return cls(backbone, sae, skip_ids, alpha=settings['alpha'], threshold=threshold)
+        # folders written before θ or w existed have none: plain TopK and unit weights, as they were trained
+        threshold, weight = (load_file(str(Path(path) / settings[key]))[name] if settings.get(key) else None
+                             for key, name in (('latent_threshold', 'threshold'), ('latent_weight', 'weight')))
+        return cls(backbone, sae, skip_ids, alpha=settings['alpha'], threshold=threshold, weight=weight)
+
+
+def _per_latent(name: str, values: Optional[torch.Tensor], n_latents: int, default: float) -> torch.Tensor:
+    if values is None:
+        return torch.full((n_latents,), default)
+    if values.shape != (n_latents,):
+        raise ValueError(f'{name} must have one value per latent ({n_latents}), got shape {tuple(values.shape)}')
+    return values.detach().float().clone()
+
+
+def latent_idf(document_frequencies: Mapping[str, int], num_docs: int, terms: Sequence[str]) -> torch.Tensor:
+    """Per-latent weights from document frequencies (``{term: df}``, e.g. ``LsrIndex.document_frequencies()``, over
+    ``num_docs`` documents; ``terms``: the model's latent names): BM25's idf ``max(0, log((N - df + 0.5) / (df +
+    0.5)))``, scaled so that their mean over the index's postings is 1 (an average posting keeps its score, so α and
+    the training losses keep their scale). Latents in half the documents or more get 0; a latent absent from the
+    index gets the largest idf (it costs nothing to read)."""
+    num_docs = check_int('num_docs', num_docs, 1)
+    df = torch.tensor([float(document_frequencies.get(t, 0)) for t in terms], dtype=torch.float64)
+    if df.sum() <= 0:
+        raise ValueError('document_frequencies has none of the model\'s latents: give the frequencies of an index '
+                         'of this model')
+    idf = torch.log((num_docs - df + 0.5) / (df + 0.5)).clamp(min=0)
+    mean = (idf * df).sum() / df.sum()
+    if mean <= 0:
+        raise ValueError(f'every indexed latent is in at least half of the {num_docs} documents: no idf to weigh by')
+    return (idf / mean).float()
 
 
 def is_sae_splade_folder(path) -> bool:

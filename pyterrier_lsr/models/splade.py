@@ -126,6 +126,10 @@ class SpladeModel(nn.Module):
         else:
             pooled = max_pooled_logits(self.decoder_inputs(input_ids, attention_mask), attention_mask,
                                        decoder.weight, decoder.bias)
+        return self.activate(pooled)
+
+    def activate(self, pooled: torch.Tensor) -> torch.Tensor:
+        """SPLADE's activation of max-pooled logits (batch x vocabulary), special tokens set to 0."""
         pooled = log_saturation(pooled.float() / float(self.settings['head_scale']))
         if len(self.special_token_ids):
             pooled = pooled.index_fill(1, self.special_token_ids, 0.)
