@@ -33,13 +33,14 @@ from .checks import check_choice, check_float, check_str
 from .encoders import TorchSparseModel
 from .encoding import autocast, length_sorted_batches, to_dicts
 from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
-from .models.features import MODES, DenseFeatures, LatentTermsModel, load_dense
+from .models.features import MODES, DenseFeatures, LatentTermsModel, load_dense, st_pooling
 from .models.sae import SparseAutoencoder, latent_term_names
-from .offline import OFFLINE_MODELS
+from .offline import offline_name, resolve_model
 
 SAE_FOLDER = 'sae'
 DENSE_FOLDER = 'dense'
 KIND = 'latent-terms'
+CHECKPOINT_BATCHES = 50  # an interrupted embedding pass loses at most this many batches
 
 __all__ = ['LatentTerms', 'cache_key', 'cached_embeddings', 'MODES']
 
@@ -49,7 +50,9 @@ class LatentTerms(TorchSparseModel):
     scoring recorded in its indexes.
 
     Args:
-        dense: name or folder of the dense model (HF ``AutoModel``), e.g. ``'all-MiniLM-L6-v2'`` (offline).
+        dense: name or folder of the dense model (HF ``AutoModel``, e.g. a sentence-transformers folder, whose
+            declared pooling, mean or CLS, ``single`` mode follows), e.g. ``'all-MiniLM-L6-v2'`` or
+            ``'all-mpnet-base-v2'`` (offline, see :mod:`pyterrier_lsr.offline`; their hub names too).
         sae: a trained :class:`~pyterrier_lsr.models.sae.SparseAutoencoder` over this model's vectors in this mode
             (``None``: embedding only, see :func:`~pyterrier_lsr.train.build_latent_terms`).
         mode: ``'single'`` (mean-pooled text embedding) or ``'multi'`` (token embeddings, latents summed).
@@ -74,7 +77,10 @@ class LatentTerms(TorchSparseModel):
         self.dense_name = str(dense)
         model, tokenizer = load_dense(self.dense_name)
         super().__init__(None, tokenizer, device, max_length, batch_size, precision, name or self.dense_name)
-        self.features = DenseFeatures(model, mode).to(self.device).eval()
+        # a hub snapshot or folder without sentence-transformers files pools by the mean, as before
+        folder = resolve_model(self.dense_name)
+        pooling = st_pooling(folder) if Path(folder).is_dir() else 'mean'
+        self.features = DenseFeatures(model, mode, pooling=pooling).to(self.device).eval()
         self.mode, self.sqrt_tf, self.k1, self.b = mode, sqrt_tf, float(k1), float(b)
         self.sae = None
         if sae is not None:
@@ -94,7 +100,7 @@ class LatentTerms(TorchSparseModel):
         return {'kind': 'bm25', 'k1': self.k1, 'b': self.b}
 
     def _includes_dense(self) -> bool:
-        return self.include_dense if self.include_dense is not None else self.dense_name not in OFFLINE_MODELS
+        return self.include_dense if self.include_dense is not None else not offline_name(self.dense_name)
 
     def settings(self) -> dict:
         """``lsr`` in ``config.json``: kind, dense model, mode, sqrt_tf, max_length, k1, b."""
@@ -131,7 +137,9 @@ class LatentTerms(TorchSparseModel):
     def embed(self, texts: Sequence, path=None, verbose: bool = False):
         """The SAE's input vectors of ``texts``: ``(vectors, offsets)``, text ``i`` owning rows
         ``offsets[i]:offsets[i + 1]`` (none for blank texts).  With ``path`` the vectors are written there as a
-        ``.npy`` memmap (token vectors of a corpus can outgrow memory)."""
+        ``.npy`` memmap (token vectors of a corpus can outgrow memory) and the pass is resumable: every
+        :data:`CHECKPOINT_BATCHES` batches the file is flushed and ``<path>.progress.json`` records the batches
+        done, so a later call with the same texts and settings continues where an interrupted one stopped."""
         batches = list(length_sorted_batches(self.tokenizer, texts, self.batch_size, self.max_length, self.device))
         counts = np.zeros(len(texts), dtype=np.int64)
         for batch in batches:
@@ -139,19 +147,31 @@ class LatentTerms(TorchSparseModel):
                                        .numpy() if self.mode == 'multi' else 1)
         offsets = np.concatenate([[0], np.cumsum(counts)])
         shape = (int(offsets[-1]), self.features.dim)
-        vectors = np.lib.format.open_memmap(str(path), 'w+', np.float32, shape) if path else np.empty(shape, np.float32)
+        progress = Path(f'{path}.progress.json') if path else None
+        run = {'key': cache_key(self, texts), 'batch_size': self.batch_size, 'rows': shape[0]}
+        done = 0
+        if path and progress.is_file() and Path(path).is_file():
+            saved = storage.read_json(progress, 'the embedding progress')
+            if {k: saved.get(k) for k in run} == run:
+                done = int(saved.get('batches', 0))
+        if done:
+            vectors = np.load(str(path), mmap_mode='r+')
+        else:
+            vectors = (np.lib.format.open_memmap(str(path), 'w+', np.float32, shape) if path
+                       else np.empty(shape, np.float32))
         with autocast(self.device, self.precision), \
                 tqdm(total=sum(len(b.positions) for b in batches), desc='embedding', unit='text',
-                     disable=not verbose) as pbar:
-            for batch in batches:
+                     disable=not verbose, initial=sum(len(b.positions) for b in batches[:done])) as pbar:
+            for number, batch in enumerate(batches[done:], done + 1):
                 out, _ = self.features(batch.input_ids, batch.attention_mask)
                 out, row = out.float().cpu().numpy(), 0
                 for text in batch.positions:  # rows come grouped by text, in batch order
                     vectors[offsets[text]:offsets[text + 1]] = out[row:row + counts[text]]
                     row += counts[text]
                 pbar.update(len(batch.positions))
-        if path:
-            vectors.flush()
+                if path and (number % CHECKPOINT_BATCHES == 0 or number == len(batches)):
+                    vectors.flush()  # the vectors reach the file before the progress that counts them
+                    storage.write_json(progress, dict(run, batches=number))
         return vectors, offsets
 
     @torch.inference_mode()
@@ -188,14 +208,16 @@ def cache_key(latent_terms: LatentTerms, texts: Sequence) -> str:
 
 def cached_embeddings(latent_terms: LatentTerms, texts: Sequence, cache_dir, verbose: bool = True):
     """:meth:`LatentTerms.embed` of ``texts``, stored as ``<key>.vectors.npy`` + ``<key>.offsets.npy`` in
-    ``cache_dir`` and memory-mapped from there on later calls."""
+    ``cache_dir`` and memory-mapped from there on later calls; an interrupted pass resumes (see :meth:`embed`)."""
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
     key = cache_key(latent_terms, texts)
     vectors_path, offsets_path = cache_dir / f'{key}.vectors.npy', cache_dir / f'{key}.offsets.npy'
     if not offsets_path.exists():  # written last, so its presence means the vectors are complete
-        partial = cache_dir / f'{key}.vectors.partial.npy'
-        _, offsets = latent_terms.embed(texts, path=partial, verbose=verbose)
+        partial = cache_dir / f'{key}.vectors.partial.npy'  # resumed by a later call if this one is interrupted
+        vectors, offsets = latent_terms.embed(texts, path=partial, verbose=verbose)
+        del vectors  # the memmap is closed before its file moves
         storage.move_file(partial, vectors_path)
         storage.write_array(offsets_path, offsets)
+        storage.remove_temporary(f'{partial}.progress.json')
     return np.load(vectors_path, mmap_mode='r'), np.load(offsets_path)
