@@ -106,19 +106,35 @@ def test_an_interrupted_embedding_pass_resumes_where_it_stopped(tmp_path, monkey
     expected, expected_offsets = lt.embed(TEXTS)
     forward, calls = type(lt.features).forward, []
 
-    def failing_after_four(self, *args):
+    def failing_after_four(self, *args, **kwargs):
         if len(calls) == 4:
             raise KeyboardInterrupt
         calls.append(1)
-        return forward(self, *args)
+        return forward(self, *args, **kwargs)
     monkeypatch.setattr(type(lt.features), 'forward', failing_after_four)
     monkeypatch.setattr(latent_terms, 'CHECKPOINT_BATCHES', 2)
     with pytest.raises(KeyboardInterrupt):
         cached_embeddings(lt, TEXTS, tmp_path, verbose=False)
     assert not list(tmp_path.glob('*.offsets.npy'))
     calls.clear()
-    monkeypatch.setattr(type(lt.features), 'forward', lambda self, *args: (calls.append(1), forward(self, *args))[1])
+    monkeypatch.setattr(type(lt.features), 'forward',
+                        lambda self, *args, **kwargs: (calls.append(1), forward(self, *args, **kwargs))[1])
     vectors, offsets = cached_embeddings(lt, TEXTS, tmp_path, verbose=False)
     assert len(calls) == len(TEXTS) - 4  # only the batches after the last checkpoint ran again
     assert np.array_equal(offsets, expected_offsets) and np.allclose(vectors, expected, atol=1e-6)
-    assert sorted(p.name.split('.')[-2] for p in tmp_path.iterdir()) == ['offsets', 'vectors']  # no progress left
+    # the token vectors and the pooled ones, no progress file left
+    assert sorted(p.name.split('.')[-2] for p in tmp_path.iterdir()) == ['offsets', 'offsets', 'vectors', 'vectors']
+
+
+def test_the_token_pass_caches_the_pooled_embeddings_a_single_mode_pass_gives(tmp_path, monkeypatch):
+    texts = TEXTS + ['  ']
+    multi = LatentTerms('all-MiniLM-L6-v2', mode='multi', batch_size=2)
+    cached_embeddings(multi, texts, tmp_path, verbose=False)
+    single = LatentTerms('all-MiniLM-L6-v2', mode='single', batch_size=2)
+    expected, expected_offsets = single.embed(texts)
+
+    def no_pass(*args, **kwargs):
+        raise AssertionError('embedded again')
+    monkeypatch.setattr(LatentTerms, 'embed', no_pass)
+    vectors, offsets = cached_embeddings(single, texts, tmp_path, verbose=False)
+    assert np.array_equal(offsets, expected_offsets) and np.allclose(vectors, expected, atol=1e-6)

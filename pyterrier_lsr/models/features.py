@@ -51,20 +51,25 @@ class DenseFeatures(nn.Module):
         mask = attention_mask.bool()
         return mask & ~torch.isin(input_ids, self.skip_ids) if len(self.skip_ids) else mask
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, pooled: bool = False):
+        """``(vectors, owner)``; with ``pooled`` also the texts' ``single``-mode vectors from the same pass (what a
+        ``single``-mode sibling computes), as ``(vectors, owner, pooled)``."""
         hidden = self.dense(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state.float()
         mask = self.token_mask(input_ids, attention_mask)
         if self.mode == 'multi':
             owner = torch.arange(len(mask), device=mask.device)[:, None].expand_as(mask)[mask]
-            vectors = hidden[mask]
-        elif self.pooling == 'cls':
-            vectors = hidden[:, 0]
-            owner = torch.arange(len(mask), device=mask.device)
+            vectors = nn.functional.normalize(hidden[mask], dim=-1)
         else:
-            weights = mask[..., None].float()
-            vectors = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
-            owner = torch.arange(len(mask), device=mask.device)
-        return nn.functional.normalize(vectors, dim=-1), owner
+            vectors, owner = self._pool(hidden, mask), torch.arange(len(mask), device=mask.device)
+        if not pooled:
+            return vectors, owner
+        return vectors, owner, vectors if self.mode == 'single' else self._pool(hidden, mask)
+
+    def _pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.pooling == 'cls':
+            return nn.functional.normalize(hidden[:, 0], dim=-1)
+        weights = mask[..., None].float()
+        return nn.functional.normalize((hidden * weights).sum(1) / weights.sum(1).clamp(min=1), dim=-1)
 
 
 class LatentTermsModel(nn.Module):
