@@ -120,6 +120,12 @@ def _extracted(name: str, model: OfflineModel, folders: list) -> str:
     return str(target / inner)
 
 
+def installed(name: str) -> bool:
+    """Whether the packages of an offline model name (or of its hub name) are installed."""
+    short = offline_name(name)
+    return bool(short) and all(importlib.util.find_spec(m) is not None for m in OFFLINE_MODELS[short].modules)
+
+
 def resolve_model(name: str) -> str:
     """The folder of an offline model name above (or of its hub name); any other name or path is returned as
     given."""

@@ -138,3 +138,12 @@ def test_the_token_pass_caches_the_pooled_embeddings_a_single_mode_pass_gives(tm
     monkeypatch.setattr(LatentTerms, 'embed', no_pass)
     vectors, offsets = cached_embeddings(single, texts, tmp_path, verbose=False)
     assert np.array_equal(offsets, expected_offsets) and np.allclose(vectors, expected, atol=1e-6)
+
+
+def test_the_course_kit_takes_mpnet_when_its_packages_are_installed(monkeypatch):
+    from pyterrier_lsr.systems import best_dense, builders
+    monkeypatch.setattr(builders, 'installed', lambda name: True)
+    assert best_dense() == 'all-mpnet-base-v2'
+    monkeypatch.setattr(builders, 'installed', lambda name: name == 'all-MiniLM-L6-v2')
+    assert best_dense() == 'all-MiniLM-L6-v2'
+    assert offline.installed('sentence-transformers/all-MiniLM-L6-v2') and not offline.installed('someone/else')
