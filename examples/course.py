@@ -1,11 +1,12 @@
 """The course kit: every method of the project on Vaswani in one re-runnable script, one experiment table.
 
 BM25 (PISA), SPLADE (offline splade-tiny), SPLADE documents + IDF queries (inference-free), Latent Terms (a TopK SAE
-over the token embeddings of ``--dense``: all-mpnet-base-v2 when its packages are installed, else all-MiniLM-L6-v2), VT-SPLADE (splade-tiny + Vaswani words), SAE-SPLADE (splade-tiny's token
-states through a TopK SAE) and domain-adapted SPLADE; the three trained systems train with
-``pyterrier_lsr.train.domain_adapt`` (pseudo-queries from the corpus only, never the test topics) for ``--steps``
-(VT- and SAE-SPLADE, both sides) or 3x as many (the adapted SPLADE: its query encoder alone, the default recipe;
-VT-SPLADE's queries adapt that way too after its two-sided training).
+over the token embeddings of ``--dense``: all-mpnet-base-v2 when its packages are installed, else all-MiniLM-L6-v2),
+VT-SPLADE (splade-tiny + Vaswani words), SAE-SPLADE (splade-tiny's token states through a TopK SAE) and
+domain-adapted SPLADE; the three trained systems train with ``pyterrier_lsr.train.domain_adapt`` (pseudo-queries
+from the corpus only, never the test topics) for ``--steps`` (VT- and SAE-SPLADE, both sides) or 3x as many (the
+adapted SPLADE: its query encoder alone, the default recipe; VT-SPLADE's queries adapt that way too after its
+two-sided training).
 
     python examples/course.py --irds-cache PATH                     # all of Vaswani
     python examples/course.py --irds-cache PATH --docs 2000 --topics 30 --steps 60
