@@ -24,14 +24,12 @@ from ..quiet import quiet_native
 from ..sae_splade import SaeSplade
 from ..storage import read_json, write_json
 from ..train.domain import DONE_FILE, DomainConfig, domain_adapt, logged_config
-from ..train.sae import build_latent_terms, train_token_sae
+from ..train.sae import LATENT_TERMS, build_latent_terms, train_token_sae
 
 __all__ = ['BM25', 'bm25', 'sparse_index', 'latent_terms_index', 'best_dense', 'adapted', 'new_head_splade',
            'vt_splade', 'sae_splade']
 
 SYSTEM_FILE = 'system.json'
-# Latent Terms as in the README (multi-vector MiniLM, BM25 over square-rooted latent frequencies).
-LATENT_TERMS = dict(mode='multi', sae={'n_latents': 16384, 'k': 16}, sqrt_tf=True, k1=0.9, b=0.4)
 # SAE-SPLADE's stage-1 SAE: chosen on held-out pseudo-queries over 4,096 latents / 1 epoch on both development
 # collections (benchmarks/RESULTS.md, "SAE-SPLADE's queries adapt too...")
 SAE_SPLADE = {'n_latents': 16384, 'k': 4, 'epochs': 6}
