@@ -27,7 +27,9 @@ def parse_args():
     parser.add_argument('--irds-cache', help='a prepared ir_datasets cache (copied to a temporary folder)')
     parser.add_argument('--workdir', default='runs/latent_terms_flagship')
     parser.add_argument('--bases', nargs='+', default=DEFAULT_BASES)
-    parser.add_argument('--candidates', nargs='+', default=['4096:16', '16384:16'], help='SAE n_latents:k')
+    parser.add_argument('--candidates', nargs='+', default=['4096:16', '16384:16'],
+                        help='SAE n_latents:k for every base; BASE=n_latents:k[,n_latents:k...] replaces the list '
+                             'for one base (e.g. a shorter grid for a slow one)')
     parser.add_argument('--bm25-params', nargs='+', default=['0.9:0.4', '1.5:0.75'], help="Latent Terms' k1:b")
     parser.add_argument('--epochs', type=int, default=3)
     parser.add_argument('--max-train', type=int, default=100_000, help='SAE training vectors (seeded sample)')
@@ -58,6 +60,12 @@ class Timings:
 
     def __getitem__(self, name):
         return self.times.get(name, float('nan'))
+
+
+def base_candidates(entries, base):
+    """The SAE settings to try for ``base``: its ``BASE=...`` entry if there is one, else the plain entries."""
+    own = [e.split('=', 1)[1].split(',') for e in entries if '=' in e and e.split('=', 1)[0] == base]
+    return own[0] if own else [e for e in entries if '=' not in e]
 
 
 def pseudo_queries(corpus, n, seed):
@@ -145,7 +153,7 @@ def main():
                              postings=len(corpus), pipeline=dense))
 
         candidates = {}
-        for setting in args.candidates:
+        for setting in base_candidates(args.candidates, base):
             n_latents, k = map(int, setting.split(':'))
             path = workdir / f'lt.{short}.{n_latents}.{k}.e{args.epochs}'
             built = LsrIndex(path).built()
