@@ -40,7 +40,7 @@ from .offline import offline_name, resolve_model
 SAE_FOLDER = 'sae'
 DENSE_FOLDER = 'dense'
 KIND = 'latent-terms'
-CHECKPOINT_BATCHES = 50  # an interrupted embedding pass loses at most this many batches
+CHECKPOINT_BATCHES = 20  # an interrupted embedding pass loses at most this many batches
 
 __all__ = ['LatentTerms', 'cache_key', 'cached_embeddings', 'MODES']
 
