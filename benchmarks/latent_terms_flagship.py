@@ -62,6 +62,13 @@ class Timings:
         return self.times.get(name, float('nan'))
 
 
+def recorded_args(args) -> dict:
+    """The arguments as the result file records them: no path of the machine that ran it (a collection folder by its
+    name, the ir_datasets cache as given or not)."""
+    spec = args.collection if args.collection.startswith('irds:') else Path(args.collection).name
+    return {**vars(args), 'collection': spec, 'irds_cache': bool(args.irds_cache)}
+
+
 def base_candidates(entries, base):
     """The SAE settings to try for ``base``: its ``BASE=...`` entry if there is one, else the plain entries."""
     own = [e.split('=', 1)[1].split(',') for e in entries if '=' in e and e.split('=', 1)[0] == base]
@@ -202,7 +209,7 @@ def main():
     output = Path(args.output or f'benchmarks/results/latent_terms_flagship_{collection.name}.json')
     output.parent.mkdir(parents=True, exist_ok=True)
     write_json(output, {'collection': collection.name, 'documents': len(corpus), 'topics': len(topics),
-                        'args': vars(args), 'times': timings.times, 'heldout': selection,
+                        'args': recorded_args(args), 'times': timings.times, 'heldout': selection,
                         'table': table.to_dict('records')})
 
 
