@@ -1,11 +1,12 @@
 """The course kit: every method of the project on Vaswani in one re-runnable script, one experiment table.
 
 BM25 (PISA), SPLADE (offline splade-tiny), SPLADE documents + IDF queries (inference-free), Latent Terms (a TopK SAE
-over all-MiniLM-L6-v2's token embeddings), VT-SPLADE (splade-tiny + Vaswani words), SAE-SPLADE (splade-tiny's token
-states through a TopK SAE) and domain-adapted SPLADE; the three trained systems train with
-``pyterrier_lsr.train.domain_adapt`` (pseudo-queries from the corpus only, never the test topics) for ``--steps``
-(VT- and SAE-SPLADE, both sides) or 3x as many (the adapted SPLADE: its query encoder alone, the default recipe;
-VT-SPLADE's queries adapt that way too after its two-sided training).
+over the token embeddings of ``--dense``: all-mpnet-base-v2 when its packages are installed, else all-MiniLM-L6-v2),
+VT-SPLADE (splade-tiny + Vaswani words), SAE-SPLADE (splade-tiny's token states through a TopK SAE) and
+domain-adapted SPLADE; the three trained systems train with ``pyterrier_lsr.train.domain_adapt`` (pseudo-queries
+from the corpus only, never the test topics) for ``--steps`` (VT- and SAE-SPLADE, both sides) or 3x as many (the
+adapted SPLADE: its query encoder alone, the default recipe; VT-SPLADE's queries adapt that way too after its
+two-sided training).
 
     python examples/course.py --irds-cache PATH                     # all of Vaswani
     python examples/course.py --irds-cache PATH --docs 2000 --topics 30 --steps 60
@@ -26,6 +27,8 @@ def main(argv=None):
                         help='training steps of VT-SPLADE and SAE-SPLADE (both sides train); the adapted SPLADE '
                              '(query side only, a fraction of the cost per step) runs 3x as many')
     parser.add_argument('--latents', type=int, default=4096, help='SAE width of Latent Terms and SAE-SPLADE')
+    parser.add_argument('--dense', help="Latent Terms' dense base (default: the strongest installed offline one, "
+                        'all-mpnet-base-v2 or all-MiniLM-L6-v2)')
     parser.add_argument('--workdir', default='course', help='models, indexes and caches; reused by later runs')
     parser.add_argument('--irds-cache', help='a prepared ir_datasets cache (copied to a temporary folder)')
     parser.add_argument('--threads', type=int, default=1, help='torch threads (1 on a shared machine)')
@@ -44,9 +47,10 @@ def main(argv=None):
     from pyterrier_lsr.collections import load_collection
     from pyterrier_lsr.quiet import quiet_native
     from pyterrier_lsr.train import DomainConfig
-    from pyterrier_lsr.systems import (SAE_SPLADE, adapted, bm25, latent_terms_index, sae_splade, sparse_index,
-                                             vt_splade)
+    from pyterrier_lsr.systems import (SAE_SPLADE, adapted, best_dense, bm25, latent_terms_index, sae_splade,
+                                       sparse_index, vt_splade)
     torch.set_num_threads(args.threads)
+    dense = args.dense or best_dense()
 
     data = load_collection('irds:vaswani').subset(args.docs, args.topics)
     corpus, v = data.corpus, args.verbose
@@ -75,8 +79,8 @@ def main(argv=None):
             bm25(work / 'bm25.pisa', corpus, verbose=v),
             splade_index.retriever(),
             splade_index.retriever(query_encoder=IDFQueryEncoder.from_index(splade_index)),
-            latent_terms_index(work / f'latent-terms-{args.latents}.lsr', corpus, cache_dir=cache, verbose=v,
-                               sae={'n_latents': args.latents, 'k': 16}).retriever(),
+            latent_terms_index(work / f'latent-terms-{dense}-{args.latents}.lsr', corpus, dense, cache_dir=cache,
+                               verbose=v, sae={'n_latents': args.latents, 'k': 16}).retriever(),
             vt_index.retriever(query_encoder=vt_queries.query_encoder()),
             sparse_index(trained / f'sae-splade-{args.latents}.lsr', sae, corpus, verbose=v).retriever(),
             splade_index.retriever(query_encoder=da.query_encoder()),

@@ -33,13 +33,14 @@ from .checks import check_choice, check_float, check_str
 from .encoders import TorchSparseModel
 from .encoding import autocast, length_sorted_batches, to_dicts
 from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
-from .models.features import MODES, DenseFeatures, LatentTermsModel, load_dense
+from .models.features import MODES, DenseFeatures, LatentTermsModel, load_dense, st_pooling
 from .models.sae import SparseAutoencoder, latent_term_names
-from .offline import OFFLINE_MODELS
+from .offline import offline_name, resolve_model
 
 SAE_FOLDER = 'sae'
 DENSE_FOLDER = 'dense'
 KIND = 'latent-terms'
+CHECKPOINT_BATCHES = 20  # an interrupted embedding pass loses at most this many batches
 
 __all__ = ['LatentTerms', 'cache_key', 'cached_embeddings', 'MODES']
 
@@ -49,7 +50,9 @@ class LatentTerms(TorchSparseModel):
     scoring recorded in its indexes.
 
     Args:
-        dense: name or folder of the dense model (HF ``AutoModel``), e.g. ``'all-MiniLM-L6-v2'`` (offline).
+        dense: name or folder of the dense model (HF ``AutoModel``, e.g. a sentence-transformers folder, whose
+            declared pooling, mean or CLS, ``single`` mode follows), e.g. ``'all-MiniLM-L6-v2'`` or
+            ``'all-mpnet-base-v2'`` (offline, see :mod:`pyterrier_lsr.offline`; their hub names too).
         sae: a trained :class:`~pyterrier_lsr.models.sae.SparseAutoencoder` over this model's vectors in this mode
             (``None``: embedding only, see :func:`~pyterrier_lsr.train.build_latent_terms`).
         mode: ``'single'`` (mean-pooled text embedding) or ``'multi'`` (token embeddings, latents summed).
@@ -74,7 +77,10 @@ class LatentTerms(TorchSparseModel):
         self.dense_name = str(dense)
         model, tokenizer = load_dense(self.dense_name)
         super().__init__(None, tokenizer, device, max_length, batch_size, precision, name or self.dense_name)
-        self.features = DenseFeatures(model, mode).to(self.device).eval()
+        # a hub snapshot or folder without sentence-transformers files pools by the mean, as before
+        folder = resolve_model(self.dense_name)
+        pooling = st_pooling(folder) if Path(folder).is_dir() else 'mean'
+        self.features = DenseFeatures(model, mode, pooling=pooling).to(self.device).eval()
         self.mode, self.sqrt_tf, self.k1, self.b = mode, sqrt_tf, float(k1), float(b)
         self.sae = None
         if sae is not None:
@@ -94,7 +100,7 @@ class LatentTerms(TorchSparseModel):
         return {'kind': 'bm25', 'k1': self.k1, 'b': self.b}
 
     def _includes_dense(self) -> bool:
-        return self.include_dense if self.include_dense is not None else self.dense_name not in OFFLINE_MODELS
+        return self.include_dense if self.include_dense is not None else not offline_name(self.dense_name)
 
     def settings(self) -> dict:
         """``lsr`` in ``config.json``: kind, dense model, mode, sqrt_tf, max_length, k1, b."""
@@ -128,10 +134,16 @@ class LatentTerms(TorchSparseModel):
         return cls(sae=SparseAutoencoder.from_pretrained(folder / SAE_FOLDER), **settings)
 
     @torch.inference_mode()
-    def embed(self, texts: Sequence, path=None, verbose: bool = False):
+    def embed(self, texts: Sequence, path=None, verbose: bool = False, pooled_path=None):
         """The SAE's input vectors of ``texts``: ``(vectors, offsets)``, text ``i`` owning rows
         ``offsets[i]:offsets[i + 1]`` (none for blank texts).  With ``path`` the vectors are written there as a
-        ``.npy`` memmap (token vectors of a corpus can outgrow memory)."""
+        ``.npy`` memmap (token vectors of a corpus can outgrow memory) and the pass is resumable: every
+        :data:`CHECKPOINT_BATCHES` batches the file is flushed and ``<path>.progress.json`` records the batches
+        done, so a later call with the same texts and settings continues where an interrupted one stopped.
+        ``pooled_path`` (``multi`` mode, with ``path``): the same pass also writes there the vectors a ``single``-mode
+        sibling embeds (one row per non-blank text, in text order), so the dense base costs no second pass."""
+        if pooled_path is not None and (self.mode != 'multi' or path is None):
+            raise ValueError("pooled_path needs mode='multi' and a path")
         batches = list(length_sorted_batches(self.tokenizer, texts, self.batch_size, self.max_length, self.device))
         counts = np.zeros(len(texts), dtype=np.int64)
         for batch in batches:
@@ -139,19 +151,34 @@ class LatentTerms(TorchSparseModel):
                                        .numpy() if self.mode == 'multi' else 1)
         offsets = np.concatenate([[0], np.cumsum(counts)])
         shape = (int(offsets[-1]), self.features.dim)
-        vectors = np.lib.format.open_memmap(str(path), 'w+', np.float32, shape) if path else np.empty(shape, np.float32)
+        progress = Path(f'{path}.progress.json') if path else None
+        run = {'key': cache_key(self, texts), 'batch_size': self.batch_size, 'rows': shape[0],
+               'pooled': pooled_path is not None}
+        done = 0
+        if path and progress.is_file() and Path(path).is_file():
+            saved = storage.read_json(progress, 'the embedding progress')
+            if {k: saved.get(k) for k in run} == run:
+                done = int(saved.get('batches', 0))
+        vectors = _array(path, shape, resume=done > 0)
+        pooled_row = np.cumsum(counts > 0) - 1  # a text's row among the non-blank ones
+        pooled = _array(pooled_path, (int((counts > 0).sum()), self.features.dim), done > 0) if pooled_path else None
         with autocast(self.device, self.precision), \
                 tqdm(total=sum(len(b.positions) for b in batches), desc='embedding', unit='text',
-                     disable=not verbose) as pbar:
-            for batch in batches:
-                out, _ = self.features(batch.input_ids, batch.attention_mask)
+                     disable=not verbose, initial=sum(len(b.positions) for b in batches[:done])) as pbar:
+            for number, batch in enumerate(batches[done:], done + 1):
+                out, _, *pooled_out = self.features(batch.input_ids, batch.attention_mask, pooled=pooled is not None)
                 out, row = out.float().cpu().numpy(), 0
                 for text in batch.positions:  # rows come grouped by text, in batch order
                     vectors[offsets[text]:offsets[text + 1]] = out[row:row + counts[text]]
                     row += counts[text]
+                if pooled is not None:
+                    pooled[pooled_row[batch.positions]] = pooled_out[0].float().cpu().numpy()
                 pbar.update(len(batch.positions))
-        if path:
-            vectors.flush()
+                if path and (number % CHECKPOINT_BATCHES == 0 or number == len(batches)):
+                    for array in (vectors, pooled):  # the vectors reach the files before the progress counting them
+                        if array is not None:
+                            array.flush()
+                    storage.write_json(progress, dict(run, batches=number))
         return vectors, offsets
 
     @torch.inference_mode()
@@ -176,26 +203,48 @@ class LatentTerms(TorchSparseModel):
         return f'LatentTerms({self.dense_name!r}, mode={self.mode!r}, sqrt_tf={self.sqrt_tf})'
 
 
-def cache_key(latent_terms: LatentTerms, texts: Sequence) -> str:
-    """Identifies the embeddings of ``texts`` by dense model, mode, max_length, precision and the texts themselves."""
-    lt = latent_terms
-    settings = {'dense': lt.dense_name, 'mode': lt.mode, 'max_length': lt.max_length, 'precision': lt.precision}
+def _array(path, shape, resume: bool) -> np.ndarray:
+    """A float32 array to fill: in memory, a new ``.npy`` memmap at ``path``, or (``resume``) the one there."""
+    if path is None:
+        return np.empty(shape, np.float32)
+    if resume:
+        return np.load(str(path), mmap_mode='r+')
+    return np.lib.format.open_memmap(str(path), 'w+', np.float32, shape)
+
+
+def cache_key(latent_terms: LatentTerms, texts: Sequence, mode: Optional[str] = None) -> str:
+    """Identifies the embeddings of ``texts`` by dense model, mode (``mode`` overrides the model's), max_length,
+    precision and the texts themselves."""
+    lt, mode = latent_terms, mode or latent_terms.mode
+    settings = {'dense': lt.dense_name, 'mode': mode, 'max_length': lt.max_length, 'precision': lt.precision}
     digest = hashlib.sha1(json.dumps(settings, sort_keys=True).encode())
     for text in texts:
         digest.update(b'\0' + str(text).encode())
-    return f'{Path(latent_terms.dense_name).name}.{latent_terms.mode}.{digest.hexdigest()[:16]}'
+    return f'{Path(latent_terms.dense_name).name}.{mode}.{digest.hexdigest()[:16]}'
 
 
 def cached_embeddings(latent_terms: LatentTerms, texts: Sequence, cache_dir, verbose: bool = True):
     """:meth:`LatentTerms.embed` of ``texts``, stored as ``<key>.vectors.npy`` + ``<key>.offsets.npy`` in
-    ``cache_dir`` and memory-mapped from there on later calls."""
+    ``cache_dir`` and memory-mapped from there on later calls; an interrupted pass resumes (see :meth:`embed`).
+    A ``multi``-mode pass stores the ``single``-mode (pooled) embeddings of the same texts too, from the same pass."""
     cache_dir = Path(cache_dir)
     cache_dir.mkdir(parents=True, exist_ok=True)
-    key = cache_key(latent_terms, texts)
-    vectors_path, offsets_path = cache_dir / f'{key}.vectors.npy', cache_dir / f'{key}.offsets.npy'
+
+    def files(mode):
+        key = cache_key(latent_terms, texts, mode)
+        return tuple(cache_dir / f'{key}.{part}.npy' for part in ('vectors', 'offsets', 'vectors.partial'))
+    vectors_path, offsets_path, partial = files(latent_terms.mode)
     if not offsets_path.exists():  # written last, so its presence means the vectors are complete
-        partial = cache_dir / f'{key}.vectors.partial.npy'
-        _, offsets = latent_terms.embed(texts, path=partial, verbose=verbose)
+        pooled = files('single') if latent_terms.mode == 'multi' else None
+        pooled = pooled if pooled and not pooled[1].exists() else None
+        # resumed by a later call if this one is interrupted
+        vectors, offsets = latent_terms.embed(texts, path=partial, verbose=verbose,
+                                              pooled_path=pooled[2] if pooled else None)
+        del vectors  # the memmap is closed before its file moves
+        if pooled:
+            storage.move_file(pooled[2], pooled[0])
+            storage.write_array(pooled[1], np.concatenate([[0], np.cumsum(np.diff(offsets) > 0)]))
         storage.move_file(partial, vectors_path)
         storage.write_array(offsets_path, offsets)
+        storage.remove_temporary(f'{partial}.progress.json')
     return np.load(vectors_path, mmap_mode='r'), np.load(offsets_path)

@@ -6,6 +6,9 @@ activations of those vectors into per-text term frequencies.
 """
 from typing import Sequence
 
+import json
+from pathlib import Path
+
 import torch
 from torch import nn
 
@@ -13,6 +16,7 @@ from ..offline import resolve_model
 from .sae import SparseAutoencoder
 
 MODES = ('single', 'multi')
+POOLINGS = ('mean', 'cls')
 
 
 class DenseFeatures(nn.Module):
@@ -20,14 +24,20 @@ class DenseFeatures(nn.Module):
     (``multi``), L2-normalised so the SAE sees directions, not norms.
 
     Positions holding ``skip_ids`` (e.g. ``[CLS]``/``[SEP]``) give no vector and take no part in the mean.
+    ``pooling``: how ``single`` pools, ``'mean'`` or ``'cls'`` (the first position's vector; the model declares
+    which in a sentence-transformers folder, see :func:`load_dense`).
     ``frozen=False`` keeps the encoder trainable (SAE-SPLADE fine-tunes it; Latent Terms never does).
     Returns ``(vectors, owner)``: ``n x dim`` vectors, grouped by text in batch order, and each one's text index.
     """
 
-    def __init__(self, dense: nn.Module, mode: str = 'single', skip_ids: Sequence[int] = (), frozen: bool = True):
+    def __init__(self, dense: nn.Module, mode: str = 'single', skip_ids: Sequence[int] = (), frozen: bool = True,
+                 pooling: str = 'mean'):
         super().__init__()
         if mode not in MODES:
             raise ValueError(f'mode must be one of {MODES}, got {mode!r}')
+        if pooling not in POOLINGS:
+            raise ValueError(f'pooling must be one of {POOLINGS}, got {pooling!r}')
+        self.pooling = pooling
         self.dense = dense.requires_grad_(False) if frozen else dense
         self.mode = mode
         self.register_buffer('skip_ids', torch.tensor(sorted(set(skip_ids)), dtype=torch.long), persistent=False)
@@ -41,17 +51,25 @@ class DenseFeatures(nn.Module):
         mask = attention_mask.bool()
         return mask & ~torch.isin(input_ids, self.skip_ids) if len(self.skip_ids) else mask
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor):
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, pooled: bool = False):
+        """``(vectors, owner)``; with ``pooled`` also the texts' ``single``-mode vectors from the same pass (what a
+        ``single``-mode sibling computes), as ``(vectors, owner, pooled)``."""
         hidden = self.dense(input_ids=input_ids, attention_mask=attention_mask).last_hidden_state.float()
         mask = self.token_mask(input_ids, attention_mask)
         if self.mode == 'multi':
             owner = torch.arange(len(mask), device=mask.device)[:, None].expand_as(mask)[mask]
-            vectors = hidden[mask]
+            vectors = nn.functional.normalize(hidden[mask], dim=-1)
         else:
-            weights = mask[..., None].float()
-            vectors = (hidden * weights).sum(1) / weights.sum(1).clamp(min=1)
-            owner = torch.arange(len(mask), device=mask.device)
-        return nn.functional.normalize(vectors, dim=-1), owner
+            vectors, owner = self._pool(hidden, mask), torch.arange(len(mask), device=mask.device)
+        if not pooled:
+            return vectors, owner
+        return vectors, owner, vectors if self.mode == 'single' else self._pool(hidden, mask)
+
+    def _pool(self, hidden: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+        if self.pooling == 'cls':
+            return nn.functional.normalize(hidden[:, 0], dim=-1)
+        weights = mask[..., None].float()
+        return nn.functional.normalize((hidden * weights).sum(1) / weights.sum(1).clamp(min=1), dim=-1)
 
 
 class LatentTermsModel(nn.Module):
@@ -74,8 +92,28 @@ class LatentTermsModel(nn.Module):
         return self.pool(vectors, owner, len(input_ids))
 
 
+def st_pooling(folder) -> str:
+    """The pooling a sentence-transformers folder declares (its ``Pooling`` module's config): ``'mean'`` or
+    ``'cls'``; ``'mean'`` for a plain HF folder.  Other poolings (max, last token...) are refused, naming the file."""
+    folder = Path(folder)
+    modules = folder / 'modules.json'
+    if not modules.is_file():
+        return 'mean'
+    pooling = [m for m in json.loads(modules.read_text()) if str(m.get('type', '')).endswith('.Pooling')]
+    config = folder / pooling[0].get('path', '') / 'config.json' if pooling else None
+    if config is None or not config.is_file():
+        return 'mean'
+    settings = json.loads(config.read_text())
+    modes = [k[len('pooling_mode_'):] for k, v in settings.items() if k.startswith('pooling_mode_') and v is True]
+    known = {'mean_tokens': 'mean', 'cls_token': 'cls'}
+    if len(modes) != 1 or modes[0] not in known:
+        raise ValueError(f'{config}: pooling {modes} is not supported; supported: one of {sorted(known)}')
+    return known[modes[0]]
+
+
 def load_dense(name_or_path: str):
-    """An HF encoder and its tokenizer; offline names (see :mod:`pyterrier_lsr.offline`) resolve to their folders."""
+    """An HF encoder and its tokenizer; offline names and their hub names (see :mod:`pyterrier_lsr.offline`) resolve
+    to their folders.  A sentence-transformers folder's pooling: :func:`st_pooling`."""
     from transformers import AutoModel, AutoTokenizer
     folder = resolve_model(str(name_or_path))
     return AutoModel.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)

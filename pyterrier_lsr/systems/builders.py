@@ -18,22 +18,23 @@ from ..index import LsrIndex
 from ..index.bm25 import BM25, bm25
 from ..loading import load_model
 from ..models.heads import calibrate_activation
+from ..offline import installed
 from ..models.vocab_transfer import extend_vocabulary, new_rows_only, transfer_vocabulary
 from ..quiet import quiet_native
 from ..sae_splade import SaeSplade
 from ..storage import read_json, write_json
 from ..train.domain import DONE_FILE, DomainConfig, domain_adapt, logged_config
-from ..train.sae import build_latent_terms, train_token_sae
+from ..train.sae import LATENT_TERMS, build_latent_terms, train_token_sae
 
-__all__ = ['BM25', 'bm25', 'sparse_index', 'latent_terms_index', 'adapted', 'new_head_splade', 'vt_splade',
-           'sae_splade']
+__all__ = ['BM25', 'bm25', 'sparse_index', 'latent_terms_index', 'best_dense', 'adapted', 'new_head_splade',
+           'vt_splade', 'sae_splade']
 
 SYSTEM_FILE = 'system.json'
-# Latent Terms as in the README (multi-vector MiniLM, BM25 over square-rooted latent frequencies).
-LATENT_TERMS = dict(mode='multi', sae={'n_latents': 16384, 'k': 16}, sqrt_tf=True, k1=0.9, b=0.4)
 # SAE-SPLADE's stage-1 SAE: chosen on held-out pseudo-queries over 4,096 latents / 1 epoch on both development
 # collections (benchmarks/RESULTS.md, "SAE-SPLADE's queries adapt too...")
 SAE_SPLADE = {'n_latents': 16384, 'k': 4, 'epochs': 6}
+# Offline dense bases, strongest first (all-mpnet-base-v2 needs the demo extra's five part packages).
+DENSE_BASES = ('all-mpnet-base-v2', 'all-MiniLM-L6-v2')
 
 
 def _texts(corpus: Sequence[dict]) -> list:
@@ -48,6 +49,12 @@ def sparse_index(path, model, corpus: Sequence[dict], verbose: bool = False, **k
         return index
     with quiet_native(verbose):  # the engines' native build logs
         return index.index(iter(corpus))
+
+
+def best_dense() -> str:
+    """The strongest dense base of :data:`DENSE_BASES` whose packages are installed (MiniLM, which the package's
+    demo extra always brings, otherwise)."""
+    return next((name for name in DENSE_BASES if installed(name)), DENSE_BASES[-1])
 
 
 def latent_terms_index(path, corpus: Sequence[dict], dense: str = 'all-MiniLM-L6-v2', cache_dir=None,

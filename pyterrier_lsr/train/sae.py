@@ -8,7 +8,11 @@ from ..index import SpladeIndexer
 from ..latent_terms import LatentTerms, cached_embeddings
 from ..models.sae import SAEConfig, train_sae
 
-__all__ = ['build_latent_terms', 'train_latent_sae', 'train_token_sae']
+__all__ = ['LATENT_TERMS', 'build_latent_terms', 'train_latent_sae', 'train_token_sae']
+
+# Latent Terms as the README builds it (multi-vector, BM25 over square-rooted latent frequencies): the settings of
+# systems.latent_terms_index and of the Latent Terms teacher of domain adaptation.
+LATENT_TERMS = dict(mode='multi', sae={'n_latents': 16384, 'k': 16}, sqrt_tf=True, k1=0.9, b=0.4)
 
 
 def build_latent_terms(docs: Iterable[dict], index_path, dense: str = 'all-MiniLM-L6-v2', mode: str = 'single',

@@ -20,6 +20,8 @@ def build_data(docs: dict[str, str], cache: Path, config: DomainConfig, verbose:
     cached as JSON under ``cache`` keyed by every setting that produces them; returns (data, cache_hit)."""
     settings = {k: getattr(config, k) for k in DATA_SETTINGS}
     settings['teachers'] = list(settings['teachers'])
+    if 'latent' in config.teachers:  # only then does its base change the data (older caches keep their keys)
+        settings['latent_teacher'] = config.latent_teacher
     path = Path(cache) / f'domain-data-{cache_key([corpus_key(docs), settings])}.json'
     if path.exists():
         return read_json(path, 'the cached domain-adaptation data'), True

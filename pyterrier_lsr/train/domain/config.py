@@ -8,7 +8,7 @@ from ..loop import TrainConfig
 SIDES = ('both', 'query')
 QUERY_KINDS = ('sentence', 'keywords', 'mixed')
 CANDIDATES = ('bm25', 'teacher')
-TEACHERS = ('bm25', 'dense')
+TEACHERS = ('bm25', 'dense', 'latent')
 SELECT_ON = ('heldout_ndcg', 'heldout_mrr', 'heldout_first_ndcg', 'heldout_first_mrr')
 # field -> smallest allowed value; every other numeric field is a finite float (see __post_init__)
 MINIMUM = {'steps': 1, 'batch_size': 1, 'doc_max_length': 3, 'per_doc': 1, 'negatives': 1, 'depth': 1, 'pool': 1,
@@ -41,6 +41,7 @@ class DomainConfig:
     pool: int = 50                     # BM25 and dense top-`pool` per query form the teacher's candidate pool
     teachers: tuple[str, ...] = ('bm25', 'dense')
     dense_teacher: str = 'all-MiniLM-L6-v2'
+    latent_teacher: str = 'all-MiniLM-L6-v2'  # the dense base of the 'latent' teacher (Latent Terms, BM25-scored)
     teacher_scale: float = 2.0
     heldout: int = 60                  # held-out pseudo-queries (from documents no training query comes from)
     heldout_pool: int = 10
@@ -84,8 +85,8 @@ class DomainConfig:
 
 def logged_config(config: dict) -> dict:
     """A :class:`DomainConfig`'s fields as read back from a run's log (``domain_adapt.json``): runs logged before
-    ``side`` existed trained both sides."""
-    return {'side': 'both', **config}
+    ``side`` existed trained both sides, and runs logged before ``latent_teacher`` existed had its default."""
+    return {'side': 'both', 'latent_teacher': DomainConfig.latent_teacher, **config}
 
 
 def _parse(name: str, text: str, current):
@@ -105,8 +106,8 @@ def _parse(name: str, text: str, current):
 
 def config_from_overrides(overrides: dict[str, str], base: DomainConfig | None = None) -> DomainConfig:
     """A :class:`DomainConfig` from ``name=value`` strings (CLI and scripts): numbers, booleans, ``losses`` as
-    ``infonce:1+kl:1``, ``lr_multipliers`` as ``mlm.cls.:0.1`` and ``teachers`` as ``bm25+dense``. An unknown name
-    or a value that does not parse is a ``ValueError`` naming it."""
+    ``infonce:1+kl:1``, ``lr_multipliers`` as ``mlm.cls.:0.1`` and ``teachers`` as ``bm25+dense`` (or
+    ``bm25+latent``). An unknown name or a value that does not parse is a ``ValueError`` naming it."""
     base = base or DomainConfig()
     names = [f.name for f in fields(DomainConfig)]
     values = {}

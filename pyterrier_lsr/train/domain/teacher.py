@@ -1,6 +1,8 @@
-"""The teacher of domain adaptation: BM25 (PISA) and a dense bi-encoder (cosine) over the whole corpus, both cached
-under the run's cache folder (the BM25 index and the documents' embeddings, per corpus), and the fusion of their
-scores (the sum of per-candidate-list z-scores, as :class:`~pyterrier_lsr.train.ZScoreFusion` computes them)."""
+"""The teacher of domain adaptation: BM25 (PISA), a dense bi-encoder (cosine) and Latent Terms (BM25 over a TopK SAE's
+latents of a dense model's token embeddings, :data:`~pyterrier_lsr.train.sae.LATENT_TERMS`) over the whole corpus,
+each cached under the run's cache folder (the BM25 index, the documents' embeddings, the Latent Terms index, per
+corpus), and the fusion of their scores (the sum of per-candidate-list z-scores, as
+:class:`~pyterrier_lsr.train.ZScoreFusion` computes them)."""
 import hashlib
 import json
 from collections.abc import Sequence
@@ -41,7 +43,7 @@ class Teacher:
         self.docnos = list(docs)
         self.row = {d: i for i, d in enumerate(self.docnos)}
         self.cache, self.corpus_key = Path(cache), corpus_key(docs)
-        self._index = self._dense = self._doc_emb = None
+        self._index = self._dense = self._doc_emb = self._latent = None
 
     def bm25(self, depth: int) -> BM25:
         if self._index is None:
@@ -66,10 +68,25 @@ class Teacher:
                 write_file(path, save)
         return self._dense
 
+    def latent(self, depth: int):
+        """Latent Terms over ``config.latent_teacher`` retrieving ``depth`` documents, its index built once per corpus
+        and base (the embeddings cached beside it)."""
+        if self._latent is None:
+            from ...index import LsrIndex
+            from ..sae import LATENT_TERMS, build_latent_terms
+            path = self.cache / f'latent-{cache_key([self.config.latent_teacher, LATENT_TERMS, self.corpus_key])}.lsr'
+            self._latent = LsrIndex(path)
+            if not self._latent.built():
+                corpus = [{'docno': d, 'text': t} for d, t in self.docs.items()]
+                self._latent = build_latent_terms(corpus, path, self.config.latent_teacher,
+                                                  cache_dir=self.cache / 'latent-embeddings', verbose=self.verbose,
+                                                  **LATENT_TERMS)[1]
+        return self._latent.retriever(num_results=depth)
+
     def pools(self, queries: list[dict], depth: int) -> tuple[list[dict[str, dict[str, float]]], dict]:
-        """Per query: ``{docno: {'bm25': s, 'dense': s}}`` over the union of each teacher's top ``depth`` and the
-        source document (a candidate outside BM25's top ``depth`` gets BM25 score 0), and BM25's
-        ``{qid: {docno: score}}``."""
+        """Per query: ``{docno: {'bm25': s, 'dense': s, 'latent': s}}`` (the configured teachers) over the union of
+        each teacher's top ``depth`` and the source document (a candidate outside BM25's or Latent Terms' top ``depth``
+        gets its score 0 there), and BM25's ``{qid: {docno: score}}``."""
         frame = pd.DataFrame({'qid': [q['qid'] for q in queries], 'query': [q['query'] for q in queries]})
         pools = [{q['pos']: {}} for q in queries]
         bm25 = {}
@@ -79,6 +96,13 @@ class Teacher:
                 bm25.setdefault(qid, {})[docno] = float(score)
             for pool, q in zip(pools, queries):
                 pool.update({d: {} for d in bm25.get(q['qid'], {})})
+        latent = {}  # before the dense teacher, which scores every candidate of the pool
+        if 'latent' in self.config.teachers:
+            res = self.latent(depth)(frame)
+            for qid, docno, score in zip(res['qid'], res['docno'], res['score']):
+                latent.setdefault(qid, {})[docno] = float(score)
+            for pool, q in zip(pools, queries):
+                pool.update({d: {} for d in latent.get(q['qid'], {})})
         if 'dense' in self.config.teachers:
             q_emb = self.dense().embed([q['query'] for q in queries])
             sims = q_emb @ self._doc_emb.T
@@ -91,4 +115,6 @@ class Teacher:
             for d, scores in pool.items():
                 if 'bm25' in self.config.teachers:
                     scores['bm25'] = bm25.get(q['qid'], {}).get(d, 0.)
+                if 'latent' in self.config.teachers:
+                    scores['latent'] = latent.get(q['qid'], {}).get(d, 0.)
         return pools, bm25

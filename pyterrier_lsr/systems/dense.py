@@ -1,0 +1,69 @@
+"""The dense base of a Latent Terms system as a retriever of its own: exact (exhaustive) cosine between the dense
+model's pooled, normalised embeddings of the query and of every document, the documents' embeddings computed once by
+the same cached, resumable pass Latent Terms indexes from (:func:`~pyterrier_lsr.latent_terms.cached_embeddings`)."""
+from collections.abc import Sequence
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+import pyterrier_alpha as pta
+
+from ..checks import check_docnos, check_int
+from ..latent_terms import LatentTerms, cached_embeddings
+
+__all__ = ['DenseRetriever', 'dense_retriever', 'per_text']
+
+
+class DenseRetriever(pt.Transformer):
+    """Retrieves the ``num_results`` documents of highest cosine with each ``query``; ``vectors`` are the documents'
+    unit-norm embeddings (row ``i`` for ``docnos[i]``; all-zero rows for blank documents score 0) from ``dense``, a
+    ``single``-mode :class:`~pyterrier_lsr.latent_terms.LatentTerms` (which embeds the queries the same way)."""
+
+    def __init__(self, dense: LatentTerms, docnos: Sequence[str], vectors: np.ndarray, num_results: int = 1000):
+        if dense.mode != 'single':
+            raise ValueError(f"the dense base scores one pooled vector per text: mode must be 'single', got "
+                             f'{dense.mode!r}')
+        if len(docnos) != len(vectors):
+            raise ValueError(f'{len(docnos)} docnos for {len(vectors)} document vectors')
+        self.dense, self.docnos = dense, np.asarray(check_docnos(list(docnos), 'the dense documents'), dtype=object)
+        self.vectors = np.asarray(vectors, dtype=np.float32)
+        self.num_results = check_int('num_results', num_results, 1)
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        pta.validate.query_frame(inp, extra_columns=['query'])
+        out = pta.DataFrameBuilder(['docno', 'score', 'rank'])
+        if len(inp):
+            queries = self._query_vectors(inp['query'].tolist())
+            scores = queries @ self.vectors.T
+            k = min(self.num_results, len(self.docnos))
+            for i, row in enumerate(scores):
+                top = np.argpartition(-row, k - 1)[:k]
+                top = top[np.argsort(-row[top], kind='stable')]
+                out.extend({'_index': i, 'docno': self.docnos[top].tolist(), 'score': row[top].tolist(),
+                            'rank': list(range(k))})
+        return out.to_df(inp.reset_index(drop=True))
+
+    def _query_vectors(self, queries: list) -> np.ndarray:
+        """One row per query (zeros for a blank one, which embeds to no row)."""
+        return per_text(*self.dense.embed(queries))
+
+    def __repr__(self):
+        return f'Dense({self.dense.dense_name})'
+
+
+def per_text(vectors: np.ndarray, offsets: np.ndarray) -> np.ndarray:
+    """``single``-mode embeddings (:meth:`~pyterrier_lsr.latent_terms.LatentTerms.embed`) as one row per text, blank
+    texts (which own no row) given zeros."""
+    full = np.zeros((len(offsets) - 1, vectors.shape[1]), dtype=np.float32)
+    full[np.diff(offsets) == 1] = vectors
+    return full
+
+
+def dense_retriever(corpus: Sequence[dict], dense: str = 'all-MiniLM-L6-v2', cache_dir='dense_cache',
+                    num_results: int = 1000, verbose: bool = False, **latent_terms_kwargs) -> DenseRetriever:
+    """:class:`DenseRetriever` over ``corpus`` (``docno, text`` dicts) with the dense model ``dense`` (offline name,
+    hub name or sentence-transformers folder), its document embeddings cached in ``cache_dir`` (shared with Latent
+    Terms' ``single`` mode); ``latent_terms_kwargs``: device, batch_size, max_length, precision."""
+    model = LatentTerms(dense, mode='single', **latent_terms_kwargs)
+    vectors = per_text(*cached_embeddings(model, [d['text'] for d in corpus], cache_dir, verbose))
+    return DenseRetriever(model, [d['docno'] for d in corpus], vectors, num_results)
