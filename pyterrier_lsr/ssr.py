@@ -25,16 +25,15 @@ A model folder is the encoder's folder (see :class:`~pyterrier_lsr.multivector.M
 under ``lsr``, so :func:`~pyterrier_lsr.load_model` (and an index's stored copy) reloads it.
 """
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
 import pyterrier as pt
-import pyterrier_alpha as pta
 import torch
 
 from .base import SparseModel
-from .checks import check_choice
+from .checks import check_choice, check_int
 from .encoding import to_dicts
 from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
 from .models.sae import SAEConfig, SparseAutoencoder, latent_term_names, train_sae
@@ -91,6 +90,18 @@ class SSR(SparseModel):
         self.name = name
 
     @torch.inference_mode()
+    def token_codes(self, vectors: np.ndarray, rows_per_batch: int = 65536) -> Tuple[np.ndarray, np.ndarray]:
+        """Each token embedding's sparse code: ``(indices, values)``, ``tokens x k`` int64 latent ids and float32
+        activations (relu'd, so some may be 0), as :meth:`SparseAutoencoder.encode_topk` gives them."""
+        k = self.sae.config.k
+        indices, values = np.zeros((len(vectors), k), np.int64), np.zeros((len(vectors), k), np.float32)
+        for start in range(0, len(vectors), rows_per_batch):
+            rows = torch.as_tensor(np.asarray(vectors[start:start + rows_per_batch]), dtype=torch.float32,
+                                   device=self.encoder.device)
+            idx, val = self.sae.encode_topk(rows)
+            indices[start:start + len(rows)], values[start:start + len(rows)] = idx.cpu().numpy(), val.cpu().numpy()
+        return indices, values
+
     def encode_vectors(self, vectors: np.ndarray, offsets: np.ndarray, query: bool = False,
                        texts_per_batch: int = 256) -> List[Dict[str, float]]:
         """``{'l<id>': weight}`` per text from token embeddings grouped by text (as :meth:`MultiVector.embed` returns),
@@ -99,13 +110,11 @@ class SSR(SparseModel):
         out = []
         for start in range(0, len(offsets) - 1, texts_per_batch):
             stop = min(start + texts_per_batch, len(offsets) - 1)
-            rows = torch.as_tensor(np.asarray(vectors[offsets[start]:offsets[stop]]), dtype=torch.float32,
-                                   device=self.encoder.device)
-            owner = torch.repeat_interleave(torch.arange(stop - start, device=rows.device),
-                                            torch.as_tensor(np.diff(offsets[start:stop + 1]), device=rows.device))
-            indices, values = self.sae.encode_topk(rows)
-            out.extend(to_dicts(pool_codes(indices, values, owner, stop - start, self.sae.n_latents, pooling),
-                                self.terms))
+            indices, values = self.token_codes(vectors[offsets[start]:offsets[stop]])
+            owner = torch.repeat_interleave(torch.arange(stop - start),
+                                            torch.as_tensor(np.diff(offsets[start:stop + 1])))
+            out.extend(to_dicts(pool_codes(torch.from_numpy(indices), torch.from_numpy(values), owner, stop - start,
+                                           self.sae.n_latents, pooling), self.terms))
         return out
 
     def _encode(self, texts: Sequence, query: bool, verbose: bool) -> List[Dict[str, float]]:
@@ -120,11 +129,11 @@ class SSR(SparseModel):
                        verbose: bool = False) -> List[Dict[str, float]]:
         return self._encode(texts, True, verbose)
 
-    def reranked(self, index, store: MaxSimIndex, depth: int = 100, **params) -> pt.Transformer:
-        """Two stages: the top ``depth`` of the single stage (``index``: an :class:`~pyterrier_lsr.LsrIndex` of this
-        model; ``params`` go to its engine), re-scored by exact MaxSim from ``store``'s vectors.  Each query goes
-        through the transformer once; its token embeddings serve both stages."""
-        return _TwoStage(self, index.toks_retriever(num_results=depth, **params), store)
+    def reranked(self, index, store: MaxSimIndex, depth: int = 100, mode: str = 'tokens') -> pt.Transformer:
+        """Two stages: the top ``depth`` of ``index`` (an :class:`~pyterrier_lsr.ssr_index.SSRIndex` of this model,
+        scored by ``mode``: ``'tokens'`` or ``'pooled'``), re-scored by exact MaxSim from ``store``'s vectors.  Each
+        query goes through the transformer once; its token embeddings serve both stages."""
+        return _TwoStage(index, store, check_int('depth', depth, 1), check_choice('mode', mode, ('tokens', 'pooled')))
 
     def settings(self) -> dict:
         return dict(super().settings(), doc_pooling=self.doc_pooling, query_pooling=self.query_pooling)
@@ -150,24 +159,23 @@ class SSR(SparseModel):
 
 
 class _TwoStage(pt.Transformer):
-    def __init__(self, ssr: SSR, first_stage: pt.Transformer, store: MaxSimIndex):
-        self.ssr = ssr
-        self.first_stage = first_stage
+    def __init__(self, index, store: MaxSimIndex, depth: int, mode: str):
+        self.index = index
         self.store = store
+        self.depth = depth
+        self.mode = mode
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        pta.validate.query_frame(inp, extra_columns=['query'])
-        vectors, offsets = self.ssr.encoder.embed(inp['query'].tolist(), query=True)
-        toks = self.ssr.encode_vectors(vectors, offsets, query=True)
-        # rows, not qids, key the query embeddings: two input rows may share a qid
-        candidates = self.first_stage(inp.assign(query_toks=toks, _row=np.arange(len(inp))))
+        candidates, positions, (vectors, offsets) = self.index.ranked(inp, self.depth, self.mode)
         if not len(candidates):
-            return candidates.drop(columns=['_row'])
+            return candidates
         vectors = torch.from_numpy(vectors)
-        queries = [vectors[offsets[i]:offsets[i + 1]] for i in range(len(inp))]
-        rows = candidates['_row'].tolist()
-        return self.store.rescore(candidates.drop(columns=['query_toks', '_row'], errors='ignore'), rows, queries,
-                                  groups=rows)
+        queries = [vectors[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
+        # input positions, not qids, key the query embeddings: two input rows may share a qid
+        return self.store.rescore(candidates, positions, queries, groups=positions)
+
+    def __repr__(self):
+        return f'SSR({self.mode}) >> MaxSim top-{self.depth}'
 
 
 def train_ssr_sae(vectors: np.ndarray, sae: Optional[dict] = None, max_train_vectors: Optional[int] = 200_000,
