@@ -58,6 +58,20 @@ def pool_codes(indices: torch.Tensor, values: torch.Tensor, owner: torch.Tensor,
     return out.view(n_texts, n_latents)
 
 
+@torch.inference_mode()
+def token_codes(sae: SparseAutoencoder, vectors: np.ndarray, rows_per_batch: int = 65536
+                ) -> Tuple[np.ndarray, np.ndarray]:
+    """Each row's sparse code: ``(indices, values)``, ``rows x k`` int64 latent ids and float32 activations (relu'd,
+    so some may be 0), as :meth:`SparseAutoencoder.encode_topk` gives them, computed on the SAE's device."""
+    k, device = sae.config.k, sae.W_enc.device
+    indices, values = np.zeros((len(vectors), k), np.int64), np.zeros((len(vectors), k), np.float32)
+    for start in range(0, len(vectors), rows_per_batch):
+        rows = torch.as_tensor(np.asarray(vectors[start:start + rows_per_batch]), dtype=torch.float32, device=device)
+        idx, val = sae.encode_topk(rows)
+        indices[start:start + len(rows)], values[start:start + len(rows)] = idx.cpu().numpy(), val.cpu().numpy()
+    return indices, values
+
+
 class SSR(SparseModel):
     """A multi-vector encoder + a TopK SAE over its token embeddings; hands out PyTerrier encoders (see the module
     docs for the scoring rule).  Index with ``SpladeIndexer(path, ssr)``; ``LsrIndex(path).retriever()`` is the single
@@ -89,19 +103,11 @@ class SSR(SparseModel):
         self.terms = latent_term_names(sae.n_latents)
         self.name = name
 
-    @torch.inference_mode()
-    def token_codes(self, vectors: np.ndarray, rows_per_batch: int = 65536) -> Tuple[np.ndarray, np.ndarray]:
-        """Each token embedding's sparse code: ``(indices, values)``, ``tokens x k`` int64 latent ids and float32
-        activations (relu'd, so some may be 0), as :meth:`SparseAutoencoder.encode_topk` gives them."""
-        k = self.sae.config.k
-        indices, values = np.zeros((len(vectors), k), np.int64), np.zeros((len(vectors), k), np.float32)
-        for start in range(0, len(vectors), rows_per_batch):
-            rows = torch.as_tensor(np.asarray(vectors[start:start + rows_per_batch]), dtype=torch.float32,
-                                   device=self.encoder.device)
-            idx, val = self.sae.encode_topk(rows)
-            indices[start:start + len(rows)], values[start:start + len(rows)] = idx.cpu().numpy(), val.cpu().numpy()
-        return indices, values
+    def token_codes(self, vectors: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """Each token embedding's sparse code (see :func:`token_codes`)."""
+        return token_codes(self.sae, vectors)
 
+    @torch.inference_mode()
     def encode_vectors(self, vectors: np.ndarray, offsets: np.ndarray, query: bool = False,
                        texts_per_batch: int = 256) -> List[Dict[str, float]]:
         """``{'l<id>': weight}`` per text from token embeddings grouped by text (as :meth:`MultiVector.embed` returns),
