@@ -1,24 +1,22 @@
 """SSR, single-stage sparse retrieval over multi-vector token embeddings (METHODS.md §7).
 
 A TopK sparse autoencoder maps each token embedding ``e_t`` of a :class:`~pyterrier_lsr.multivector.MultiVector`
-encoder to a sparse code ``z_t`` (at most ``k`` active latents out of ``n_latents``); latents become index terms
-``l<id>`` and documents are searched with the project's inverted index (PISA dot product) in one stage, with no
-clustering.
+encoder to a sparse code ``z_t`` (at most ``k`` active latents out of ``n_latents``, :meth:`SSR.token_codes`);
+latents become index terms ``l<id>`` and documents are searched in one stage, with no clustering.  Two scorings:
 
-How token codes become postings and how queries score (our choice; the abstract does not say):
-
-* **documents**: ``d_j = max_t z_tj`` over the document's tokens (``doc_pooling='max'``, SAE-SPLADE's pooling without
-  the log): a latent's posting weight is its strongest activation in the document;
-* **queries**: ``q_j = sum_i z_ij`` over the query's tokens (``query_pooling='sum'``);
-* **score**: ``<q, d> = sum_i sum_j z_ij max_t z_tj``.  Since ``<e_i, e_t> ~ <z_i, z_t>`` up to the decoder's
-  cross terms (its rows are unit-norm), each query token's term ``sum_j z_ij max_t z_tj`` is an upper bound of
-  ``max_t <z_i, z_t>``: MaxSim with the max taken per latent instead of per token, which is what an inverted index
-  can compute.  It is exact when one document token holds every latent maximum, and it favours documents whose many
-  tokens each match a part of a query token.
+* **token-level** (:class:`~pyterrier_lsr.ssr_index.SSRIndex`, the default): postings keep token identity and a
+  query scores ``sum_i max_{t in d} <z_i, z_t>`` exactly: MaxSim with ``<e_i, e_t>`` replaced by ``<z_i, z_t>``
+  (``<e_i, e_t> ~ <z_i, z_t>`` up to the decoder's cross terms, its rows being unit-norm);
+* **pooled** (this module's :meth:`SSR.encode_vectors`, indexed by any engine of an :class:`~pyterrier_lsr.LsrIndex`
+  or scored by ``SSRIndex``'s ``mode='pooled'``): documents ``d_j = max_t z_tj`` (``doc_pooling='max'``), queries
+  ``q_j = sum_i z_ij`` (``query_pooling='sum'``, or ``'max'``), score ``<q, d> = sum_i sum_j z_ij max_t z_tj``:
+  the max taken per latent instead of per token, an upper bound of the token-level score that adds up partial matches
+  from different document tokens (our choice for an inverted index that only has a dot product; the abstract does
+  not say).
 
 Weights are the SAE's activations of unit-norm vectors (about 0-1), so the index's default scale 100 keeps two
-digits.  A second stage (:meth:`SSR.reranked`) re-scores the top ``depth`` documents by exact MaxSim from a
-:class:`~pyterrier_lsr.multivector.MaxSimIndex`.
+digits.  A second stage (:meth:`SSR.reranked`) re-scores the top ``depth`` documents of an ``SSRIndex`` by exact
+MaxSim from a :class:`~pyterrier_lsr.multivector.MaxSimIndex`.
 
 A model folder is the encoder's folder (see :class:`~pyterrier_lsr.multivector.MultiVector`) + ``sae/`` (a
 :class:`~pyterrier_lsr.models.sae.SparseAutoencoder` folder), with ``kind: ssr`` and the poolings in ``config.json``
@@ -73,9 +71,9 @@ def token_codes(sae: SparseAutoencoder, vectors: np.ndarray, rows_per_batch: int
 
 
 class SSR(SparseModel):
-    """A multi-vector encoder + a TopK SAE over its token embeddings; hands out PyTerrier encoders (see the module
-    docs for the scoring rule).  Index with ``SpladeIndexer(path, ssr)``; ``LsrIndex(path).retriever()`` is the single
-    stage and :meth:`reranked` adds exact MaxSim.
+    """A multi-vector encoder + a TopK SAE over its token embeddings (see the module docs for the scorings).  Index
+    token-level with :class:`~pyterrier_lsr.ssr_index.SSRIndex` (``SSRIndex.write`` or ``SSRIndexer``), pooled with
+    ``SpladeIndexer(path, ssr)``; :meth:`reranked` adds exact MaxSim to an ``SSRIndex``.
 
     Args:
         encoder: the :class:`~pyterrier_lsr.multivector.MultiVector` whose token embeddings the SAE reads.
