@@ -83,28 +83,28 @@ class SSRIndex:
         self._starts = self.offsets[:-1][self._nonempty]
         self._owner = np.repeat(np.arange(self.num_docs(), dtype=np.int64), lengths)
         self._pooled = None
-        self._ssr = ssr
+        self._ssr = None if ssr is None else self._matching(ssr)
 
     def _check(self):
-        meta, n = self.meta, None
+        meta, problem = self.meta, None
         try:
             for key in ('num_docs', 'num_tokens', 'n_latents'):
                 check_int(key, meta.get(key), 0)
         except (TypeError, ValueError) as ex:
             raise ValueError(f'{self.path / META_FILE}: {ex}') from None
         if len(self.docnos) != meta['num_docs']:
-            n = f'{len(self.docnos)} docnos for {meta["num_docs"]} documents'
+            problem = f'{len(self.docnos)} docnos for {meta["num_docs"]} documents'
         elif self.offsets.shape != (meta['num_docs'] + 1,) or self.offsets[0] != 0 or \
                 (np.diff(self.offsets) < 0).any() or self.offsets[-1] != meta['num_tokens']:
-            n = 'offsets must start at 0, never decrease and end at the number of tokens'
+            problem = 'offsets must start at 0, never decrease and end at the number of tokens'
         elif self.indptr.shape != (meta['n_latents'] + 1,) or self.indptr[0] != 0 or \
                 (np.diff(self.indptr) < 0).any() or self.indptr[-1] != len(self.tokens) or \
                 self.tokens.shape != self.values.shape:
-            n = 'the postings arrays do not describe the same postings'
+            problem = 'the postings arrays do not describe the same postings'
         elif len(self.tokens) and (self.tokens.min() < 0 or self.tokens.max() >= meta['num_tokens']):
-            n = 'a posting names a token outside the corpus'
-        if n:
-            raise ValueError(f'SSR index {self.path}: {n}; rebuild it')
+            problem = 'a posting names a token outside the corpus'
+        if problem:
+            raise ValueError(f'SSR index {self.path}: {problem}; rebuild it')
 
     @classmethod
     def write(cls, path, docnos: Sequence[str], vectors: np.ndarray, offsets: np.ndarray, ssr: SSR,
@@ -119,6 +119,8 @@ class SSRIndex:
                 or (np.diff(offsets) < 0).any() or offsets[-1] != len(vectors):
             raise ValueError(f'offsets must be {len(docnos) + 1} integers from 0, never decreasing, ending at the '
                              f'{len(vectors)} vector rows')
+        if not np.isfinite(vectors).all():
+            raise ValueError('vectors must be finite')
         indices, values = ssr.token_codes(vectors)
         indptr, tokens, weights = token_postings(indices, values, ssr.sae.n_latents)
         meta = {'num_docs': len(docnos), 'num_tokens': int(len(vectors)), 'n_latents': ssr.sae.n_latents,
@@ -144,8 +146,15 @@ class SSRIndex:
         if self._ssr is None:
             if not (self.path / MODEL_FOLDER).is_dir():
                 raise ValueError(f'{self.path} holds no model (written with save_model=False); pass ssr= to SSRIndex')
-            self._ssr = SSR.from_pretrained(self.path / MODEL_FOLDER)
+            self._ssr = self._matching(SSR.from_pretrained(self.path / MODEL_FOLDER))
         return self._ssr
+
+    def _matching(self, ssr: SSR) -> SSR:
+        """``ssr`` if its SAE has the index's latents (a query's latent ids index the postings)."""
+        if ssr.sae.n_latents != self.meta['n_latents']:
+            raise ValueError(f'{self.path} holds codes of {self.meta["n_latents"]} latents; the SSR model given has '
+                             f'{ssr.sae.n_latents}')
+        return ssr
 
     # -- scoring --------------------------------------------------------------------------------------------------
 

@@ -289,6 +289,11 @@ def test_token_index_bad_parameters_and_files(random_ssr, tmp_path):
         random_ssr.reranked(index, store, mode='dense')
     with pytest.raises(FileExistsError):
         SSRIndex.write(tmp_path / 'ssr', ['a', 'b'], vectors, np.array([0, 2, 6]), random_ssr)
+    other = SSR(random_ssr.encoder, SparseAutoencoder(SAEConfig(d_in=8, n_latents=64, k=3)))
+    with pytest.raises(ValueError, match='32 latents'):
+        SSRIndex(tmp_path / 'ssr', other)
+    with pytest.raises(ValueError, match='finite'):
+        SSRIndex.write(tmp_path / 'nan', ['a'], np.full((2, 8), np.nan, np.float32), np.array([0, 2]), random_ssr)
     with pytest.raises(FileNotFoundError, match='no SSR index'):
         SSRIndex(tmp_path / 'store')
     np.save(tmp_path / 'ssr' / 'postings-tokens.npy', np.full(len(index.tokens), 99, dtype=np.int32))
