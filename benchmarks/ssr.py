@@ -8,9 +8,13 @@
 2. Per collection: the corpus's token embeddings (one transformer pass, timed, shared by every row) go to a MaxSim
    store; then
    * exact MaxSim: brute force over the store;
-   * SSR: a TopK SAE on (a sample of) the token embeddings, latents max-pooled per document into a PISA index,
-     queries summed over their tokens (see ``pyterrier_lsr/ssr.py``); indexing = SAE training + codes + PISA;
-   * SSR + MaxSim: the SSR top ``--rerank-depth`` re-scored exactly from the store;
+   * SSR token-level: a TopK SAE on (a sample of) the token embeddings; every token's code indexed with its token
+     identity (``pyterrier_lsr/ssr_index.py``), queries scored by ``sum_i max_t <z_i, z_t>`` exactly; indexing =
+     SAE training + codes + postings;
+   * SSR pooled (PISA): the same SAE's codes max-pooled per document into a PISA index, queries pooled by
+     ``--query-pooling`` (see ``pyterrier_lsr/ssr.py``); indexing = SAE training + codes + PISA;
+   * SSR + MaxSim: the token-level (and the pooled, float, same index) top ``--rerank-depth`` re-scored exactly
+     from the store;
    * clustering: ColBERTv2/PLAID-style k-means (faiss, ``2^floor(log2(16 sqrt(tokens)))`` centroids, 4 iterations)
      + assignment; search probes ``--ncells`` cells per query token, keeps ``--ndocs`` by centroid interaction, then
      exact MaxSim; indexing = k-means + assignment + inverted lists;
@@ -19,7 +23,7 @@
    nDCG@10, R@100 and mean response time (pt.Experiment's ``mrt``, after one warm-up pass; every row encodes its
    queries with the transformer) and index sizes on disk.
 
-Prints a table and writes JSON (``--output``). One CPU thread (``--threads``).
+Prints a table and writes JSON (``--output``). One CPU thread (``--threads``).  Run with ``PYTHONPATH=.``.
 """
 import argparse
 import json
@@ -82,6 +86,7 @@ def main():
     from pyterrier_lsr.collections import load_collection
     from pyterrier_lsr.multivector import MaxSimIndex, MultiVector
     from pyterrier_lsr.ssr import SSR, train_ssr_sae
+    from pyterrier_lsr.ssr_index import SSRIndex
     from pyterrier_lsr.train import TrainConfig, self_supervised
     from pyterrier_lsr.train.multivector import train_multivector
     torch.set_num_threads(args.threads)
@@ -128,6 +133,10 @@ def main():
         sae_s = time.perf_counter() - start
         ssr = SSR(encoder, sae, args.doc_pooling, args.query_pooling)
         start = time.perf_counter()
+        tokens = SSRIndex.write(work / name / 'ssr.tokens', [d['docno'] for d in docs], vectors, offsets, ssr,
+                                overwrite=True, save_model=False)
+        tokens_s = time.perf_counter() - start
+        start = time.perf_counter()
         toks = ssr.encode_vectors(vectors, offsets)
         codes_s = time.perf_counter() - start
         start = time.perf_counter()
@@ -135,8 +144,9 @@ def main():
             {'docno': d['docno'], 'toks': t} for d, t in zip(docs, toks))
         pisa_s = time.perf_counter() - start
         ssr.save_pretrained(work / name / 'ssr-model')
-        info['ssr'] = {'sae_s': sae_s, 'codes_s': codes_s, 'pisa_s': pisa_s, 'sae_final': sae_log[-1],
-                       'postings_per_doc': sum(map(len, toks)) / len(toks)}
+        info['ssr'] = {'sae_s': sae_s, 'token_index_s': tokens_s, 'codes_s': codes_s, 'pisa_s': pisa_s,
+                       'sae_final': sae_log[-1], 'pooled_postings_per_doc': sum(map(len, toks)) / len(toks),
+                       'token_postings_per_token': len(tokens.tokens) / len(vectors)}
 
         ivf = store.build_ivf()
         start = time.perf_counter()
@@ -146,27 +156,37 @@ def main():
 
         bm25 = pyterrier_pisa.PisaIndex(str(work / name / 'bm25.pisa'), text_field='text', overwrite=True)
         bm25.index(docs)
+        depth = args.rerank_depth
+        names = {'bm25': 'BM25 (reference)', 'exact': 'exact MaxSim', 'tokens': 'SSR token-level',
+                 'pooled': 'SSR pooled (PISA)', 'tokens+': f'SSR token-level + MaxSim top-{depth}',
+                 'pooled+': f'SSR pooled + MaxSim top-{depth}', 'kmeans': 'clustering (k-means, PLAID-style)'}
         systems = {
-            'BM25 (reference)': bm25.bm25(num_results=1000, threads=args.threads),
-            'exact MaxSim': store.retriever(1000),
-            'SSR single stage': index.retriever(1000, threads=args.threads),
-            f'SSR + MaxSim top-{args.rerank_depth}': ssr.reranked(index, store, args.rerank_depth, args.threads),
-            'clustering (k-means, PLAID-style)': clustering,
+            names['bm25']: bm25.bm25(num_results=1000, threads=args.threads),
+            names['exact']: store.retriever(1000),
+            names['tokens']: tokens.retriever(1000),
+            names['pooled']: index.retriever(1000, threads=args.threads),
+            names['tokens+']: ssr.reranked(tokens, store, depth),
+            names['pooled+']: ssr.reranked(tokens, store, depth, mode='pooled'),
+            names['kmeans']: clustering,
         }
         topics = collection.topics
         for system in systems.values():
             system(topics.head(5))  # warm-up: index loading, first-call costs
         res = pt.Experiment(list(systems.values()), topics, collection.qrels, [nDCG @ 10, R @ 100, 'mrt'],
                             names=list(systems))
-        index_seconds = {'exact MaxSim': 0., 'SSR single stage': sae_s + codes_s + pisa_s,
-                         f'SSR + MaxSim top-{args.rerank_depth}': sae_s + codes_s + pisa_s,
-                         'clustering (k-means, PLAID-style)': ivf['kmeans_s'] + ivf['assign_s'] + lists_s}
+        token_index_s = sae_s + tokens_s
+        pooled_index_s = sae_s + codes_s + pisa_s
+        index_seconds = {names['exact']: 0., names['tokens']: token_index_s, names['tokens+']: token_index_s,
+                         names['pooled']: pooled_index_s, names['pooled+']: token_index_s,
+                         names['kmeans']: ivf['kmeans_s'] + ivf['assign_s'] + lists_s}
         store_mb = folder_bytes(store.path) / 2**20
         ivf_mb = folder_bytes(store.path / 'ivf') / 2**20
-        ssr_mb = folder_bytes(index.path) / 2**20
-        sizes = {'BM25 (reference)': folder_bytes(bm25.path) / 2**20, 'exact MaxSim': store_mb - ivf_mb,
-                 'SSR single stage': ssr_mb, f'SSR + MaxSim top-{args.rerank_depth}': ssr_mb + store_mb - ivf_mb,
-                 'clustering (k-means, PLAID-style)': store_mb}
+        vectors_mb = store_mb - ivf_mb
+        tokens_mb = folder_bytes(tokens.path) / 2**20
+        sizes = {names['bm25']: folder_bytes(bm25.path) / 2**20, names['exact']: vectors_mb,
+                 names['tokens']: tokens_mb, names['pooled']: folder_bytes(index.path) / 2**20,
+                 names['tokens+']: tokens_mb + vectors_mb, names['pooled+']: tokens_mb + vectors_mb,
+                 names['kmeans']: store_mb}
         for r in res.to_dict('records'):
             rows.append({'collection': name, 'system': r['name'], 'nDCG@10': r['nDCG@10'], 'R@100': r['R@100'],
                          'ms/query': r['mrt'], 'index s (after embedding)': index_seconds.get(r['name']),
@@ -174,10 +194,14 @@ def main():
         info['rows'] = [row for row in rows if row['collection'] == name]
         by = {row['system']: row for row in info['rows']}
         info['ratios'] = {
-            'clustering_index_s / ssr_index_s': index_seconds['clustering (k-means, PLAID-style)'] /
-                                                  index_seconds['SSR single stage'],
-            'ssr_ndcg - exact_ndcg': by['SSR single stage']['nDCG@10'] - by['exact MaxSim']['nDCG@10'],
-            'exact_ms / ssr_ms': by['exact MaxSim']['ms/query'] / by['SSR single stage']['ms/query'],
+            'token nDCG@10 - exact': by[names['tokens']]['nDCG@10'] - by[names['exact']]['nDCG@10'],
+            'exact ms / token ms': by[names['exact']]['ms/query'] / by[names['tokens']]['ms/query'],
+            'token+rerank nDCG@10 - exact': by[names['tokens+']]['nDCG@10'] - by[names['exact']]['nDCG@10'],
+            'token+rerank R@100 - exact': by[names['tokens+']]['R@100'] - by[names['exact']]['R@100'],
+            'kmeans ms / token+rerank ms': by[names['kmeans']]['ms/query'] / by[names['tokens+']]['ms/query'],
+            'token+rerank R@100 - kmeans': by[names['tokens+']]['R@100'] - by[names['kmeans']]['R@100'],
+            'pooled nDCG@10 - exact': by[names['pooled']]['nDCG@10'] - by[names['exact']]['nDCG@10'],
+            'kmeans index s / token index s': index_seconds[names['kmeans']] / token_index_s,
         }
         report['collections'][name] = info
         print(json.dumps({name: {k: v for k, v in info.items() if k != 'rows'}}, indent=1, default=str), flush=True)

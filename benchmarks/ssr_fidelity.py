@@ -1,15 +1,21 @@
-"""How closely SSR's single-stage scores follow exact MaxSim, per SAE setting and pooling rule, on pseudo-queries.
+"""How closely SSR's scores follow exact MaxSim, per SAE setting and scoring rule, on pseudo-queries.
 
-    python benchmarks/ssr_fidelity.py --collection irds:vaswani --store runs/ssr/vaswani/store \
+    PYTHONPATH=. python benchmarks/ssr_fidelity.py --collection irds:vaswani --store runs/ssr/vaswani/store \
         --encoder runs/ssr/encoder
 
 No topics or qrels: ``--queries`` pseudo-queries (a sentence window of a random document, as in self-supervised
-training; seed ``--seed``) are scored against every document by exact MaxSim (the store of ``benchmarks/ssr.py``)
-and by SSR's sparse dot product (computed densely in torch, without PISA's quantization).  Reported per setting:
-overlap@10 of the two top-10s, recall of exact MaxSim's top-10 within SSR's top-100, and MRR@10 of the document
-each pseudo-query came from (for exact MaxSim too).  A setting is chosen from this table, never from test topics.
+training; seed ``--seed``) are scored against every document by exact MaxSim (the store of ``benchmarks/ssr.py``) and,
+per SAE (``n_latents:k``, trained on ``--max-train-vectors`` of the store's token vectors), by
 
-Prints a table and writes JSON (``--output``). One CPU thread.
+* ``tokens (codes)``: token-level SSR, ``sum_i max_t <z_i, z_t>`` over the codes (:class:`SSRIndex`, exact);
+* ``tokens (decoder)``: the same MaxSim through the decoder's geometry, ``<z_i W_dec, z_t W_dec>`` (the
+  reconstructions without ``b_dec``; dense, no inverted index can compute it as such);
+* ``pooled max:sum`` / ``pooled max:max``: the pooled dot product (documents max-pooled per latent, queries summed or
+  max-pooled), the single stage of earlier versions.
+
+Reported per row: overlap@10 of its top 10 with exact MaxSim's, recall of exact MaxSim's top 10 within its top 100,
+MRR@10 of the document each pseudo-query came from, and ms/query of the scoring alone (embeddings given).  A setting
+is chosen from this table, never from test topics.  Prints a table and writes JSON (``--output``). One CPU thread.
 """
 import argparse
 import json
@@ -24,12 +30,12 @@ def main():
     parser.add_argument('--store', default='runs/ssr/vaswani/store')
     parser.add_argument('--irds-cache')
     parser.add_argument('--encoder', default='runs/ssr/encoder')
-    parser.add_argument('--queries', type=int, default=300)
+    parser.add_argument('--queries', type=int, default=200)
     parser.add_argument('--seed', type=int, default=123)
-    parser.add_argument('--settings', nargs='+', default=['4096:4', '4096:8', '4096:16', '4096:32', '16384:8'],
+    parser.add_argument('--settings', nargs='+', default=['4096:8', '4096:16', '4096:32', '16384:16'],
                         help='n_latents:k of each SAE')
-    parser.add_argument('--poolings', nargs='+', default=['max:sum', 'max:max'], help='doc:query pooling')
-    parser.add_argument('--max-train-vectors', type=int, default=200_000)
+    parser.add_argument('--max-train-vectors', type=int, default=100_000)
+    parser.add_argument('--work-dir', default='runs/ssr_fidelity')
     parser.add_argument('--output', default='benchmarks/results/ssr_fidelity.json')
     args = parser.parse_args()
     if args.irds_cache:
@@ -40,8 +46,9 @@ def main():
     import torch
 
     from pyterrier_lsr.collections import load_collection
-    from pyterrier_lsr.multivector import MaxSimIndex, MultiVector
-    from pyterrier_lsr.ssr import pool_codes, train_ssr_sae
+    from pyterrier_lsr.multivector import MaxSimIndex, MultiVector, maxsim_rows
+    from pyterrier_lsr.ssr import SSR, train_ssr_sae
+    from pyterrier_lsr.ssr_index import SSRIndex
     from pyterrier_lsr.train.data import pseudo_query
     torch.set_num_threads(1)
     store = MaxSimIndex(args.store, MultiVector.from_pretrained(args.encoder))
@@ -50,43 +57,58 @@ def main():
     sources = rng.sample(range(store.num_docs()), args.queries)
     queries = [pseudo_query(texts[store.docnos[i]], rng) for i in sources]
     q_vectors, q_offsets = store.encoder.embed(queries, query=True)
-    q_vectors = torch.from_numpy(q_vectors)
-    exact = torch.stack([store.score_all(q_vectors[q_offsets[i]:q_offsets[i + 1]]) for i in range(len(queries))])
-    vectors = store.vectors
-    owner = torch.repeat_interleave(torch.arange(store.num_docs()), store.lengths)
-    q_owner = torch.repeat_interleave(torch.arange(len(queries)), torch.from_numpy(np.diff(q_offsets)))
+    q_tensor = torch.from_numpy(q_vectors)
+    query_rows = [q_tensor[q_offsets[i]:q_offsets[i + 1]] for i in range(len(queries))]
+
+    def timed_scores(score):
+        start = time.perf_counter()
+        scores = np.stack([np.asarray(score(i), dtype=np.float64) for i in range(len(queries))])
+        return torch.from_numpy(scores), (time.perf_counter() - start) / len(queries) * 1000
+
+    exact, exact_ms = timed_scores(lambda i: store.score_all(query_rows[i]).numpy())
+    exact_top10 = exact.topk(10).indices
     source = torch.tensor(sources)
 
-    def mrr(scores):
+    def row(setting, scoring, scores, ms, **extra):
         ranks = (scores > scores[torch.arange(len(scores)), source][:, None]).sum(1)
-        return torch.where(ranks < 10, 1. / (ranks + 1), torch.zeros(())).mean().item()
+        top100 = scores.topk(100).indices
+        out = {'setting': setting, 'scoring': scoring,
+               'mrr@10 source': torch.where(ranks < 10, 1. / (ranks + 1), torch.zeros(())).double().mean().item(),
+               'overlap@10 with exact': np.mean([len(set(a[:10].tolist()) & set(b.tolist())) / 10
+                                                 for a, b in zip(top100, exact_top10)]),
+               'exact top-10 in top-100': np.mean([len(set(a.tolist()) & set(b.tolist())) / 10
+                                                   for a, b in zip(top100, exact_top10)]),
+               'ms/query': ms, **extra}
+        print(out, flush=True)
+        return out
 
-    exact_top10 = exact.topk(10).indices
-    rows = [{'setting': 'exact MaxSim', 'pooling': '', 'mrr@10 source': mrr(exact)}]
+    rows = [row('exact MaxSim', '', exact, exact_ms)]
+    vectors = store.vectors
     for setting in args.settings:
         n_latents, k = map(int, setting.split(':'))
         start = time.perf_counter()
         sae, log = train_ssr_sae(vectors.numpy(), {'n_latents': n_latents, 'k': k}, args.max_train_vectors,
                                  verbose=False)
         sae_s = time.perf_counter() - start
+        ssr = SSR(store.encoder, sae, query_pooling='sum')
+        index = SSRIndex.write(Path(args.work_dir) / setting.replace(':', '-'), store.docnos, vectors.numpy(),
+                               store.offsets, ssr, overwrite=True, save_model=False)
+        codes = ssr.token_codes(q_vectors)
+        q_codes = [(codes[0][q_offsets[i]:q_offsets[i + 1]], codes[1][q_offsets[i]:q_offsets[i + 1]])
+                   for i in range(len(queries))]
+        name = f'{n_latents} latents, k={k}'
+        info = {'fve': log[-1]['fve'], 'sae s': sae_s, 'postings/token': len(index.tokens) / len(vectors)}
+        rows.append(row(name, 'tokens (codes)', *timed_scores(lambda i: index.score_tokens(*q_codes[i])), **info))
         with torch.inference_mode():
-            d_codes = [sae.encode_topk(vectors[s:s + 65536]) for s in range(0, len(vectors), 65536)]
-            d_idx, d_val = torch.cat([c[0] for c in d_codes]), torch.cat([c[1] for c in d_codes])
-            q_idx, q_val = sae.encode_topk(q_vectors)
-            for pooling in args.poolings:
-                doc_pool, query_pool = pooling.split(':')
-                docs = pool_codes(d_idx, d_val, owner, store.num_docs(), n_latents, doc_pool)
-                qs = pool_codes(q_idx, q_val, q_owner, len(queries), n_latents, query_pool)
-                scores = qs @ docs.T
-                top100 = scores.topk(100).indices
-                overlap = np.mean([len(set(a[:10].tolist()) & set(b.tolist())) / 10
-                                   for a, b in zip(top100, exact_top10)])
-                recall = np.mean([len(set(a.tolist()) & set(b.tolist())) / 10 for a, b in zip(top100, exact_top10)])
-                rows.append({'setting': f'{n_latents} latents, k={k}', 'pooling': pooling, 'mrr@10 source': mrr(scores),
-                             'overlap@10 with exact': overlap, 'exact top-10 in top-100': recall,
-                             'postings/doc': (docs > 0).sum(1).float().mean().item(), 'fve': log[-1]['fve'],
-                             'sae s': sae_s})
-                print(rows[-1], flush=True)
+            recon = torch.cat([sae._decode_sparse(*sae.encode_topk(vectors[s:s + 65536]))
+                               for s in range(0, len(vectors), 65536)])
+            q_recon = sae._decode_sparse(*sae.encode_topk(q_tensor))
+        rows.append(row(name, 'tokens (decoder)', *timed_scores(
+            lambda i: maxsim_rows(q_recon[q_offsets[i]:q_offsets[i + 1]], recon, store.lengths).numpy()), **info))
+        for pooling in ('sum', 'max'):
+            ssr.query_pooling = pooling
+            rows.append(row(name, f'pooled max:{pooling}', *timed_scores(lambda i: index.score_pooled(*q_codes[i])),
+                            **info))
     table = pd.DataFrame(rows)
     print(table.round(3).to_string(index=False))
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)

@@ -1,40 +1,37 @@
 """SSR, single-stage sparse retrieval over multi-vector token embeddings (METHODS.md §7).
 
 A TopK sparse autoencoder maps each token embedding ``e_t`` of a :class:`~pyterrier_lsr.multivector.MultiVector`
-encoder to a sparse code ``z_t`` (at most ``k`` active latents out of ``n_latents``); latents become index terms
-``l<id>`` and documents are searched with the project's inverted index (PISA dot product) in one stage, with no
-clustering.
+encoder to a sparse code ``z_t`` (at most ``k`` active latents out of ``n_latents``, :meth:`SSR.token_codes`);
+latents become index terms ``l<id>`` and documents are searched in one stage, with no clustering.  Two scorings:
 
-How token codes become postings and how queries score (our choice; the abstract does not say):
-
-* **documents**: ``d_j = max_t z_tj`` over the document's tokens (``doc_pooling='max'``, SAE-SPLADE's pooling without
-  the log): a latent's posting weight is its strongest activation in the document;
-* **queries**: ``q_j = sum_i z_ij`` over the query's tokens (``query_pooling='sum'``);
-* **score**: ``<q, d> = sum_i sum_j z_ij max_t z_tj``.  Since ``<e_i, e_t> ~ <z_i, z_t>`` up to the decoder's
-  cross terms (its rows are unit-norm), each query token's term ``sum_j z_ij max_t z_tj`` is an upper bound of
-  ``max_t <z_i, z_t>``: MaxSim with the max taken per latent instead of per token, which is what an inverted index
-  can compute.  It is exact when one document token holds every latent maximum, and it favours documents whose many
-  tokens each match a part of a query token.
+* **token-level** (:class:`~pyterrier_lsr.ssr_index.SSRIndex`, the default): postings keep token identity and a
+  query scores ``sum_i max_{t in d} <z_i, z_t>`` exactly: MaxSim with ``<e_i, e_t>`` replaced by ``<z_i, z_t>``
+  (``<e_i, e_t> ~ <z_i, z_t>`` up to the decoder's cross terms, its rows being unit-norm);
+* **pooled** (this module's :meth:`SSR.encode_vectors`, indexed by any engine of an :class:`~pyterrier_lsr.LsrIndex`
+  or scored by ``SSRIndex``'s ``mode='pooled'``): documents ``d_j = max_t z_tj`` (``doc_pooling='max'``), queries
+  ``q_j = sum_i z_ij`` (``query_pooling='sum'``, or ``'max'``), score ``<q, d> = sum_i sum_j z_ij max_t z_tj``:
+  the max taken per latent instead of per token, an upper bound of the token-level score that adds up partial matches
+  from different document tokens (our choice for an inverted index that only has a dot product; the abstract does
+  not say).
 
 Weights are the SAE's activations of unit-norm vectors (about 0-1), so the index's default scale 100 keeps two
-digits.  A second stage (:meth:`SSR.reranked`) re-scores the top ``depth`` documents by exact MaxSim from a
-:class:`~pyterrier_lsr.multivector.MaxSimIndex`.
+digits.  A second stage (:meth:`SSR.reranked`) re-scores the top ``depth`` documents of an ``SSRIndex`` by exact
+MaxSim from a :class:`~pyterrier_lsr.multivector.MaxSimIndex`.
 
 A model folder is the encoder's folder (see :class:`~pyterrier_lsr.multivector.MultiVector`) + ``sae/`` (a
 :class:`~pyterrier_lsr.models.sae.SparseAutoencoder` folder), with ``kind: ssr`` and the poolings in ``config.json``
 under ``lsr``, so :func:`~pyterrier_lsr.load_model` (and an index's stored copy) reloads it.
 """
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
+from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
 import pyterrier as pt
-import pyterrier_alpha as pta
 import torch
 
 from .base import SparseModel
-from .checks import check_choice
+from .checks import check_choice, check_int
 from .encoding import to_dicts
 from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
 from .models.sae import SAEConfig, SparseAutoencoder, latent_term_names, train_sae
@@ -59,10 +56,24 @@ def pool_codes(indices: torch.Tensor, values: torch.Tensor, owner: torch.Tensor,
     return out.view(n_texts, n_latents)
 
 
+@torch.inference_mode()
+def token_codes(sae: SparseAutoencoder, vectors: np.ndarray, rows_per_batch: int = 65536
+                ) -> Tuple[np.ndarray, np.ndarray]:
+    """Each row's sparse code: ``(indices, values)``, ``rows x k`` int64 latent ids and float32 activations (relu'd,
+    so some may be 0), as :meth:`SparseAutoencoder.encode_topk` gives them, computed on the SAE's device."""
+    k, device = sae.config.k, sae.W_enc.device
+    indices, values = np.zeros((len(vectors), k), np.int64), np.zeros((len(vectors), k), np.float32)
+    for start in range(0, len(vectors), rows_per_batch):
+        rows = torch.as_tensor(np.asarray(vectors[start:start + rows_per_batch]), dtype=torch.float32, device=device)
+        idx, val = sae.encode_topk(rows)
+        indices[start:start + len(rows)], values[start:start + len(rows)] = idx.cpu().numpy(), val.cpu().numpy()
+    return indices, values
+
+
 class SSR(SparseModel):
-    """A multi-vector encoder + a TopK SAE over its token embeddings; hands out PyTerrier encoders (see the module
-    docs for the scoring rule).  Index with ``SpladeIndexer(path, ssr)``; ``LsrIndex(path).retriever()`` is the single
-    stage and :meth:`reranked` adds exact MaxSim.
+    """A multi-vector encoder + a TopK SAE over its token embeddings (see the module docs for the scorings).  Index
+    token-level with :class:`~pyterrier_lsr.ssr_index.SSRIndex` (``SSRIndex.write`` or ``SSRIndexer``), pooled with
+    ``SpladeIndexer(path, ssr)``; :meth:`reranked` adds exact MaxSim to an ``SSRIndex``.
 
     Args:
         encoder: the :class:`~pyterrier_lsr.multivector.MultiVector` whose token embeddings the SAE reads.
@@ -90,6 +101,10 @@ class SSR(SparseModel):
         self.terms = latent_term_names(sae.n_latents)
         self.name = name
 
+    def token_codes(self, vectors: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """Each token embedding's sparse code (see :func:`token_codes`)."""
+        return token_codes(self.sae, vectors)
+
     @torch.inference_mode()
     def encode_vectors(self, vectors: np.ndarray, offsets: np.ndarray, query: bool = False,
                        texts_per_batch: int = 256) -> List[Dict[str, float]]:
@@ -99,13 +114,11 @@ class SSR(SparseModel):
         out = []
         for start in range(0, len(offsets) - 1, texts_per_batch):
             stop = min(start + texts_per_batch, len(offsets) - 1)
-            rows = torch.as_tensor(np.asarray(vectors[offsets[start]:offsets[stop]]), dtype=torch.float32,
-                                   device=self.encoder.device)
-            owner = torch.repeat_interleave(torch.arange(stop - start, device=rows.device),
-                                            torch.as_tensor(np.diff(offsets[start:stop + 1]), device=rows.device))
-            indices, values = self.sae.encode_topk(rows)
-            out.extend(to_dicts(pool_codes(indices, values, owner, stop - start, self.sae.n_latents, pooling),
-                                self.terms))
+            indices, values = self.token_codes(vectors[offsets[start]:offsets[stop]])
+            owner = torch.repeat_interleave(torch.arange(stop - start),
+                                            torch.as_tensor(np.diff(offsets[start:stop + 1])))
+            out.extend(to_dicts(pool_codes(torch.from_numpy(indices), torch.from_numpy(values), owner, stop - start,
+                                           self.sae.n_latents, pooling), self.terms))
         return out
 
     def _encode(self, texts: Sequence, query: bool, verbose: bool) -> List[Dict[str, float]]:
@@ -120,11 +133,11 @@ class SSR(SparseModel):
                        verbose: bool = False) -> List[Dict[str, float]]:
         return self._encode(texts, True, verbose)
 
-    def reranked(self, index, store: MaxSimIndex, depth: int = 100, **params) -> pt.Transformer:
-        """Two stages: the top ``depth`` of the single stage (``index``: an :class:`~pyterrier_lsr.LsrIndex` of this
-        model; ``params`` go to its engine), re-scored by exact MaxSim from ``store``'s vectors.  Each query goes
-        through the transformer once; its token embeddings serve both stages."""
-        return _TwoStage(self, index.toks_retriever(num_results=depth, **params), store)
+    def reranked(self, index, store: MaxSimIndex, depth: int = 100, mode: str = 'tokens') -> pt.Transformer:
+        """Two stages: the top ``depth`` of ``index`` (an :class:`~pyterrier_lsr.ssr_index.SSRIndex` of this model,
+        scored by ``mode``: ``'tokens'`` or ``'pooled'``), re-scored by exact MaxSim from ``store``'s vectors.  Each
+        query goes through the transformer once; its token embeddings serve both stages."""
+        return _TwoStage(index, store, check_int('depth', depth, 1), check_choice('mode', mode, ('tokens', 'pooled')))
 
     def settings(self) -> dict:
         return dict(super().settings(), doc_pooling=self.doc_pooling, query_pooling=self.query_pooling)
@@ -150,24 +163,23 @@ class SSR(SparseModel):
 
 
 class _TwoStage(pt.Transformer):
-    def __init__(self, ssr: SSR, first_stage: pt.Transformer, store: MaxSimIndex):
-        self.ssr = ssr
-        self.first_stage = first_stage
+    def __init__(self, index, store: MaxSimIndex, depth: int, mode: str):
+        self.index = index
         self.store = store
+        self.depth = depth
+        self.mode = mode
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        pta.validate.query_frame(inp, extra_columns=['query'])
-        vectors, offsets = self.ssr.encoder.embed(inp['query'].tolist(), query=True)
-        toks = self.ssr.encode_vectors(vectors, offsets, query=True)
-        # rows, not qids, key the query embeddings: two input rows may share a qid
-        candidates = self.first_stage(inp.assign(query_toks=toks, _row=np.arange(len(inp))))
+        candidates, positions, (vectors, offsets) = self.index.ranked(inp, self.depth, self.mode)
         if not len(candidates):
-            return candidates.drop(columns=['_row'])
+            return candidates
         vectors = torch.from_numpy(vectors)
-        queries = [vectors[offsets[i]:offsets[i + 1]] for i in range(len(inp))]
-        rows = candidates['_row'].tolist()
-        return self.store.rescore(candidates.drop(columns=['query_toks', '_row'], errors='ignore'), rows, queries,
-                                  groups=rows)
+        queries = [vectors[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
+        # input positions, not qids, key the query embeddings: two input rows may share a qid
+        return self.store.rescore(candidates, positions, queries, groups=positions)
+
+    def __repr__(self):
+        return f'SSR({self.mode}) >> MaxSim top-{self.depth}'
 
 
 def train_ssr_sae(vectors: np.ndarray, sae: Optional[dict] = None, max_train_vectors: Optional[int] = 200_000,

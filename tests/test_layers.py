@@ -14,7 +14,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / 'pyterrier_lsr'
 LAYERS = [
     ('base', ['offline', 'checks', 'storage', 'encoding', 'quiet', 'collections', 'models', 'int8']),
     ('wrappers', ['base', 'encoders', 'loading', 'query', 'inference_free', 'asymmetric', 'latent_terms', 'sae_splade',
-                  'pruning', 'multivector', 'ssr']),
+                  'pruning', 'multivector', 'ssr', 'ssr_index']),
     ('index', ['index']),
     ('train', ['train']),
     ('applications', ['report', 'cli', 'systems', 'distributed', '__init__']),

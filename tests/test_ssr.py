@@ -9,8 +9,9 @@ import torch
 from pyterrier_lsr import LsrIndex, SpladeIndexer, load_model
 from pyterrier_lsr.models.multivector import MultiVectorModel, maxsim, maxsim_infonce
 from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
-from pyterrier_lsr.multivector import MaxSimIndex, MultiVector, maxsim_rows
+from pyterrier_lsr.multivector import MaxSimIndex, MultiVector, maxsim_rows, segment_max
 from pyterrier_lsr.ssr import SSR, pool_codes, train_ssr_sae
+from pyterrier_lsr.ssr_index import SSRIndex, SSRIndexer, token_postings
 
 SHORT_DOCS = [
     'the nuclear reactor physics', 'electron density in the ionosphere', 'transistor amplifier circuit noise',
@@ -199,15 +200,6 @@ def test_ssr_end_to_end_and_round_trip(minilm, vaswani_docs, tmp_path):
         expected = sum(int(w * 100) * int(by_docno[row.docno].get(t, 0) * 100) for t, w in queries[row.qid].items())
         assert row.score == pytest.approx(expected, abs=1)
 
-    store = MaxSimIndex.write(tmp_path / 'store', [d['docno'] for d in docs], vectors, offsets, minilm)
-    reranked = ssr.reranked(index, store, depth=5)(topics)
-    assert reranked.groupby('qid').size().tolist() == [5, 5]
-    first = reranked[reranked['qid'] == '1']
-    assert set(first['docno']) == set(res[(res['qid'] == '1') & (res['rank'] < 5)]['docno'])
-    q = torch.from_numpy(minilm.embed([topics['query'][0]], query=True)[0])
-    exact = store.score_docs(q, np.array([store.docids[d] for d in first['docno']])).numpy()
-    assert np.allclose(first['score'], exact, atol=1e-4)
-
     ssr.save_pretrained(tmp_path / 'model')
     assert json.loads((tmp_path / 'model' / 'config.json').read_text())['lsr']['doc_pooling'] == 'max'
     loaded = load_model(tmp_path / 'model', device='cpu')
@@ -216,3 +208,142 @@ def test_ssr_end_to_end_and_round_trip(minilm, vaswani_docs, tmp_path):
     # The index reopened alone reloads its stored copy of the model and retrieves the same.
     assert LsrIndex(index.path).retriever(num_results=10)(topics)[['qid', 'docno']].values.tolist() == \
         res[['qid', 'docno']].values.tolist()
+
+
+def brute_force(q_codes: torch.Tensor, d_codes: torch.Tensor, offsets) -> np.ndarray:
+    """``sum_i max_{t in d} <z_i, z_t>`` from dense codes (tokens x latents), in float64; 0 for an empty document."""
+    sims = d_codes.double() @ q_codes.double().T
+    return segment_max(sims, torch.as_tensor(np.diff(offsets))).sum(-1).numpy()
+
+
+def dense_codes(sae: SparseAutoencoder, vectors: np.ndarray) -> torch.Tensor:
+    """The SAE's dense codes (tokens x latents) by its dense path, independent of the index's sparse one."""
+    with torch.no_grad():
+        return sae.encode(torch.from_numpy(vectors))
+
+
+@pytest.fixture
+def random_ssr(tiny):
+    """An SSR over a tiny random 8-d encoder and a random (untrained) 32-latent, k = 3 SAE."""
+    from transformers import BertConfig, BertModel
+    _, tokenizer = tiny
+    torch.manual_seed(0)
+    backbone = BertModel(BertConfig(vocab_size=len(tokenizer), hidden_size=32, num_hidden_layers=1,
+                                    num_attention_heads=4, intermediate_size=64, max_position_embeddings=128))
+    encoder = MultiVector(MultiVectorModel(backbone, dim=8, skip_ids=[tokenizer.cls_token_id]), tokenizer,
+                          device='cpu', batch_size=4)
+    return SSR(encoder, SparseAutoencoder(SAEConfig(d_in=8, n_latents=32, k=3, seed=1)))
+
+
+def test_token_postings_keep_token_identity():
+    indices = np.array([[2, 0], [0, 1], [2, 1]])
+    values = np.array([[.5, .25], [.75, 0.], [1., .125]], dtype=np.float32)
+    indptr, tokens, weights = token_postings(indices, values, 4)
+    # latent 0: tokens 0 (.25), 1 (.75); latent 1: token 2 (token 1's zero dropped); latent 2: tokens 0, 2; 3: none
+    assert indptr.tolist() == [0, 2, 3, 5, 5]
+    assert tokens.tolist() == [0, 1, 2, 0, 2]
+    assert weights.tolist() == [.25, .75, .125, .5, 1.]
+
+
+def test_token_scores_equal_brute_force_on_random_codes(random_ssr, tmp_path):
+    rng = np.random.default_rng(0)
+    vectors = rng.standard_normal((60, 8)).astype(np.float32)
+    offsets = np.array([0, 7, 7, 20, 21, 45, 45, 60])  # two empty documents, one of a single token
+    index = SSRIndex.write(tmp_path / 'ssr', [f'd{i}' for i in range(7)], vectors, offsets, random_ssr,
+                           save_model=False)
+    d_codes = dense_codes(random_ssr.sae, vectors)
+    assert (d_codes > 0).sum(1).max() == 3
+    queries = rng.standard_normal((12, 8)).astype(np.float32)
+    for q in (queries[:1], queries[1:5], queries[5:]):
+        expected = brute_force(dense_codes(random_ssr.sae, q), d_codes, offsets)
+        assert expected[[1, 5]].tolist() == [0, 0] and expected.max() > 0
+        assert np.allclose(index.score_tokens(*random_ssr.token_codes(q)), expected, rtol=1e-5, atol=1e-6)
+        # pooled: documents max-pooled, queries summed per latent (the model's pooling) -- a different score
+        pooled = segment_max(d_codes, torch.as_tensor(np.diff(offsets))).double().numpy() @ \
+            dense_codes(random_ssr.sae, q).sum(0).double().numpy()
+        assert np.allclose(index.score_pooled(*random_ssr.token_codes(q)), pooled, rtol=1e-5, atol=1e-6)
+    # the search ranks every positive-scoring document, best first, and keeps at most num_results
+    (docs, scores), = index.search(queries[1:5], np.array([0, 4]), num_results=3)
+    expected = brute_force(dense_codes(random_ssr.sae, queries[1:5]), d_codes, offsets)
+    assert docs.tolist() == np.argsort(-expected, kind='stable')[:3].tolist()
+    assert np.allclose(scores, np.sort(expected)[::-1][:3], rtol=1e-5)
+
+
+def test_token_index_bad_parameters_and_files(random_ssr, tmp_path):
+    vectors = np.random.default_rng(1).standard_normal((6, 8)).astype(np.float32)
+    with pytest.raises(ValueError, match='offsets'):
+        SSRIndex.write(tmp_path / 'bad', ['a', 'b'], vectors, np.array([0, 2, 5]), random_ssr)
+    with pytest.raises(ValueError, match='duplicate|a'):
+        SSRIndex.write(tmp_path / 'bad', ['a', 'a'], vectors, np.array([0, 2, 6]), random_ssr)
+    index = SSRIndex.write(tmp_path / 'ssr', ['a', 'b'], vectors, np.array([0, 2, 6]), random_ssr)
+    with pytest.raises(ValueError, match='num_results'):
+        index.retriever(num_results=0)
+    with pytest.raises(TypeError, match='num_results'):
+        index.retriever(num_results=2.5)
+    with pytest.raises(ValueError, match='mode'):
+        index.retriever(mode='max')
+    store = MaxSimIndex.write(tmp_path / 'store', ['a', 'b'], vectors, np.array([0, 2, 6]))
+    with pytest.raises(ValueError, match='depth'):
+        random_ssr.reranked(index, store, depth=0)
+    with pytest.raises(ValueError, match='mode'):
+        random_ssr.reranked(index, store, mode='dense')
+    with pytest.raises(FileExistsError):
+        SSRIndex.write(tmp_path / 'ssr', ['a', 'b'], vectors, np.array([0, 2, 6]), random_ssr)
+    other = SSR(random_ssr.encoder, SparseAutoencoder(SAEConfig(d_in=8, n_latents=64, k=3)))
+    with pytest.raises(ValueError, match='32 latents'):
+        SSRIndex(tmp_path / 'ssr', other)
+    with pytest.raises(ValueError, match='finite'):
+        SSRIndex.write(tmp_path / 'nan', ['a'], np.full((2, 8), np.nan, np.float32), np.array([0, 2]), random_ssr)
+    with pytest.raises(FileNotFoundError, match='no SSR index'):
+        SSRIndex(tmp_path / 'store')
+    np.save(tmp_path / 'ssr' / 'postings-tokens.npy', np.full(len(index.tokens), 99, dtype=np.int32))
+    with pytest.raises(ValueError, match='outside the corpus'):
+        SSRIndex(tmp_path / 'ssr')
+
+
+def test_token_level_ssr_on_a_tiny_corpus_and_reranked(minilm, vaswani_docs, tmp_path):
+    docs = vaswani_docs[:30]
+    vectors, offsets = minilm.embed([d['text'] for d in docs])
+    sae, _ = train_ssr_sae(vectors, {'n_latents': 256, 'k': 8, 'epochs': 3, 'batch_size': 256}, verbose=False)
+    ssr = SSR(minilm, sae, query_pooling='max')
+    index = SSRIndexer(tmp_path / 'ssr', ssr, verbose=False).index(docs)
+    topics = pd.DataFrame({'qid': ['1', '2', '2'],  # a repeated qid keeps two rankings
+                           'query': [docs[3]['text'][:80], 'electron density of the ionosphere', 'radio waves']})
+    res = index.retriever(num_results=10)(topics)
+    assert list(res.columns) == ['qid', 'query', 'docno', 'score', 'rank']
+    assert res.groupby('query', sort=False).size().tolist() == [10, 10, 10]
+    assert res['rank'].tolist() == list(range(10)) * 3
+    d_codes = dense_codes(sae, vectors)
+    q_vectors, q_offsets = minilm.embed(topics['query'].tolist(), query=True)
+    for i, (query, ranking) in enumerate(res.groupby('query', sort=False)):
+        q_codes = dense_codes(sae, q_vectors[q_offsets[i]:q_offsets[i + 1]])
+        expected = brute_force(q_codes, d_codes, offsets)
+        order = np.argsort(-expected, kind='stable')[:10]
+        assert ranking['docno'].tolist() == [docs[j]['docno'] for j in order]
+        assert np.allclose(ranking['score'], expected[order], rtol=1e-5)
+    assert res.iloc[0]['docno'] == docs[3]['docno']  # a document's own text finds it
+
+    pooled = index.retriever(num_results=5, mode='pooled')(topics.iloc[:1])
+    doc_toks = dict(zip([d['docno'] for d in docs], ssr.encode_vectors(vectors, offsets)))
+    (query_toks,) = ssr.encode_vectors(q_vectors[:q_offsets[1]], q_offsets[:2], query=True)
+    for row in pooled.itertuples():
+        assert row.score == pytest.approx(sum(w * doc_toks[row.docno].get(t, 0) for t, w in query_toks.items()),
+                                          rel=1e-5)
+
+    store = MaxSimIndex.write(tmp_path / 'store', [d['docno'] for d in docs], vectors, offsets, minilm)
+    reranked = ssr.reranked(index, store, depth=5)(topics)
+    assert reranked.groupby('query', sort=False).size().tolist() == [5, 5, 5]
+    for i, (query, ranking) in enumerate(reranked.groupby('query', sort=False)):
+        first = res[res['query'] == query]
+        assert set(ranking['docno']) == set(first[first['rank'] < 5]['docno'])
+        q = torch.from_numpy(q_vectors[q_offsets[i]:q_offsets[i + 1]])
+        exact = store.score_docs(q, np.array([store.docids[d] for d in ranking['docno']])).numpy()
+        assert np.allclose(ranking['score'], exact, atol=1e-4)
+        assert ranking['rank'].tolist() == list(range(5)) and (np.diff(ranking['score']) <= 0).all()
+
+    empty = index.retriever()(topics.iloc[:0])
+    assert list(empty.columns) == ['qid', 'query', 'docno', 'score', 'rank'] and not len(empty)
+    assert list(ssr.reranked(index, store)(topics.iloc[:0]).columns) == ['qid', 'query', 'docno', 'score', 'rank']
+    # the index reopened alone reloads its stored model and retrieves the same
+    again = SSRIndex(index.path).retriever(num_results=10)(topics)
+    assert again[['qid', 'docno']].values.tolist() == res[['qid', 'docno']].values.tolist()

@@ -1,0 +1,279 @@
+"""Token-level SSR: an inverted index whose postings keep token identity, scored by exact MaxSim over the codes.
+
+Each document token ``t``'s sparse code ``z_t`` (:meth:`SSR.token_codes`) is indexed as postings
+``latent -> (document token, value)``; a query scores a document by
+
+    ``sum_i max_{t in d} <z_i, z_t>``
+
+over its tokens' codes ``z_i``, exactly: per query token, its latents' posting lists are accumulated per document token
+(scipy's CSR arrays, one dense accumulator over the corpus's tokens), the maximum is taken per document
+(``np.maximum.reduceat`` over the documents' token offsets) and summed over query tokens.  This is MaxSim with
+``<e_i, e_t>`` replaced by ``<z_i, z_t>``, which PISA's dot product over pooled vectors cannot express (pooling takes
+the max per latent, from different tokens).  The cheaper ``mode='pooled'`` scores the same index as
+:class:`~pyterrier_lsr.ssr.SSR`'s pooled vectors do (documents max-pooled per latent, queries pooled by the model's
+``query_pooling``), in floats, without PISA's quantization.
+
+An index is a folder (our artifact, marked ``ssr_index``; built beside its final name and swapped in, see
+:mod:`pyterrier_lsr.storage`): ``ssr_index.json`` (counts and the model's name), ``docnos.json``, ``offsets.npy``
+(document ``i`` owns tokens ``offsets[i]:offsets[i + 1]``), ``postings-indptr.npy`` / ``postings-tokens.npy`` /
+``postings-values.npy`` (latent ``j``'s postings are ``indptr[j]:indptr[j + 1]``, tokens ascending) and ``model/``,
+a copy of the SSR model, so the index reopens alone.  Only documents with a positive score are returned (as an inverted
+index does): a document sharing no latent with the query is not a result.
+"""
+from pathlib import Path
+from typing import Iterable, List, Optional, Sequence, Tuple
+
+import numpy as np
+import pandas as pd
+import pyterrier as pt
+import pyterrier_alpha as pta
+import torch
+
+from . import storage
+from .checks import check_choice, check_docnos, check_int
+from .multivector import _load_npy, _result_frame, _texts
+from .ssr import SSR, pool_codes
+
+INDEX_KIND = 'ssr_index'
+META_FILE = 'ssr_index.json'
+DOCNOS_FILE = 'docnos.json'
+OFFSETS_FILE = 'offsets.npy'
+POSTINGS_FILES = ('postings-indptr.npy', 'postings-tokens.npy', 'postings-values.npy')
+MODEL_FOLDER = 'model'
+MODES = ('tokens', 'pooled')
+
+__all__ = ['SSRIndex', 'SSRIndexer', 'token_postings', 'MODES']
+
+
+def token_postings(indices: np.ndarray, values: np.ndarray, n_latents: int):
+    """Per-token codes (``tokens x k`` latent ids and values) as postings ``(indptr, tokens, values)``: latent ``j``'s
+    tokens, ascending, are ``tokens[indptr[j]:indptr[j + 1]]``; zero values are dropped."""
+    k = indices.shape[1] if indices.ndim == 2 else 0
+    latents, vals = indices.reshape(-1), values.reshape(-1)
+    tokens = np.repeat(np.arange(len(indices), dtype=np.int32), k)
+    keep = vals > 0
+    latents, tokens, vals = latents[keep], tokens[keep], vals[keep]
+    order = np.argsort(latents, kind='stable')  # stable: tokens stay ascending within each latent
+    indptr = np.concatenate([[0], np.cumsum(np.bincount(latents, minlength=n_latents))]).astype(np.int64)
+    return indptr, tokens[order], vals[order].astype(np.float32)
+
+
+class SSRIndex:
+    """A token-level SSR index (see the module docs): ``retriever(mode='tokens')`` is exact MaxSim over the codes,
+    ``mode='pooled'`` the pooled dot product; :meth:`SSR.reranked` re-scores its top documents by exact MaxSim.
+
+    Args:
+        path: the folder.
+        ssr: the :class:`~pyterrier_lsr.ssr.SSR` model that encoded the documents (it encodes queries); default: the
+            copy stored in the index.
+    """
+
+    def __init__(self, path, ssr: Optional[SSR] = None):
+        self.path = Path(path)
+        if not storage.is_artifact(self.path, INDEX_KIND):
+            raise FileNotFoundError(f'no SSR index at {self.path} (no {storage.MARKER} naming {INDEX_KIND!r})')
+        self.meta = storage.read_json(self.path / META_FILE, 'SSR index settings')
+        self.docnos: List[str] = storage.read_json(self.path / DOCNOS_FILE, 'SSR index docnos', expect=list)
+        self.offsets = _load_npy(self.path / OFFSETS_FILE)
+        self.indptr, self.tokens, self.values = (_load_npy(self.path / name) for name in POSTINGS_FILES)
+        self._check()
+        lengths = np.diff(self.offsets)
+        self._nonempty = lengths > 0
+        # reduceat segments: non-empty documents only (an empty one would repeat its neighbour's first token)
+        self._starts = self.offsets[:-1][self._nonempty]
+        self._owner = np.repeat(np.arange(self.num_docs(), dtype=np.int64), lengths)
+        self._pooled = None
+        self._ssr = None if ssr is None else self._matching(ssr)
+
+    def _check(self):
+        meta, problem = self.meta, None
+        try:
+            for key in ('num_docs', 'num_tokens', 'n_latents'):
+                check_int(key, meta.get(key), 0)
+        except (TypeError, ValueError) as ex:
+            raise ValueError(f'{self.path / META_FILE}: {ex}') from None
+        if len(self.docnos) != meta['num_docs']:
+            problem = f'{len(self.docnos)} docnos for {meta["num_docs"]} documents'
+        elif self.offsets.shape != (meta['num_docs'] + 1,) or self.offsets[0] != 0 or \
+                (np.diff(self.offsets) < 0).any() or self.offsets[-1] != meta['num_tokens']:
+            problem = 'offsets must start at 0, never decrease and end at the number of tokens'
+        elif self.indptr.shape != (meta['n_latents'] + 1,) or self.indptr[0] != 0 or \
+                (np.diff(self.indptr) < 0).any() or self.indptr[-1] != len(self.tokens) or \
+                self.tokens.shape != self.values.shape:
+            problem = 'the postings arrays do not describe the same postings'
+        elif len(self.tokens) and (self.tokens.min() < 0 or self.tokens.max() >= meta['num_tokens']):
+            problem = 'a posting names a token outside the corpus'
+        if problem:
+            raise ValueError(f'SSR index {self.path}: {problem}; rebuild it')
+
+    @classmethod
+    def write(cls, path, docnos: Sequence[str], vectors: np.ndarray, offsets: np.ndarray, ssr: SSR,
+              overwrite: bool = False, save_model: bool = True) -> 'SSRIndex':
+        """An index from token embeddings already computed (e.g. :meth:`MultiVector.embed` of a corpus, as a
+        :class:`~pyterrier_lsr.multivector.MaxSimIndex` store holds them); ``overwrite`` replaces only another SSR
+        index; ``save_model`` stores a copy of ``ssr`` (without it, pass ``ssr=`` when reopening)."""
+        path = Path(path)
+        docnos = check_docnos(docnos, f'the documents of {path}')
+        offsets = np.asarray(offsets)
+        if offsets.shape != (len(docnos) + 1,) or not np.issubdtype(offsets.dtype, np.integer) or offsets[0] != 0 \
+                or (np.diff(offsets) < 0).any() or offsets[-1] != len(vectors):
+            raise ValueError(f'offsets must be {len(docnos) + 1} integers from 0, never decreasing, ending at the '
+                             f'{len(vectors)} vector rows')
+        if not np.isfinite(vectors).all():
+            raise ValueError('vectors must be finite')
+        indices, values = ssr.token_codes(vectors)
+        indptr, tokens, weights = token_postings(indices, values, ssr.sae.n_latents)
+        meta = {'num_docs': len(docnos), 'num_tokens': int(len(vectors)), 'n_latents': ssr.sae.n_latents,
+                'k': ssr.sae.config.k, 'model': ssr.name}
+        with storage.build_folder(path, INDEX_KIND, overwrite, what='SSR index') as tmp:
+            for name, array in zip(POSTINGS_FILES, (indptr, tokens, weights)):
+                storage.write_array(tmp / name, array)
+            storage.write_array(tmp / OFFSETS_FILE, offsets.astype(np.int64))
+            storage.write_json(tmp / DOCNOS_FILE, docnos, indent=None)
+            storage.write_json(tmp / META_FILE, meta)
+            if save_model:
+                ssr.save_into(tmp / MODEL_FOLDER)
+        return cls(path, ssr)
+
+    def num_docs(self) -> int:
+        return self.meta['num_docs']
+
+    def __len__(self):
+        return self.num_docs()
+
+    @property
+    def ssr(self) -> SSR:
+        if self._ssr is None:
+            if not (self.path / MODEL_FOLDER).is_dir():
+                raise ValueError(f'{self.path} holds no model (written with save_model=False); pass ssr= to SSRIndex')
+            self._ssr = self._matching(SSR.from_pretrained(self.path / MODEL_FOLDER))
+        return self._ssr
+
+    def _matching(self, ssr: SSR) -> SSR:
+        """``ssr`` if its SAE has the index's latents (a query's latent ids index the postings)."""
+        if ssr.sae.n_latents != self.meta['n_latents']:
+            raise ValueError(f'{self.path} holds codes of {self.meta["n_latents"]} latents; the SSR model given has '
+                             f'{ssr.sae.n_latents}')
+        return ssr
+
+    # -- scoring --------------------------------------------------------------------------------------------------
+
+    def score_tokens(self, indices: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """``sum_i max_{t in d} <z_i, z_t>`` of one query's token codes (``indices``/``values``: query tokens x k)
+        against every document (float64, 0 for a document sharing no latent with the query)."""
+        out = np.zeros(self.num_docs())
+        acc = np.zeros(self.meta['num_tokens'], np.float32)
+        for latents, weights in zip(indices, values):
+            touched = False
+            for latent, weight in zip(latents.tolist(), weights.tolist()):
+                start, stop = self.indptr[latent], self.indptr[latent + 1]
+                if weight > 0 and stop > start:
+                    # tokens are distinct within one latent, so fancy-index += adds each posting once
+                    acc[self.tokens[start:stop]] += weight * self.values[start:stop]
+                    touched = True
+            if touched:
+                out[self._nonempty] += np.maximum.reduceat(acc, self._starts)
+                acc.fill(0)  # a memset: cheaper than resetting the touched tokens one by one
+        return out
+
+    @property
+    def pooled(self):
+        """The documents' codes max-pooled per latent, as ``(indptr, docs, values)`` postings per latent."""
+        if self._pooled is None:
+            # tokens ascend within a latent, so (latent, document) keys ascend and runs of equal keys are contiguous
+            latents = np.repeat(np.arange(self.meta['n_latents']), np.diff(self.indptr))
+            keys = latents * self.num_docs() + self._owner[self.tokens]
+            starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]])) if len(keys) else keys
+            maxima = np.maximum.reduceat(self.values, starts) if len(keys) else self.values
+            indptr = np.searchsorted(keys[starts] // self.num_docs(), np.arange(self.meta['n_latents'] + 1))
+            self._pooled = (indptr, keys[starts] % self.num_docs(), maxima)
+        return self._pooled
+
+    def score_pooled(self, indices: np.ndarray, values: np.ndarray) -> np.ndarray:
+        """The pooled dot product ``<q, d>`` of one query's token codes: ``q`` pooled by the model's
+        ``query_pooling``, ``d_j = max_t z_tj``."""
+        indptr, docs, maxima = self.pooled
+        owner = torch.zeros(len(indices), dtype=torch.long)
+        query = pool_codes(torch.as_tensor(indices, dtype=torch.long), torch.as_tensor(values), owner, 1,
+                           self.meta['n_latents'], self.ssr.query_pooling)[0].numpy()
+        out = np.zeros(self.num_docs())
+        for latent in np.flatnonzero(query > 0).tolist():
+            start, stop = indptr[latent], indptr[latent + 1]
+            out[docs[start:stop]] += float(query[latent]) * maxima[start:stop]
+        return out
+
+    def search(self, vectors: np.ndarray, offsets: np.ndarray, num_results: int, mode: str = 'tokens',
+               ) -> List[Tuple[np.ndarray, np.ndarray]]:
+        """The top ``num_results`` ``(document ids, scores)`` (best first, ties by id, positive scores only) of each
+        query given as token embeddings grouped by query (as :meth:`MultiVector.embed` returns)."""
+        num_results = check_int('num_results', num_results, 1)
+        check_choice('mode', mode, MODES)
+        score = self.score_tokens if mode == 'tokens' else self.score_pooled
+        indices, values = self.ssr.token_codes(vectors)
+        out = []
+        for q in range(len(offsets) - 1):
+            start, stop = offsets[q], offsets[q + 1]
+            scores = score(indices[start:stop], values[start:stop])
+            docs = np.flatnonzero(scores > 0)
+            if len(docs) > num_results:
+                docs = docs[np.argpartition(-scores[docs], num_results - 1)[:num_results]]
+            docs = docs[np.lexsort((docs, -scores[docs]))]
+            out.append((docs, scores[docs]))
+        return out
+
+    def ranked(self, inp: pd.DataFrame, num_results: int, mode: str):
+        """The input's queries embedded once and searched: ``(result frame, each row's input position, the
+        embeddings (vectors, offsets) by input position)``."""
+        pta.validate.query_frame(inp, extra_columns=['query'])
+        vectors, offsets = self.ssr.encoder.embed(_texts(inp['query'], 'column "query"'), query=True)
+        rows = [(position, self.docnos[d], s) for position, (docs, scores) in
+                enumerate(self.search(vectors, offsets, num_results, mode)) for d, s in zip(docs.tolist(), scores)]
+        return _result_frame(rows, inp), [r[0] for r in rows], (vectors, offsets)
+
+    def retriever(self, num_results: int = 1000, mode: str = 'tokens') -> pt.Transformer:
+        """``qid, query`` -> ``qid, query, docno, score, rank``: ``mode='tokens'`` scores
+        ``sum_i max_{t in d} <z_i, z_t>``, ``'pooled'`` the pooled dot product (see the module docs)."""
+        return SSRRetriever(self, check_int('num_results', num_results, 1), check_choice('mode', mode, MODES))
+
+    def __repr__(self):
+        return f'SSRIndex({str(self.path)!r})'
+
+
+class SSRRetriever(pt.Transformer):
+    def __init__(self, index: SSRIndex, num_results: int, mode: str):
+        self.index = index
+        self.num_results = num_results
+        self.mode = mode
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        return self.index.ranked(inp, self.num_results, self.mode)[0]
+
+    def __repr__(self):
+        return f'SSR({self.mode}, {self.index.path.name})'
+
+
+class SSRIndexer(pt.Indexer):
+    """Encodes ``docno, text`` documents with an :class:`~pyterrier_lsr.ssr.SSR` model's encoder and writes an
+    :class:`SSRIndex`."""
+
+    def __init__(self, path, ssr: SSR, overwrite: bool = False, text_field: str = 'text', verbose: bool = True):
+        self.path = Path(path)
+        self.ssr = ssr
+        self.overwrite = overwrite
+        self.text_field = text_field
+        self.verbose = verbose
+
+    def index_inputs(self):
+        return [['docno', self.text_field]]
+
+    def index(self, it: Iterable[dict]) -> SSRIndex:
+        docs = list(it)
+        for doc in docs[:1]:
+            missing = [c for c in ('docno', self.text_field) if c not in doc]
+            if missing:
+                raise KeyError(f'documents must have columns {missing}; got {sorted(doc)}')
+        docnos = check_docnos([d['docno'] for d in docs], f'the documents indexed into {self.path}')
+        vectors, offsets = self.ssr.encoder.embed(_texts([d[self.text_field] for d in docs], 'documents'),
+                                                  verbose=self.verbose)
+        return SSRIndex.write(self.path, docnos, vectors, offsets, self.ssr, overwrite=self.overwrite)
+
