@@ -310,7 +310,8 @@ class Rows:
 
     def __init__(self, workdir, size, engine, remeasure):
         self.file = workdir / f'rows-{size}-{engine}.json'
-        self.rows = read_json(self.file, 'measured rows') if self.file.exists() and engine not in remeasure else []
+        kept = self.file.exists() and engine not in remeasure
+        self.rows = read_json(self.file, 'measured rows', expect=list) if kept else []
 
     def has(self, setting, k):
         return any(r['setting'] == setting and r['k'] == k for r in self.rows)
