@@ -21,6 +21,7 @@ keeps the build id, so retrievers made before stay valid);
 old index as it was; a concurrent writer fails with a clear error.  An :class:`LsrIndex` object compares the marker's
 build id on every use, so it never serves metadata or a model cached from a folder that was rebuilt since.
 """
+import os
 import uuid
 from collections import Counter
 from collections.abc import Mapping
@@ -114,6 +115,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         self.verbose = verbose
         self._meta = None
         self._stamp = None  # the marker the cached metadata (and a model loaded from the index) belong to
+        self._seen = None  # (the marker file's stat, its content): every retrieval call checks the build
 
     # -- reading -------------------------------------------------------------------------------------------------
     def built(self) -> bool:
@@ -121,8 +123,18 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         return is_lsr_index(self.path) or (self.path / META_FILE).is_file()
 
     def _marker(self) -> dict:
+        try:
+            stat = os.stat(self.path / storage.MARKER)
+            # A rebuild writes a new marker file (a new inode, written later), an edit changes its times: re-read
+            # then only, a stat instead of a JSON read on every retrieval call.
+            key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
+        except OSError:
+            key = None
+        if key is not None and self._seen is not None and self._seen[0] == key:
+            return self._seen[1]
         marker = storage.read_marker(self.path)
         if marker is not None and marker['artifact'] == INDEX_KIND:
+            self._seen = key, marker
             return marker
         if (self.path / META_FILE).is_file():
             try:

@@ -22,8 +22,8 @@ BMP's integers (bmp 0.2.8):
   documents BMP did not return.
 
 ``alpha < 1`` stops once the best remaining block bound is below ``1/alpha`` times the k-th score; ``beta < 1`` keeps
-only that fraction of the (highest-weighted) query terms (done here, as BMP does it); both return BMP's candidates
-re-scored, without deepening.
+only that fraction of the (highest-weighted) query terms for BMP's traversal (done here, as BMP does it); both return
+BMP's candidates re-scored with the whole query (PISA's scores), without deepening.
 
 Two flaws of bmp 0.2.8 are worked around.  Its searcher never scores the last block it visits (the one with the lowest
 upper bound above its initial threshold ``T = max_t kth_t(k) * L_t``, from each term's precomputed 10th / 100th /
@@ -173,12 +173,12 @@ class BmpEngine:
         exact = alpha == 1 and beta == 1
 
         def search_one(toks):
-            query = forward.query(toks, scale)
-            if beta < 1:
+            full = query = forward.query(toks, scale)
+            if beta < 1:  # BMP traverses the heaviest terms only; its candidates are re-scored with all of them
                 kept = sorted(query, key=lambda t: (-query[t], t))[:int(np.ceil(len(query) * beta))]
                 query = {t: query[t] for t in kept}
             if not query:
-                return [], []
+                return np.zeros(0, object), np.zeros(0)
             top = max(query.values())
             levels = {t: -(-q * MAX_QUERY_LEVEL // top) for t, q in query.items()}
             named = {forward.terms[t]: float(level) for t, level in levels.items()}
@@ -197,13 +197,13 @@ class BmpEngine:
                 return rows, top / (MAX_QUERY_LEVEL * factor) * (lowest + slack) * (1 + 1e-9) if lowest else 0.
 
             def rescore(rows):
-                return forward.rescore(query, rows)
+                return forward.rescore(full, rows)
 
             if exact:
                 rows, scores = certified_top(candidates, rescore, k, limit, start=START * k)
             else:
                 rows = candidates(k)[0]
                 rows, scores = ranked(rows, rescore(rows), k)
-            return [forward.docnos[r] for r in rows], scores.tolist()
+            return forward.docnos[rows], scores
 
         return ToksSearcher(lambda queries: [search_one(q) for q in queries], f'BMP(alpha={alpha}, beta={beta})')

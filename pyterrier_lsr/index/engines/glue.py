@@ -12,7 +12,7 @@ the exact k-th score reaches that bound, so the top-k's scores are PISA's, docum
 import importlib
 import time
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Sequence, Tuple
+from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
@@ -83,7 +83,8 @@ class Forward:
                                                for name in FORWARD_FILES)
         self.terms = read_json(folder / TERMS_FILE, 'the engine term list', expect=list)
         self.term_ids = {t: i for i, t in enumerate(self.terms)}
-        self.docnos = read_json(folder / DOCNOS_FILE, 'the engine docnos', expect=list)
+        # An object array: results map rows to docnos by one take, not a Python loop.
+        self.docnos = np.array(read_json(folder / DOCNOS_FILE, 'the engine docnos', expect=list), dtype=object)
         if not len(self.docnos) + 1 == len(self.indptr) or len(self.ids) != len(self.impacts):
             raise ValueError(f'the forward index in {folder} is inconsistent; rebuild the engine')
 
@@ -174,11 +175,11 @@ class Timer:
 
 
 class ToksSearcher(pt.Transformer):
-    """Runs ``search(list of query_toks) -> [(docnos, scores), ...]`` (best first) over a frame's non-empty queries and
-    returns ``qid, docno, score, rank`` (rank from 0, as PISA) with the input's other columns; an empty
-    ``query_toks`` retrieves no rows."""
+    """Runs ``search(list of query_toks) -> [(docnos, scores), ...]`` (numpy arrays, best first) over a frame's
+    non-empty queries and returns ``qid, docno, score, rank`` (docnos of pandas' ``str`` dtype and ranks from 0, as
+    PISA) with the input's other columns but ``query_toks``; an empty ``query_toks`` retrieves no rows."""
 
-    def __init__(self, search: Callable[[List[Dict[str, float]]], List[Tuple[Sequence[str], Sequence[float]]]],
+    def __init__(self, search: Callable[[List[Dict[str, float]]], List[Tuple[np.ndarray, np.ndarray]]],
                  name: str):
         self.search = search
         self.name = name
@@ -186,15 +187,15 @@ class ToksSearcher(pt.Transformer):
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         asked = [row for row, toks in enumerate(inp['query_toks']) if toks]
         found = self.search([inp['query_toks'].iloc[row] for row in asked]) if asked else []
-        rows, docnos, scores, ranks = [], [], [], []
-        for row, (row_docnos, row_scores) in zip(asked, found):
-            rows.extend([row] * len(row_docnos))
-            docnos.extend(row_docnos)
-            scores.extend(row_scores)
-            ranks.extend(range(len(row_docnos)))
-        out = inp.iloc[rows].reset_index(drop=True)
-        return out.assign(docno=pd.Series(docnos, dtype=object), score=np.asarray(scores, dtype=np.float64),
-                          rank=np.asarray(ranks, dtype=np.int64))
+        counts = np.array([len(docnos) for docnos, _ in found], dtype=np.int64)
+        rows = np.repeat(np.asarray(asked, dtype=np.int64), counts)
+        # Built column by column: taking whole rows of the input (query_toks' dicts included) and assigning into that
+        # copy cost several times the engine's own call at k = 1000 (measured on Seismic).
+        out = {c: inp[c].array.take(rows) for c in inp.columns if c != 'query_toks'}
+        out['docno'] = pd.array(np.concatenate([np.zeros(0, object)] + [docnos for docnos, _ in found]), dtype='str')
+        out['score'] = np.concatenate([np.zeros(0)] + [scores for _, scores in found]).astype(np.float64)
+        out['rank'] = np.concatenate([np.zeros(0, np.int64)] + [np.arange(n) for n in counts])
+        return pd.DataFrame(out)
 
     def __repr__(self):
         return self.name

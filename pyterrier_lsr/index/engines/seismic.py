@@ -151,10 +151,13 @@ class SeismicEngine:
                 tops = certified_tops(candidates, lambda i, rows: forward.rescore(asked[i], rows), k,
                                       index.num_docs(), len(asked))
             else:
-                tops = [ranked(rows, forward.rescore(q, rows), k) for q, (rows, _) in zip(asked, batch(asked, k))]
+                # Seismic scores its candidates with the whole query on its forward index, so where its arithmetic is
+                # exact (margin 1) its scores are PISA's and re-scoring would only repeat them.
+                tops = [ranked(rows, scores if margin(q) == 1 else forward.rescore(q, rows), k)
+                        for q, (rows, scores) in zip(asked, batch(asked, k))]
             tops = iter(tops)
             found = [next(tops) if q else (np.zeros(0, np.int64), np.zeros(0)) for q in queries]
-            return [([forward.docnos[r] for r in rows], scores.tolist()) for rows, scores in found]
+            return [(forward.docnos[rows], scores) for rows, scores in found]
 
         mode = 'exact' if exact else f'query_cut={query_cut}, heap_factor={heap_factor}'
         return ToksSearcher(search, f'Seismic({mode})')
