@@ -216,6 +216,18 @@ def _swap(tmp: Path, path: Path, replace: bool) -> None:
     _fsync_dir(path.parent)
 
 
+def _remove_stale_builds(path: Path) -> None:
+    """Removes the build folders a killed writer left beside ``path`` (a 1M-document index leaves gigabytes): only
+    the lock holder builds there, and we hold the lock.  (A left ``old`` folder is kept: a writer killed inside
+    :func:`_swap` may leave the previous artifact there alone.)"""
+    prefix = f'.{path.name}.building-'
+    for stale in path.parent.iterdir():
+        tag = stale.name[len(prefix):]
+        if (stale.name.startswith(prefix) and len(tag) == 8 and all(c in '0123456789abcdef' for c in tag)
+                and stale.is_dir() and not stale.is_symlink()):
+            shutil.rmtree(stale, ignore_errors=True)
+
+
 @contextmanager
 def build_folder(path: PathLike, kind: str, overwrite: bool = False, what: Optional[str] = None) -> Iterator[Path]:
     """Yields an empty temporary sibling of ``path`` to fill; when the block succeeds the folder is marked as an
@@ -228,6 +240,7 @@ def build_folder(path: PathLike, kind: str, overwrite: bool = False, what: Optio
     path.parent.mkdir(parents=True, exist_ok=True)
     with _lock(path):
         _check_replaceable(path, kind, overwrite, what)
+        _remove_stale_builds(path)
         tmp = temporary_sibling(path, 'building')
         tmp.mkdir()
         try:

@@ -69,6 +69,21 @@ def test_a_failed_build_keeps_the_old_artifact(tmp_path):
     assert sorted(p.name for p in tmp_path.iterdir()) == ['out']
 
 
+def test_a_build_removes_what_a_killed_build_left(tmp_path):
+    # A writer killed mid-build (SIGKILL, a session ending) leaves its hidden build folder; the next build of the same
+    # path holds the lock, so every such folder is stale and goes.  Other names' folders stay.
+    stale = tmp_path / '.a.lsr.building-0123abcd'
+    (stale / 'vectors').mkdir(parents=True)
+    (stale / 'vectors' / 'part-00000.parquet').write_bytes(b'x' * 100)
+    others = [tmp_path / '.a.lsr2.building-0123abcd', tmp_path / '.a.lsr.old-0123abcd', tmp_path / 'a.lsr.building-x']
+    for other in others:
+        other.mkdir()
+    with storage.build_folder(tmp_path / 'a.lsr', 'index') as tmp:
+        (tmp / 'f').write_text('new')
+    assert not stale.exists() and all(other.is_dir() for other in others)
+    assert (tmp_path / 'a.lsr' / 'f').read_text() == 'new'
+
+
 def test_remove_artifact_refuses_user_folders(tmp_path):
     user = tmp_path / 'user'
     user.mkdir()
