@@ -14,6 +14,7 @@ One concept (the multi-vector encoder and its exact MaxSim store), kept in one m
 its retrievers and its k-means baseline share the segment-max kernels and the store layout checks.
 """
 import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
@@ -239,7 +240,60 @@ class MaxSimIndexer(pt.Indexer):
         return MaxSimIndex.write(self.path, docnos, vectors, offsets, self.encoder, overwrite=self.overwrite)
 
 
-class MaxSimIndex:
+class TokenStore:
+    """What a folder of documents' token rows holds whatever it stores per token (a MaxSim store's embeddings, an SSR
+    index's postings): its marker, settings file (``num_docs``, ``num_tokens``), ``docnos.json`` and ``offsets.npy``
+    (document ``i`` owns token rows ``offsets[i]:offsets[i + 1]``), read and checked alike, and written alike."""
+    kind: str
+    meta_file: str
+    label: str
+
+    def __init__(self, path):
+        self.path = Path(path)
+        if not storage.is_artifact(self.path, self.kind):
+            raise FileNotFoundError(f'no {self.label} at {self.path} (no {storage.MARKER} naming {self.kind!r}; '
+                                    'folders written before 0.3 must be written again)')
+        self.meta = storage.read_json(self.path / self.meta_file, f'{self.label} settings')
+        self.docnos: List[str] = storage.read_json(self.path / DOCNOS_FILE, f'{self.label} docnos', expect=list)
+        self.offsets = _load_npy(self.path / OFFSETS_FILE)
+        try:
+            for key in ('num_docs', 'num_tokens'):
+                check_int(key, self.meta.get(key), 0)
+        except (TypeError, ValueError) as ex:
+            raise ValueError(f'{self.path / self.meta_file}: {ex}') from None
+        problem = _layout_problem(self.docnos, self.offsets, self.meta['num_docs'], self.meta['num_tokens'])
+        if problem:
+            raise ValueError(f'{self.label} {self.path}: {problem}')
+
+    @classmethod
+    def _checked(cls, path: Path, docnos: Sequence[str], offsets, num_tokens: int):
+        """``(docnos, offsets)`` given to :meth:`write`, checked before anything is written."""
+        docnos = check_docnos(docnos, f'the documents of {path}')
+        offsets = np.asarray(offsets)
+        problem = _layout_problem(docnos, offsets, len(docnos), num_tokens)
+        if problem:
+            raise ValueError(f'offsets of {path}: {problem}')
+        return docnos, offsets
+
+    @classmethod
+    @contextmanager
+    def _building(cls, path: Path, docnos: List[str], offsets: np.ndarray, meta: dict, overwrite: bool):
+        """Yields the folder being built (see :func:`~pyterrier_lsr.storage.build_folder`), its common files written;
+        the caller adds its own."""
+        with storage.build_folder(path, cls.kind, overwrite, what=cls.label) as tmp:
+            storage.write_array(tmp / OFFSETS_FILE, offsets.astype(np.int64))
+            storage.write_json(tmp / DOCNOS_FILE, docnos, indent=None)
+            storage.write_json(tmp / cls.meta_file, {'num_docs': len(docnos), **meta})
+            yield tmp
+
+    def num_docs(self) -> int:
+        return self.meta['num_docs']
+
+    def __len__(self):
+        return self.num_docs()
+
+
+class MaxSimIndex(TokenStore):
     """A store of documents' token embeddings: brute-force MaxSim retrieval, MaxSim re-ranking by docno, and the
     k-means (PLAID-style) candidate generation of the clustering baseline.
 
@@ -249,15 +303,18 @@ class MaxSimIndex:
             recorded at indexing time is loaded.
     """
 
+    kind, meta_file, label = STORE_KIND, STORE_FILE, 'MaxSim store'
+
     def __init__(self, path, encoder: Optional[MultiVector] = None):
-        self.path = Path(path)
-        if not storage.is_artifact(self.path, STORE_KIND):
-            raise FileNotFoundError(f'no MaxSim store at {self.path} (no {storage.MARKER} naming {STORE_KIND!r}; '
-                                    'stores written before 0.3 must be written again)')
-        self.meta = storage.read_json(self.path / STORE_FILE, 'MaxSim store settings')
-        self.docnos: List[str] = storage.read_json(self.path / DOCNOS_FILE, 'MaxSim store docnos', expect=list)
-        self.offsets = _load_npy(self.path / OFFSETS_FILE)
-        _check_layout(self.path, self.meta, self.docnos, self.offsets, _load_npy(self.path / VECTORS_FILE, 'r').shape)
+        super().__init__(path)
+        try:
+            check_int('dim', self.meta.get('dim'), 1)
+        except (TypeError, ValueError) as ex:
+            raise ValueError(f'{self.path / STORE_FILE}: {ex}') from None
+        shape = _load_npy(self.path / VECTORS_FILE, 'r').shape
+        if tuple(shape) != (self.meta['num_tokens'], self.meta['dim']):
+            raise ValueError(f'MaxSim store {self.path}: vectors of shape {tuple(shape)}, expected '
+                             f'({self.meta["num_tokens"]}, {self.meta["dim"]})')
         self.lengths = torch.from_numpy(np.diff(self.offsets))
         self._vectors = None
         self._docids = None
@@ -271,32 +328,18 @@ class MaxSimIndex:
         vector rows; vectors: finite), then the store is built beside ``path`` and swapped in; ``overwrite`` replaces
         only another MaxSim store."""
         path = Path(path)
-        docnos = check_docnos(docnos, f'the documents of {path}')
         vectors = np.asarray(vectors)
-        offsets = np.asarray(offsets)
         if vectors.ndim != 2 or not np.issubdtype(vectors.dtype, np.floating):
             raise ValueError(f'vectors must be a 2-d float array (tokens x dim), got shape {vectors.shape} of '
                              f'{vectors.dtype}')
+        docnos, offsets = cls._checked(path, docnos, offsets, len(vectors))
         stored = vectors.astype(np.float16)
         if not np.isfinite(stored).all():
             raise ValueError('vectors must be finite (and within float16 range, the stored precision)')
-        if offsets.ndim != 1 or not np.issubdtype(offsets.dtype, np.integer):
-            raise ValueError(f'offsets must be a 1-d integer array, got shape {offsets.shape} of {offsets.dtype}')
-        meta = {'num_docs': len(docnos), 'num_tokens': len(vectors), 'dim': int(vectors.shape[1]),
-                'model': getattr(encoder, 'name', None)}
-        _check_layout(path, meta, docnos, offsets, vectors.shape)
-        with storage.build_folder(path, STORE_KIND, overwrite, what='MaxSim store') as tmp:
+        meta = {'num_tokens': len(vectors), 'dim': int(vectors.shape[1]), 'model': getattr(encoder, 'name', None)}
+        with cls._building(path, docnos, offsets, meta, overwrite) as tmp:
             storage.write_array(tmp / VECTORS_FILE, stored)
-            storage.write_array(tmp / OFFSETS_FILE, offsets.astype(np.int64))
-            storage.write_json(tmp / DOCNOS_FILE, docnos, indent=None)
-            storage.write_json(tmp / STORE_FILE, meta)
         return cls(path, encoder)
-
-    def num_docs(self) -> int:
-        return self.meta['num_docs']
-
-    def __len__(self):
-        return self.num_docs()
 
     @property
     def vectors(self) -> torch.Tensor:
@@ -406,26 +449,16 @@ def _load_npy(path: Path, mmap_mode=None) -> np.ndarray:
         raise ValueError(f'{path} is not a readable .npy array ({ex})') from None
 
 
-def _check_layout(path: Path, meta: dict, docnos: list, offsets: np.ndarray, vectors_shape) -> None:
-    """Raises a ``ValueError`` naming the store unless docnos, offsets and vectors describe the same documents:
-    offsets from 0, non-decreasing, ending at the number of vector rows (no offset reads past the vectors)."""
-    try:
-        check_int('num_docs', meta.get('num_docs'), 0)
-        check_int('num_tokens', meta.get('num_tokens'), 0)
-        check_int('dim', meta.get('dim'), 1)
-    except (TypeError, ValueError) as ex:
-        raise ValueError(f'{path / STORE_FILE}: {ex}') from None
-    problem = None
-    if len(docnos) != meta['num_docs']:
-        problem = f'{len(docnos)} docnos for {meta["num_docs"]} documents'
-    elif offsets.shape != (meta['num_docs'] + 1,) or not np.issubdtype(offsets.dtype, np.integer):
-        problem = f'offsets of shape {offsets.shape} ({offsets.dtype}) for {meta["num_docs"]} documents'
-    elif offsets[0] != 0 or (np.diff(offsets) < 0).any() or offsets[-1] != meta['num_tokens']:
-        problem = 'offsets must start at 0, never decrease and end at the number of token vectors'
-    elif tuple(vectors_shape) != (meta['num_tokens'], meta['dim']):
-        problem = f'vectors of shape {tuple(vectors_shape)}, expected ({meta["num_tokens"]}, {meta["dim"]})'
-    if problem:
-        raise ValueError(f'MaxSim store {path}: {problem}')
+def _layout_problem(docnos: list, offsets: np.ndarray, num_docs: int, num_tokens: int) -> Optional[str]:
+    """What keeps docnos and offsets from describing ``num_docs`` documents of ``num_tokens`` token rows (offsets from
+    0, non-decreasing, ending at the number of rows: none reads past them), or ``None``."""
+    if len(docnos) != num_docs:
+        return f'{len(docnos)} docnos for {num_docs} documents'
+    if offsets.shape != (num_docs + 1,) or not np.issubdtype(offsets.dtype, np.integer):
+        return f'offsets of shape {offsets.shape} ({offsets.dtype}) for {num_docs} documents'
+    if offsets[0] != 0 or (np.diff(offsets) < 0).any() or offsets[-1] != num_tokens:
+        return f'offsets must start at 0, never decrease and end at the number of token rows ({num_tokens})'
+    return None
 
 
 class _Ivf:

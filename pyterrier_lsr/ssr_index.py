@@ -31,13 +31,11 @@ import torch
 
 from . import storage
 from .checks import check_choice, check_docnos, check_int
-from .multivector import _load_npy, _result_frame, _texts
+from .multivector import TokenStore, _load_npy, _result_frame, _texts
 from .ssr import SSR, pool_codes
 
 INDEX_KIND = 'ssr_index'
 META_FILE = 'ssr_index.json'
-DOCNOS_FILE = 'docnos.json'
-OFFSETS_FILE = 'offsets.npy'
 POSTINGS_FILES = ('postings-indptr.npy', 'postings-tokens.npy', 'postings-values.npy')
 MODEL_FOLDER = 'model'
 MODES = ('tokens', 'pooled')
@@ -58,7 +56,7 @@ def token_postings(indices: np.ndarray, values: np.ndarray, n_latents: int):
     return indptr, tokens[order], vals[order].astype(np.float32)
 
 
-class SSRIndex:
+class SSRIndex(TokenStore):
     """A token-level SSR index (see the module docs): ``retriever(mode='tokens')`` is exact MaxSim over the codes,
     ``mode='pooled'`` the pooled dot product; :meth:`SSR.reranked` re-scores its top documents by exact MaxSim.
 
@@ -68,13 +66,10 @@ class SSRIndex:
             copy stored in the index.
     """
 
+    kind, meta_file, label = INDEX_KIND, META_FILE, 'SSR index'
+
     def __init__(self, path, ssr: Optional[SSR] = None):
-        self.path = Path(path)
-        if not storage.is_artifact(self.path, INDEX_KIND):
-            raise FileNotFoundError(f'no SSR index at {self.path} (no {storage.MARKER} naming {INDEX_KIND!r})')
-        self.meta = storage.read_json(self.path / META_FILE, 'SSR index settings')
-        self.docnos: List[str] = storage.read_json(self.path / DOCNOS_FILE, 'SSR index docnos', expect=list)
-        self.offsets = _load_npy(self.path / OFFSETS_FILE)
+        super().__init__(path)
         self.indptr, self.tokens, self.values = (_load_npy(self.path / name) for name in POSTINGS_FILES)
         self._check()
         lengths = np.diff(self.offsets)
@@ -88,16 +83,10 @@ class SSRIndex:
     def _check(self):
         meta, problem = self.meta, None
         try:
-            for key in ('num_docs', 'num_tokens', 'n_latents'):
-                check_int(key, meta.get(key), 0)
+            check_int('n_latents', meta.get('n_latents'), 0)
         except (TypeError, ValueError) as ex:
             raise ValueError(f'{self.path / META_FILE}: {ex}') from None
-        if len(self.docnos) != meta['num_docs']:
-            problem = f'{len(self.docnos)} docnos for {meta["num_docs"]} documents'
-        elif self.offsets.shape != (meta['num_docs'] + 1,) or self.offsets[0] != 0 or \
-                (np.diff(self.offsets) < 0).any() or self.offsets[-1] != meta['num_tokens']:
-            problem = 'offsets must start at 0, never decrease and end at the number of tokens'
-        elif self.indptr.shape != (meta['n_latents'] + 1,) or self.indptr[0] != 0 or \
+        if self.indptr.shape != (meta['n_latents'] + 1,) or self.indptr[0] != 0 or \
                 (np.diff(self.indptr) < 0).any() or self.indptr[-1] != len(self.tokens) or \
                 self.tokens.shape != self.values.shape:
             problem = 'the postings arrays do not describe the same postings'
@@ -113,33 +102,19 @@ class SSRIndex:
         :class:`~pyterrier_lsr.multivector.MaxSimIndex` store holds them); ``overwrite`` replaces only another SSR
         index; ``save_model`` stores a copy of ``ssr`` (without it, pass ``ssr=`` when reopening)."""
         path = Path(path)
-        docnos = check_docnos(docnos, f'the documents of {path}')
-        offsets = np.asarray(offsets)
-        if offsets.shape != (len(docnos) + 1,) or not np.issubdtype(offsets.dtype, np.integer) or offsets[0] != 0 \
-                or (np.diff(offsets) < 0).any() or offsets[-1] != len(vectors):
-            raise ValueError(f'offsets must be {len(docnos) + 1} integers from 0, never decreasing, ending at the '
-                             f'{len(vectors)} vector rows')
+        docnos, offsets = cls._checked(path, docnos, offsets, len(vectors))
         if not np.isfinite(vectors).all():
             raise ValueError('vectors must be finite')
         indices, values = ssr.token_codes(vectors)
         indptr, tokens, weights = token_postings(indices, values, ssr.sae.n_latents)
-        meta = {'num_docs': len(docnos), 'num_tokens': int(len(vectors)), 'n_latents': ssr.sae.n_latents,
-                'k': ssr.sae.config.k, 'model': ssr.name}
-        with storage.build_folder(path, INDEX_KIND, overwrite, what='SSR index') as tmp:
+        meta = {'num_tokens': int(len(vectors)), 'n_latents': ssr.sae.n_latents, 'k': ssr.sae.config.k,
+                'model': ssr.name}
+        with cls._building(path, docnos, offsets, meta, overwrite) as tmp:
             for name, array in zip(POSTINGS_FILES, (indptr, tokens, weights)):
                 storage.write_array(tmp / name, array)
-            storage.write_array(tmp / OFFSETS_FILE, offsets.astype(np.int64))
-            storage.write_json(tmp / DOCNOS_FILE, docnos, indent=None)
-            storage.write_json(tmp / META_FILE, meta)
             if save_model:
                 ssr.save_into(tmp / MODEL_FOLDER)
         return cls(path, ssr)
-
-    def num_docs(self) -> int:
-        return self.meta['num_docs']
-
-    def __len__(self):
-        return self.num_docs()
 
     @property
     def ssr(self) -> SSR:
