@@ -162,6 +162,8 @@ def build_child(args, step, size):
     """Runs ``--build-step step`` in a child process; returns its wall seconds and peak RSS (GiB)."""
     command = [sys.executable, __file__, '--build-step', step, '--sizes', str(size), '--workdir', args.workdir,
                '--seed', str(args.seed), '--scale', str(args.scale), '--collections', *args.collections]
+    if args.bmp_reorder:
+        command.append('--bmp-reorder')
     if args.irds_cache:
         command += ['--irds-cache', args.irds_cache]
     start = time.perf_counter()
@@ -172,9 +174,10 @@ def build_child(args, step, size):
     return {'seconds': round(time.perf_counter() - start, 1), 'peak_rss_gib': round(usage.ru_maxrss * 1024 / GIB, 3)}
 
 
-def ensure_built(args, workdir, size, step, built):
-    """Builds ``step`` for ``size`` documents unless ``built()``; the record of its build (``builds.json``)."""
-    file, key = workdir / 'builds.json', f'{size}/{step}'
+def ensure_built(args, workdir, size, step, built, key=None):
+    """Builds ``step`` for ``size`` documents unless ``built()``; the record of its build (``builds.json``, under
+    ``key``, default the step)."""
+    file, key = workdir / 'builds.json', f'{size}/{key or step}'
     if not built():
         print(f'{size}: building {step}', flush=True)
         record = build_child(args, step, size)
@@ -196,6 +199,9 @@ def build_step(args):
         base = base_vectors(collections, workdir, None)
         LsrIndex(synthetic_path(workdir, size), scale=args.scale, engines=('pisa',), overwrite=True,
                  batch_size=10_000, verbose=False).index(synthetic_docs(base, size, args.seed))
+    elif args.build_step == 'bmp':
+        LsrIndex(synthetic_path(workdir, size)).build_engine('bmp', overwrite=True, reorder=args.bmp_reorder,
+                                                             verbose=True)
     else:
         LsrIndex(synthetic_path(workdir, size)).build_engine(args.build_step)
 
@@ -344,17 +350,24 @@ def run_synthetic(args, workdir, queries, size, engines):
     path = synthetic_path(workdir, size)
     exact, num_postings, out = None, None, []
     for engine in engines:
-        rows = Rows(workdir, size, engine, args.remeasure)
+        reorder = engine == 'bmp' and args.bmp_reorder
+        name = 'bmp-reordered' if reorder else engine  # its rows, build record and labels
+        rows = Rows(workdir, size, name, args.remeasure)
         out.append(rows)
         if engine == 'bm25':
             build = ensure_built(args, workdir, size, 'bm25', lambda: is_built_text(text_path(workdir, size)))
             measure_bm25(args, workdir, size, queries, rows, build)
             continue
         step = 'vectors' if engine == 'pisa' else engine
-        build = ensure_built(args, workdir, size, step, lambda: LsrIndex(path).built() and (
-            engine in LsrIndex(path).meta['engines']))
+
+        def built():
+            index = LsrIndex(path)
+            return index.built() and engine in index.meta['engines'] and (
+                engine != 'bmp' or index.meta['engines']['bmp'].get('reorder', False) == reorder)
+
+        build = ensure_built(args, workdir, size, step, built, key=name if reorder else step)
         index = LsrIndex(path)
-        todo = [(p, k) for p in SETTINGS[engine] for k in args.depths if not rows.has(label(engine, p), k)]
+        todo = [(p, k) for p in SETTINGS[engine] for k in args.depths if not rows.has(label(name, p), k)]
         if not todo:
             continue
         if exact is None:
@@ -363,7 +376,7 @@ def run_synthetic(args, workdir, queries, size, engines):
             gc.collect()
         for params, k in todo:
             costs, results = latency(index.toks_retriever(k, engine=engine, **params), queries)
-            rows.add({'docs': size, 'postings_per_doc': num_postings / size, 'setting': label(engine, params),
+            rows.add({'docs': size, 'postings_per_doc': num_postings / size, 'setting': label(name, params),
                       'engine': engine, 'k': k, **costs, 'R@10': recall(results, queries.qid, exact, 10),
                       f'R@{k}': recall(results, queries.qid, exact, k), 'engine_mb': engine_mb(index, engine),
                       'build_s': build.get('seconds'), 'build_peak_rss_gib': build.get('peak_rss_gib'),
@@ -432,6 +445,8 @@ def main():
                         help='engines (or bm25) whose kept rows are measured again')
     parser.add_argument('--workdir', default='lsr-engines-work', help='where the indexes and measured rows are kept')
     parser.add_argument('--irds-cache')
+    parser.add_argument('--bmp-reorder', action='store_true',
+                        help='build BMP on documents reordered by recursive graph bisection (rows "bmp-reordered")')
     parser.add_argument('--build-step', choices=['vectors', 'bmp', 'seismic', 'bm25'], help=argparse.SUPPRESS)
     parser.add_argument('--output', default=str(Path(__file__).parent / 'results' / 'engines.json'))
     args = parser.parse_args()

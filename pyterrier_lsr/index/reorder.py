@@ -7,11 +7,12 @@ this is one in numpy.  The documents are split in two halves, documents are swap
 lowers the estimated cost of coding the gaps of every term's postings in both halves (``d log2(n / (d + 1))`` for ``d``
 of a half's ``n`` documents holding the term), then each half is split again, down to ``leaf_size`` documents.  Every
 segment of one level of the recursion is processed at once: one sort of the postings by (segment, term) per level,
-then a few array passes over all postings per iteration, so time and memory grow with the number of postings.
+then three sparse products over all postings per swap round, so time and memory grow with the number of postings.
 """
 import math
 
 import numpy as np
+from scipy import sparse
 from tqdm.auto import tqdm
 
 from ..checks import check_int
@@ -53,28 +54,34 @@ def bisection_order(indptr: np.ndarray, ids: np.ndarray, num_terms: int, leaf_si
         left_size, right_size = (sizes // 2).astype(np.float64), (sizes - sizes // 2).astype(np.float64)
         # Documents of segments too small to split keep their side fixed (they are never paired).
         right = (position >= middle[segment]) & split[segment]
-        # Postings grouped by (segment, term), once per level: the degrees of each half are sums over a group.
+        # Postings grouped by (segment, term), once per level; `incidence` (documents x groups) turns the degrees of
+        # each half and the documents' move gains into sparse products (one pass over the postings each).
         key = segment[owner] * num_terms + terms
         sort = np.argsort(key, kind='stable')
         first = np.concatenate([[True], key[sort][1:] != key[sort][:-1]])
         group = np.empty(len(key), dtype=np.int32)
         group[sort] = np.cumsum(first) - 1
         group_segment = segment[owner[sort][first]]
-        degree = np.bincount(group).astype(np.float64)
         del key, sort, first
+        incidence = sparse.csr_matrix((np.ones(len(group), np.float32), group, indptr),
+                                      shape=(n, len(group_segment)))
+        del group
+        by_group = incidence.T.tocsr()
+        degree = np.asarray(by_group.sum(axis=1), dtype=np.float32).ravel()
         n_left, n_right = left_size[group_segment], right_size[group_segment]
         for _ in range(iterations):
-            d_right = np.bincount(group, weights=right[owner], minlength=len(degree))
+            d_right = by_group @ right.astype(np.float32)
             d_left = degree - d_right
             with np.errstate(divide='ignore', invalid='ignore'):
                 base = _cost(d_left, n_left) + _cost(d_right, n_right)
                 to_right = base - _cost(d_left - 1, n_left) - _cost(d_right + 1, n_right)
                 to_left = base - _cost(d_right - 1, n_right) - _cost(d_left + 1, n_left)
-            gain_of_posting = np.where(right[owner], to_left[group], to_right[group])
-            gain = np.bincount(owner, weights=np.nan_to_num(gain_of_posting), minlength=n)
-            swapped = _swap(segment, right, gain, split)
-            if not swapped:
+                # A side's gains are finite for its own documents (their terms have a degree >= 1 there).
+                gain = np.where(right, incidence @ to_left.astype(np.float32),
+                                incidence @ to_right.astype(np.float32))
+            if not _swap(segment, right, np.nan_to_num(gain), split):
                 break
+        del incidence, by_group
         # The halves become the next level's segments (a stable sort keeps the order within each half).
         order = np.lexsort((position, right, segment))
         halves = np.where(split, middle, bounds[:-1])
