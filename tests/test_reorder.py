@@ -32,6 +32,8 @@ def test_bisection_groups_documents_that_share_terms():
 def test_bisection_of_degenerate_corpora():
     assert bisection_order(np.array([0]), np.array([], dtype=np.int64), 5).tolist() == []
     assert sorted(bisection_order(np.array([0, 0, 0, 1]), np.array([3]), 5).tolist()) == [0, 1, 2]
+    with pytest.raises(ValueError, match='indptr'):
+        bisection_order(np.array([1, 2]), np.array([0, 1]), 2)
     with pytest.raises(ValueError, match='leaf_size'):
         bisection_order(np.array([0, 1]), np.array([0]), 1, leaf_size=1)
 

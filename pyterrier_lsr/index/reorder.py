@@ -34,11 +34,11 @@ def bisection_order(indptr: np.ndarray, ids: np.ndarray, num_terms: int, leaf_si
     iterations = check_int('iterations', iterations, 1)
     indptr, ids = np.asarray(indptr, dtype=np.int64), np.asarray(ids)
     n = len(indptr) - 1
+    if n < 0 or indptr[0] != 0 or indptr[-1] != len(ids) or (np.diff(indptr) < 0).any():
+        raise ValueError(f'indptr must rise from 0 to the {len(ids)} term ids')
     if n == 0 or len(ids) == 0:
         return np.arange(n)
     lengths = np.diff(indptr)
-    owner = np.repeat(np.arange(n, dtype=np.int32), lengths)  # each posting's document
-    terms = ids.astype(np.int64)
     order = np.arange(n)
     bounds = np.array([0, n], dtype=np.int64)  # the segments of the current level: positions bounds[j]:bounds[j + 1]
     levels = max(0, math.ceil(math.log2(n / leaf_size)))
@@ -56,13 +56,15 @@ def bisection_order(indptr: np.ndarray, ids: np.ndarray, num_terms: int, leaf_si
         right = (position >= middle[segment]) & split[segment]
         # Postings grouped by (segment, term), once per level; `incidence` (documents x groups) turns the degrees of
         # each half and the documents' move gains into sparse products (one pass over the postings each).
-        key = segment[owner] * num_terms + terms
+        key = np.repeat(segment, lengths) * num_terms + ids  # postings are in row order, as `indptr` says
         sort = np.argsort(key, kind='stable')
-        first = np.concatenate([[True], key[sort][1:] != key[sort][:-1]])
-        group = np.empty(len(key), dtype=np.int32)
+        key = key[sort]
+        first = np.concatenate([[True], key[1:] != key[:-1]])
+        group_segment = key[first] // num_terms
+        del key
+        group = np.empty(len(sort), dtype=np.int32)
         group[sort] = np.cumsum(first) - 1
-        group_segment = segment[owner[sort][first]]
-        del key, sort, first
+        del sort, first
         incidence = sparse.csr_matrix((np.ones(len(group), np.float32), group, indptr),
                                       shape=(n, len(group_segment)))
         del group
