@@ -5,10 +5,12 @@ How Seismic's values relate to the index ``scale``: Seismic is given PISA's inte
 ``int(w * scale)`` (postings of impact 0 removed, as in PISA) and query values ``int(q * scale)``.  It stores document
 values as float16, which holds integers exactly up to 2048 and rounds larger ones to 11 significant bits, and overflows
 to infinity past 65,504: so document values are multiplied by ``value_scale``, the power of two (at most 1) that keeps
-the largest one below that (recorded in the engine settings).  The scores returned are not Seismic's: its candidates
-are re-scored with PISA's integers from the engine's forward index (:mod:`.glue`), so they are PISA's scores, ``sum_t
-int(q_t * scale) * int(d_t * scale)`` (about ``scale**2`` times the dot product), and documents that match no query
-term are never returned.  Terms are given to Seismic as integer ids (the index's term list is kept in ``terms.json``),
+the largest one below that (recorded in the engine settings).  The scores returned are PISA's, ``sum_t
+int(q_t * scale) * int(d_t * scale)`` (about ``scale**2`` times the dot product): Seismic scores its candidates with
+the whole query on its own forward index, so when every impact is at most 2048 and the query's sums stay below 2**24
+(see ``margin`` below) its float scores are those integers exactly and are kept; otherwise its candidates are
+re-scored with PISA's integers from the engine's forward index (:mod:`.glue`).  Documents that match no query term are
+never returned.  Terms are given to Seismic as integer ids (the index's term list is kept in ``terms.json``),
 so no term is truncated to Seismic's fixed-width strings.
 
 Seismic has no exact search mode; ``exact=True`` uses its brute-force scan of the same vectors (``SeismicDataset``,
