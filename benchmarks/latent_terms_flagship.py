@@ -63,10 +63,11 @@ class Timings:
 
 
 def recorded_args(args) -> dict:
-    """The arguments as the result file records them: no path of the machine that ran it (a collection folder by its
-    name, the ir_datasets cache as given or not)."""
+    """The arguments as the result file records them: no path of the machine that ran it (a collection folder and the
+    work folder by their names, the ir_datasets cache as given or not, the output file by its name)."""
     spec = args.collection if args.collection.startswith('irds:') else Path(args.collection).name
-    return {**vars(args), 'collection': spec, 'irds_cache': bool(args.irds_cache)}
+    return {**vars(args), 'collection': spec, 'irds_cache': bool(args.irds_cache),
+            'workdir': Path(args.workdir).name, 'output': args.output and Path(args.output).name}
 
 
 def base_candidates(entries, base):
