@@ -259,7 +259,7 @@ def test_bmp_long_documents_and_queries_stay_exact(tmp_path, monkeypatch, heavy_
     assert_exact(ask(index, queries, 'bmp'), vectors, queries, 100., 10)
 
 
-def test_bmp_reordered_serves_the_same_results(tmp_path):
+def test_bmp_reordered_serves_the_same_results(tmp_path, capfd):
     # Documents of two term families in random order: bisection numbers each family's documents together.
     rng = np.random.default_rng(0)
     families = rng.integers(0, 2, 96)
@@ -268,7 +268,9 @@ def test_bmp_reordered_serves_the_same_results(tmp_path):
     index = build(tmp_path / 'r.lsr', vectors)
     queries = [{'a1': 1., 'a2': 0.5}, {'b3': 2.}, {'a0': 1., 'b0': 1.}]
     before = ask(index, queries, 'bmp', num_results=40)
-    index.build_engine('bmp', overwrite=True, reorder=True, block_size=8)
+    capfd.readouterr()
+    index.build_engine('bmp', overwrite=True, reorder=True, block_size=8, verbose=True)
+    assert 'graph bisection' in capfd.readouterr().err  # the progress shows (engine builds are silenced otherwise)
     assert index.meta['engines']['bmp']['reorder'] is True
     from pyterrier_lsr.index.engines.glue import Forward
     order = [families[int(docno[1:])] for docno in Forward(index.path / 'bmp').docnos]

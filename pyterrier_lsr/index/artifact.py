@@ -368,7 +368,8 @@ class LsrIndex(pta.Artifact, pt.Indexer):
             storage.link_tree(self.path, tmp, skip=lambda n: n == META_FILE or n.startswith(prefix))
             (tmp / engine.subfolder).mkdir(exist_ok=True)
             new = dict(meta, engines={**meta['engines'], name: None})
-            with quiet_native():
+            # verbose=True (an engine's build option) shows its progress and native output
+            with quiet_native(params.get('verbose', False)):
                 new['engines'][name] = engine.build(_Building(tmp, new), tmp / engine.subfolder, **params)
             _write_meta(tmp, new, build=stamp.get('build'))
         self._meta = None

@@ -124,16 +124,17 @@ class BmpEngine:
         """``block_size`` documents per block (1-256); ``compress_range`` compresses the per-block maxima;
         ``max_impact`` (1-255) is the largest BMP level (lower when 16-bit sums require it); ``reorder`` numbers the
         documents by recursive graph bisection first (:mod:`..reorder`: tighter blocks; results map back to the
-        docnos as always, through the forward index)."""
+        docnos as always, through the forward index); ``verbose`` shows its progress."""
         bmp = require('bmp', 'bmp')
         block_size = check_int('block_size', block_size, 1, 256)
         compress_range = check_bool('compress_range', compress_range)
         max_impact = check_int('max_impact', max_impact, 1, 255)
         reorder = check_bool('reorder', reorder)
+        verbose = check_bool('verbose', verbose)
         with Timer() as timer:
             docnos, terms, indptr, ids, impacts = quantized_csr(index)
             if reorder:
-                order = bisection_order(indptr, ids, len(terms), verbose=check_bool('verbose', verbose))
+                order = bisection_order(indptr, ids, len(terms), verbose=verbose)
                 docnos, indptr, ids, impacts = permute_rows(order, docnos, indptr, ids, impacts)
             if len(terms) > MAX_TERMS:
                 raise ValueError(f'BMP numbers terms in 16 bits: the index has {len(terms)} terms, at most '
