@@ -21,8 +21,9 @@ __all__ = ['bisection_order', 'permute_rows']
 
 
 def _cost(degree: np.ndarray, size: np.ndarray) -> np.ndarray:
-    """The log-gap cost estimate of ``degree`` postings among ``size`` documents."""
-    return degree * np.log2(size / (degree + 1.))
+    """The log-gap cost estimate of ``degree`` postings among ``size`` documents (float32, as its inputs: these
+    arrays have an entry per (segment, term) group, as many as postings at the deep levels)."""
+    return degree * np.log2(size / (degree + np.float32(1)))
 
 
 def bisection_order(indptr: np.ndarray, ids: np.ndarray, num_terms: int, leaf_size: int = 16,
@@ -38,7 +39,10 @@ def bisection_order(indptr: np.ndarray, ids: np.ndarray, num_terms: int, leaf_si
         raise ValueError(f'indptr must rise from 0 to the {len(ids)} term ids')
     if n == 0 or len(ids) == 0:
         return np.arange(n)
+    if len(ids) >= 2 ** 31:
+        raise ValueError(f'{len(ids)} postings: graph bisection handles fewer than 2**31')
     lengths = np.diff(indptr)
+    indptr32 = indptr.astype(np.int32)
     order = np.arange(n)
     bounds = np.array([0, n], dtype=np.int64)  # the segments of the current level: positions bounds[j]:bounds[j + 1]
     levels = max(0, math.ceil(math.log2(n / leaf_size)))
@@ -51,7 +55,7 @@ def bisection_order(indptr: np.ndarray, ids: np.ndarray, num_terms: int, leaf_si
         position[order] = np.arange(n)
         segment = np.searchsorted(bounds, position, side='right') - 1  # each document's segment
         middle = bounds[:-1] + sizes // 2
-        left_size, right_size = (sizes // 2).astype(np.float64), (sizes - sizes // 2).astype(np.float64)
+        left_size, right_size = (sizes // 2).astype(np.float32), (sizes - sizes // 2).astype(np.float32)
         # Documents of segments too small to split keep their side fixed (they are never paired).
         right = (position >= middle[segment]) & split[segment]
         # Postings grouped by (segment, term), once per level; `incidence` (documents x groups) turns the degrees of
@@ -63,9 +67,11 @@ def bisection_order(indptr: np.ndarray, ids: np.ndarray, num_terms: int, leaf_si
         group_segment = key[first] // num_terms
         del key
         group = np.empty(len(sort), dtype=np.int32)
-        group[sort] = np.cumsum(first) - 1
+        group[sort] = np.cumsum(first, dtype=np.int32)
+        group -= 1
         del sort, first
-        incidence = sparse.csr_matrix((np.ones(len(group), np.float32), group, indptr),
+        # 32-bit indices (scipy keeps them when indptr is 32-bit too): half the memory of the two sparse matrices.
+        incidence = sparse.csr_matrix((np.ones(len(group), np.float32), group, indptr32),
                                       shape=(n, len(group_segment)))
         del group
         by_group = incidence.T.tocsr()
@@ -74,13 +80,15 @@ def bisection_order(indptr: np.ndarray, ids: np.ndarray, num_terms: int, leaf_si
         for _ in range(iterations):
             d_right = by_group @ right.astype(np.float32)
             d_left = degree - d_right
+            one = np.float32(1)
             with np.errstate(divide='ignore', invalid='ignore'):
                 base = _cost(d_left, n_left) + _cost(d_right, n_right)
-                to_right = base - _cost(d_left - 1, n_left) - _cost(d_right + 1, n_right)
-                to_left = base - _cost(d_right - 1, n_right) - _cost(d_left + 1, n_left)
+                to_right = base - _cost(d_left - one, n_left) - _cost(d_right + one, n_right)
+                to_left = base - _cost(d_right - one, n_right) - _cost(d_left + one, n_left)
+                del base
                 # A side's gains are finite for its own documents (their terms have a degree >= 1 there).
-                gain = np.where(right, incidence @ to_left.astype(np.float32),
-                                incidence @ to_right.astype(np.float32))
+                gain = np.where(right, incidence @ to_left, incidence @ to_right)
+                del to_left, to_right
             if not _swap(segment, right, np.nan_to_num(gain), split):
                 break
         del incidence, by_group
