@@ -78,11 +78,9 @@ def main():
             systems = {'BMP exact': plain.toks_retriever(k, engine='bmp'),
                        'BMP exact, reordered': reordered.toks_retriever(k, engine='bmp'),
                        **{f'PISA {a}': plain.toks_retriever(k, query_algorithm=a) for a in PISA_ALGORITHMS}}
-            pisa = systems['PISA maxscore'](queries)
-            same = {}
-            for label, retriever in systems.items():
-                got = retriever(queries)  # also the warm-up
-                same[label] = bool(np.array_equal(got.score.to_numpy(np.float64), pisa.score.to_numpy(np.float64)))
+            results = {label: retriever(queries) for label, retriever in systems.items()}  # also the warm-up
+            pisa = results['PISA maxscore'].score.to_numpy(np.float64)
+            same = {label: bool(np.array_equal(got.score.to_numpy(np.float64), pisa)) for label, got in results.items()}
             times = {label: [] for label in systems}
             for _ in range(args.rounds):
                 for label, retriever in systems.items():

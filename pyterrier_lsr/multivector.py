@@ -265,8 +265,8 @@ class TokenStore:
         if problem:
             raise ValueError(f'{self.label} {self.path}: {problem}')
 
-    @classmethod
-    def _checked(cls, path: Path, docnos: Sequence[str], offsets, num_tokens: int):
+    @staticmethod
+    def _checked(path: Path, docnos: Sequence[str], offsets, num_tokens: int):
         """``(docnos, offsets)`` given to :meth:`write`, checked before anything is written."""
         docnos = check_docnos(docnos, f'the documents of {path}')
         offsets = np.asarray(offsets)
