@@ -24,9 +24,12 @@ import pandas as pd
 # integers. No model comes near it: log(1 + relu(x)) of any float32 logit is below 89, BM25's idf is below 20 for a
 # billion documents, and Latent Terms' summed activations of a 256-token text stay in the hundreds at most.
 MAX_WEIGHT = 1000.0
+# The largest index scale: impacts int(w * scale) of weights up to MAX_WEIGHT then fit PISA's and the engines' 32 bits.
+MAX_SCALE = (2 ** 31 - 1) / MAX_WEIGHT
 
-__all__ = ['MAX_WEIGHT', 'WeightError', 'check_int', 'check_float', 'check_choice', 'check_bool', 'check_str',
-           'check_docno', 'UniqueDocnos', 'check_docnos', 'check_term', 'check_weights', 'check_vector', 'is_missing']
+__all__ = ['MAX_WEIGHT', 'MAX_SCALE', 'WeightError', 'check_int', 'check_float', 'check_choice', 'check_bool',
+           'check_str', 'check_docno', 'UniqueDocnos', 'check_docnos', 'check_term', 'check_weights', 'check_vector',
+           'is_missing']
 
 
 def is_missing(value) -> bool:

@@ -118,6 +118,11 @@ def test_vectors_round_trip_through_csr(splade, engine_docs, tmp_path):
     expected = [{t: np.float32(w) for t, w in v.items()} for v in vectors]
     assert rebuilt == expected
     assert [dict(v) for _, v in store] == expected
+    # A conversion applies shard by shard (each shard's weights at once) and gives the values' type.
+    seen = []
+    *_, impacts = store.to_csr(lambda w: seen.append(len(w)) or (w * 100).astype(np.int32))
+    assert impacts.dtype == np.int32 and (impacts == (weights * 100).astype(np.int32)).all()
+    assert seen == [int(indptr[min(b, len(docnos))] - indptr[a]) for a, b in zip(range(0, 31, 7), range(7, 38, 7))]
 
 
 def test_build_engine_on_existing_index(splade, engine_docs, queries, tmp_path):

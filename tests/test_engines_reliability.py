@@ -259,6 +259,21 @@ def test_bmp_long_documents_and_queries_stay_exact(tmp_path, monkeypatch, heavy_
     assert_exact(ask(index, queries, 'bmp'), vectors, queries, 100., 10)
 
 
+def test_bmp_kth_levels_match_a_sort():
+    # BMP's initial thresholds come from each term's 10th / 100th / 1000th largest level, counted in a histogram.
+    from pyterrier_lsr.index.engines import bmp
+    rng = np.random.default_rng(3)
+    ids = rng.integers(0, 40, 60_000).astype(np.int32)
+    ids[:5_000] = 0  # one term of more than 1,000 postings, others of fewer than 10
+    ids[-3:] = 41
+    levels = rng.integers(1, 256, len(ids)).astype(np.uint8)
+    got = bmp._kth_levels(ids, levels, 42)
+    for term in range(42):
+        ranked = np.sort(levels[ids == term])[::-1]
+        assert list(got[term]) == [int(ranked[k - 1]) if len(ranked) >= k else 0 for k in bmp.KTH]
+    assert got[41].tolist() == [0, 0, 0] and got[0].min() > 0
+
+
 def test_bmp_reordered_serves_the_same_results(tmp_path, capfd):
     # Documents of two term families in random order: bisection numbers each family's documents together.
     rng = np.random.default_rng(0)

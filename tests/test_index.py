@@ -107,6 +107,9 @@ def test_bad_inputs(splade, tmp_path):
         SpladeIndexer(tmp_path / 'bad.lsr', splade, verbose=False).index([{'docno': '1', 'body': 'x'}])
     with pytest.raises(ValueError, match='scale'):
         SpladeIndexer(tmp_path / 'bad2.lsr', splade, scale=0)
+    # Impacts int(w * scale) of the largest weight must fit the engines' 32 bits.
+    with pytest.raises(ValueError, match='scale'):
+        SpladeIndexer(tmp_path / 'bad3.lsr', splade, scale=3e6)
     missing = LsrIndex(tmp_path / 'nothing')  # an artifact that is not built yet: reading it is the error
     assert not missing.built()
     with pytest.raises(FileNotFoundError, match='no pyterrier-lsr index'):

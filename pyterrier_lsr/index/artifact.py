@@ -35,7 +35,7 @@ import pyterrier_alpha as pta
 from tqdm.auto import tqdm
 
 from .. import storage
-from ..checks import UniqueDocnos, check_float, check_int, check_vector
+from ..checks import MAX_SCALE, UniqueDocnos, check_float, check_int, check_vector
 from ..loading import load_model
 from ..quiet import quiet_native
 from .engines import ENGINES, get_engine
@@ -103,7 +103,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         self._scoring = scoring
         self._model = model
         self._model_from_index = False
-        self._scale = check_float('scale', scale, 0, exclusive_minimum=True)
+        self._scale = check_float('scale', scale, 0, MAX_SCALE, exclusive_minimum=True)
         if isinstance(engines, str):
             engines = (engines,)
         for name in engines:

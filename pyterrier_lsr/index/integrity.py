@@ -20,7 +20,7 @@ from pathlib import Path, PurePosixPath
 from typing import Dict, Optional
 
 from .. import storage
-from ..checks import check_float, check_int
+from ..checks import MAX_SCALE, check_float, check_int
 
 # Files up to this size are digested on every open (about a millisecond per MiB); larger ones only by verify() and,
 # for the model folder, when the model is loaded.
@@ -87,7 +87,7 @@ def check_meta(meta: dict, file: Path, engines) -> dict:
     """``meta`` (an ``lsr.json``) if its fields have the types and ranges the index relies on, else one
     ``ValueError`` naming ``file`` and the field."""
     try:
-        check_float('scale', meta.get('scale'), 0, exclusive_minimum=True)
+        check_float('scale', meta.get('scale'), 0, MAX_SCALE, exclusive_minimum=True)
         check_int('num_docs', meta.get('num_docs'), 1)
         check_scoring(meta.get('scoring'))
         _check_engines(meta.get('engines'), engines)

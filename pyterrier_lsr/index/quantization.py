@@ -11,7 +11,8 @@ An index has one ``scale`` (default 100), stored in its ``lsr.json``:
 Encoders never scale; the indexer and the retrievers read the same ``scale``.
 
 Weights must be finite, non-negative and at most :data:`MAX_WEIGHT` (document and query side): PISA repeats a query
-term ``int(w * scale)`` times, so an unbounded weight hangs or exhausts memory, and impacts are 32-bit integers.
+term ``int(w * scale)`` times, so an unbounded weight hangs or exhausts memory, and impacts are 32-bit integers (so
+``scale`` is at most :data:`~pyterrier_lsr.checks.MAX_SCALE`, about 2.1 million).
 
 PISA lowercases query terms (pre-tokenized ones too), so a term that lowercasing would change (cased vocabularies) is
 stored and queried in an escaped form (:func:`pisa_term`); other terms are stored as they are.

@@ -9,7 +9,7 @@ this form, so a corpus is encoded once; distributed writers produce shards indep
 manifest joins them (:func:`write_manifest`).  Any Parquet reader (pandas, pyarrow, Spark) reads the shards.
 """
 from pathlib import Path
-from typing import Dict, Iterable, Iterator, List, Mapping, Sequence, Tuple
+from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
@@ -119,11 +119,15 @@ class VectorStore:
     def docnos(self) -> List[str]:
         return [d for table in self._tables() for d in table.column('docno').to_pylist()]
 
-    def to_csr(self) -> Tuple[List[str], List[str], np.ndarray, np.ndarray, np.ndarray]:
-        """``(docnos, terms, indptr, indices, weights)``: the corpus as a CSR matrix over a term list (terms numbered
-        in order of first appearance), for engines that build from arrays."""
+    def to_csr(self, convert: Optional[Callable[[np.ndarray], np.ndarray]] = None
+               ) -> Tuple[List[str], List[str], np.ndarray, np.ndarray, np.ndarray]:
+        """``(docnos, terms, indptr, indices, values)``: the corpus as a CSR matrix over a term list (terms numbered
+        in order of first appearance), for engines that build from arrays.  ``values`` are the weights (float64), or
+        what ``convert`` makes of each shard's weights: applied shard by shard, so that a narrower form never needs
+        the whole corpus's float64 weights in memory."""
+        import pyarrow as pa
         import pyarrow.compute as pc
-        docnos, term_ids, weights, lengths = [], [], [], []
+        docnos, term_ids, values, lengths = [], [], [], []
         vocabulary: Dict[str, int] = {}
         for table in self._tables():
             docnos.extend(table.column('docno').to_pylist())
@@ -133,12 +137,16 @@ class VectorStore:
             local = np.array([vocabulary.setdefault(t, len(vocabulary)) for t in encoded.dictionary.to_pylist()],
                              dtype=np.int32)
             term_ids.append(local[encoded.indices.to_numpy()] if len(encoded) else np.zeros(0, np.int32))
-            weights.append(table.column('weights').combine_chunks().flatten().to_numpy())
+            weights = table.column('weights').combine_chunks().flatten().to_numpy()
+            values.append(convert(weights) if convert else weights)
         indptr = np.zeros(len(docnos) + 1, dtype=np.int64)
         if lengths:
             np.cumsum(np.concatenate(lengths), out=indptr[1:])
         ids = np.concatenate(term_ids) if term_ids else np.zeros(0, np.int32)
-        values = np.concatenate(weights) if weights else np.zeros(0, np.float64)
+        del term_ids
+        values = np.concatenate(values) if values else (convert or np.asarray)(np.zeros(0, np.float64))
+        # Arrow's allocator keeps the freed shards for reuse; the engines' builds come next, so they go back now.
+        pa.default_memory_pool().release_unused()
         return docnos, list(vocabulary), indptr, ids, values
 
     def total_bytes(self) -> int:

@@ -63,18 +63,19 @@ KTH = (10, 100, 1000)  # the depths whose k-th levels BMP keeps per term
 # is rarely certain from BMP's own top-k alone (see certified_top).
 START = 4
 MAX_TERMS = 2 ** 16 - len(SENTINEL_DOC)  # term ids are 16-bit
+CHUNK = 2 ** 22  # postings converted at a time: the temporaries of a build stay small beside its arrays
 
 
-def _kth_impacts(ids: np.ndarray, levels: np.ndarray, num_terms: int) -> np.ndarray:
-    """``[num_terms, 3]``: each term's 10th, 100th and 1000th largest level (0 when it has fewer postings)."""
-    order = np.lexsort((-levels, ids))
-    counts = np.bincount(ids, minlength=num_terms)
-    starts = np.concatenate([[0], np.cumsum(counts)[:-1]])
-    out = np.zeros((num_terms, len(KTH)), dtype=np.int64)
-    for j, k in enumerate(KTH):
-        has = counts >= k
-        out[has, j] = levels[order[starts[has] + k - 1]]
-    return out
+def _kth_levels(ids: np.ndarray, levels: np.ndarray, num_terms: int) -> np.ndarray:
+    """``[num_terms, 3]``: each term's 10th, 100th and 1000th largest level (0 when it has fewer postings), from a
+    histogram of each term's levels (built in chunks: no sort of all the postings)."""
+    counts = np.zeros(num_terms * 256, dtype=np.int64)
+    for start in range(0, len(ids), CHUNK):
+        end = start + CHUNK
+        counts += np.bincount(ids[start:end].astype(np.int64) * 256 + levels[start:end], minlength=num_terms * 256)
+    # at_least[t, l]: postings of term t with a level of l or more (falls with l; every posting's level is >= 1).
+    at_least = np.cumsum(counts.reshape(num_terms, 256)[:, ::-1], axis=1)[:, ::-1]
+    return np.stack([np.maximum(0, (at_least >= k).sum(axis=1) - 1) for k in KTH], axis=1)
 
 
 def _sentinel_levels(bound: int) -> dict:
@@ -87,18 +88,22 @@ def _sentinel_levels(bound: int) -> dict:
 
 
 def _levels(indptr, impacts, max_impact: int):
-    """``(factor, levels, heavy rows)``: BMP's levels of PISA's impacts, the largest factor (at most
+    """``(factor, levels, heavy rows)``: BMP's levels (uint8) of PISA's impacts, the largest factor (at most
     ``max_impact / M``) that leaves at most ``max(HEAVY_MIN, HEAVY_SHARE * n)`` documents whose levels sum past
     :data:`MAX_LEVEL_SUM`, and those documents (see the module notes)."""
     lengths = np.diff(indptr)
-    rows = np.repeat(np.arange(len(lengths)), lengths)
+    filled = lengths > 0
     # Documents of more terms than MAX_LEVEL_SUM are heavy at any factor (every level is at least 1): not counted.
     allowed = max(HEAVY_MIN, int(HEAVY_SHARE * len(lengths))) + int((lengths > MAX_LEVEL_SUM).sum())
 
     def at(factor):
-        levels = np.maximum(1, np.rint(impacts * factor)).astype(np.int64)
-        heavy = np.flatnonzero(np.bincount(rows, weights=levels, minlength=len(lengths)) > MAX_LEVEL_SUM)
-        return levels, heavy
+        levels = np.empty(len(impacts), dtype=np.uint8)
+        for start in range(0, len(impacts), CHUNK):  # the float64 products of a chunk at a time
+            levels[start:start + CHUNK] = np.maximum(1, np.rint(impacts[start:start + CHUNK] * factor))
+        sums = np.zeros(len(lengths), dtype=np.int64)
+        if filled.any():
+            sums[filled] = np.add.reduceat(levels, indptr[:-1][filled], dtype=np.int64)
+        return levels, np.flatnonzero(sums > MAX_LEVEL_SUM)
 
     factor = min(1., max_impact / int(impacts.max()))
     levels, heavy = at(factor)
@@ -140,6 +145,12 @@ class BmpEngine:
                 raise ValueError(f'BMP numbers terms in 16 bits: the index has {len(terms)} terms, at most '
                                  f'{MAX_TERMS} fit')
             factor, levels, heavy = _levels(indptr, impacts, max_impact)
+            largest = int(impacts.max())
+            # Written before BMP is fed, which holds its whole index in memory: the impacts are not needed then.
+            Forward.write(folder, docnos, terms, indptr, ids, impacts)
+            del impacts
+            storage.write_array(folder / KTH_FILE, _kth_levels(ids, levels, len(terms)))
+            storage.write_array(folder / HEAVY_FILE, heavy.astype(np.int64))
             names = np.array(terms, dtype=object)
             indexer = bmp.Indexer(str(folder / INDEX_FILE), bsize=block_size, compress_range=compress_range)
             for row in range(len(docnos)):
@@ -151,11 +162,8 @@ class BmpEngine:
                 indexer.add_document(f'{SENTINEL_DOCNO} {pad}', {})
             indexer.add_document(SENTINEL_DOCNO, SENTINEL_DOC)
             indexer.finish()
-            Forward.write(folder, docnos, terms, indptr, ids, impacts)
-            storage.write_array(folder / KTH_FILE, _kth_impacts(ids, levels, len(terms)))
-            storage.write_array(folder / HEAVY_FILE, heavy.astype(np.int64))
         return {'format': FORMAT, 'block_size': block_size, 'compress_range': compress_range,
-                'max_impact': max_impact, 'reorder': reorder, 'largest_impact': int(impacts.max()),
+                'max_impact': max_impact, 'reorder': reorder, 'largest_impact': largest,
                 'impact_factor': factor,
                 'heavy_documents': len(heavy),
                 'bmp_documents': len(docnos) + pads + 1, 'build_seconds': round(timer.seconds, 3)}

@@ -59,12 +59,20 @@ def engine_settings(index, engine: str, label: str, fmt: int) -> dict:
 
 def quantized_csr(index) -> Tuple[List[str], List[str], np.ndarray, np.ndarray, np.ndarray]:
     """The index's vectors as ``(docnos, terms, indptr, term_ids, impacts)`` with PISA's impacts ``int(w * scale)``
-    (int64); postings whose impact is 0 are removed, so every engine stores exactly the terms PISA stores.  Terms are
-    checked again (:func:`~pyterrier_lsr.checks.check_term`): native code must never see a NUL."""
-    docnos, terms, indptr, ids, weights = index.vectors().to_csr()
+    (int32: the index's scale keeps them in 32 bits); postings whose impact is 0 are removed, so every engine stores
+    exactly the terms PISA stores.  Terms are checked again (:func:`~pyterrier_lsr.checks.check_term`): native code
+    must never see a NUL."""
+    scale = index.scale
+
+    def impacts_of(weights):
+        scaled = weights * scale
+        if len(scaled) and not scaled.max() < 2 ** 31:  # NaN too: the vectors were altered after the index was built
+            raise ValueError(f'the vectors of {index.path} hold a weight above {2 ** 31 / scale:g}; rebuild the index')
+        return scaled.astype(np.int32)
+
+    docnos, terms, indptr, ids, impacts = index.vectors().to_csr(impacts_of)
     for term in terms:
         check_term(term, 'stored vectors')
-    impacts = (weights.astype(np.float64) * index.scale).astype(np.int64)
     keep = impacts > 0
     if not keep.all():
         # Rows shrink by the number of dropped postings before each row end.
@@ -91,9 +99,8 @@ class Forward:
     @staticmethod
     def write(folder, docnos, terms, indptr, ids, impacts) -> None:
         folder = Path(folder)
-        for name, array in zip(FORWARD_FILES, (indptr.astype(np.int64), ids.astype(np.int32),
-                                               impacts.astype(np.int64))):
-            write_array(folder / name, array)
+        for name, array, dtype in zip(FORWARD_FILES, (indptr, ids, impacts), (np.int64, np.int32, np.int32)):
+            write_array(folder / name, np.asarray(array, dtype=dtype))
         write_json(folder / TERMS_FILE, list(terms))
         write_json(folder / DOCNOS_FILE, list(docnos))
 
