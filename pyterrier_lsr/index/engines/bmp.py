@@ -186,6 +186,10 @@ class BmpEngine:
         forward = Forward(folder)
         kth = np.load(folder / KTH_FILE, allow_pickle=False)
         heavy = np.load(folder / HEAVY_FILE, allow_pickle=False)
+        is_heavy = np.zeros(len(forward.docnos), dtype=bool)
+        is_heavy[heavy] = True
+        # Heavy documents are scored for every query: by term, a query reads only its own terms' columns of them.
+        heavy_by_term = forward.matrix[heavy].tocsc()
         searcher = bmp.Searcher(str(folder / INDEX_FILE))
         scale = index.scale
         exact = alpha == 1 and beta == 1
@@ -201,6 +205,7 @@ class BmpEngine:
             levels = {t: -(-q * MAX_QUERY_LEVEL // top) for t, q in query.items()}
             named = {forward.terms[t]: float(level) for t, level in levels.items()}
             slack = sum(levels.values()) / 2
+            heavy_scores = heavy_by_term[:, list(full)] @ np.array(list(full.values()), dtype=np.float64)
 
             def candidates(depth):
                 column = sum(depth > d for d in KTH)  # the k-th level BMP's initial threshold uses
@@ -208,14 +213,14 @@ class BmpEngine:
                 asked = dict(named, **{t: float(v) for t, v in _sentinel_levels(threshold + 1).items()})
                 docnos, scores = searcher.search(asked, k=depth, alpha=alpha, beta=1.)
                 rows = np.array([int(d) for d in docnos if not d.startswith(' ')], dtype=np.int64)
-                # Heavy documents are always candidates: BMP's scores of them may have wrapped.
-                rows = np.union1d(rows, heavy) if len(heavy) else rows
+                # Heavy documents are always candidates (BMP's scores of them may have wrapped), last.
+                rows = np.concatenate([rows[~is_heavy[rows]], heavy])
                 # Left out: documents BMP scored at most the lowest score kept (when it kept `depth`), or at most T.
                 lowest = max(min(scores), threshold) if len(docnos) == depth else threshold
                 return rows, top / (MAX_QUERY_LEVEL * factor) * (lowest + slack) * (1 + 1e-9) if lowest else 0.
 
-            def rescore(rows):
-                return forward.rescore(full, rows)
+            def rescore(rows):  # the candidates BMP chose, then the heavy documents (see candidates)
+                return np.concatenate([forward.rescore(full, rows[:len(rows) - len(heavy)]), heavy_scores])
 
             if exact:
                 rows, scores = certified_top(candidates, rescore, k, limit, start=START * k)
