@@ -15,7 +15,9 @@ and SPLADE-tiny two-sided + query side on its own index. Each row has its held-o
 query-side recipe's held-out pseudo-queries (what chooses between the arms; no test topic is used), then test nDCG@10,
 AP and postings per query (:func:`pyterrier_lsr.report.report`). ``--query-stages none`` stops before the query-side
 stages: SPLADE-tiny and SAE-SPLADE two-sided, and SAE-SPLADE two-sided with idf queries, judged on the two-sided
-recipe's held-out pseudo-queries.
+recipe's held-out pseudo-queries. ``--sae-latents`` sets stage 1's width (a smaller SAE for a small corpus: issue
+#29 item 4); ``--without-splade`` builds and measures the SAE-SPLADE arms only (SPLADE-tiny's figures are then those
+recorded from a run with it: the build is seeded).
 
     OMP_NUM_THREADS=1 python benchmarks/sae_queries.py --collection path/to/cisi --workdir runs/sae_cisi \\
         --cache-dir runs/cache/cisi --output benchmarks/results/sae_queries_cisi.json
@@ -35,6 +37,10 @@ def main():
     p.add_argument('--set', nargs='*', default=[], metavar='NAME=VALUE', help='query-side DomainConfig overrides')
     p.add_argument('--sae-epochs', type=int, default=None,
                    help='epochs of the stage-1 SAE (default: systems.SAE_SPLADE\'s)')
+    p.add_argument('--sae-latents', type=int, default=None,
+                   help='latents of the stage-1 SAE (default: systems.SAE_SPLADE\'s)')
+    p.add_argument('--without-splade', action='store_true',
+                   help='neither build nor measure SPLADE-tiny (the SAE-SPLADE arms only)')
     p.add_argument('--build', choices=['splade', 'sae'],
                    help='only build (or reuse) this method\'s models and index, then stop: the two builds can run in '
                         'two processes before the measuring run')
@@ -45,6 +51,8 @@ def main():
     p.add_argument('--irds-cache')
     p.add_argument('--threads', type=int, default=1)
     args = p.parse_args()
+    if args.without_splade and args.build == 'splade':
+        p.error('--without-splade contradicts --build splade')
     from pyterrier_lsr.offline import use_irds_cache
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
@@ -75,7 +83,7 @@ def main():
         print(f'{name}: {seconds[name]} s', flush=True)
         return result
 
-    if args.build != 'sae':
+    if args.build != 'sae' and not args.without_splade:
         splade = timed('splade', lambda: adapted(lambda: Splade.from_pretrained(base), corpus, work / 'splade',
                                                  two_sided, cache))
         splade_index = timed('splade.lsr', lambda: sparse_index(work / 'splade.lsr', splade, corpus))
@@ -84,7 +92,8 @@ def main():
                                                            config, cache, documents=splade_index))
     if args.build == 'splade':
         return
-    stage1 = {**SAE_SPLADE, **({} if args.sae_epochs is None else {'epochs': args.sae_epochs})}
+    stage1 = {**SAE_SPLADE, **({} if args.sae_epochs is None else {'epochs': args.sae_epochs}),
+              **({} if args.sae_latents is None else {'n_latents': args.sae_latents})}
     sae = timed('sae', lambda: sae_splade(corpus, work / 'sae', two_sided, base, stage1, cache_dir=cache))
     sae_index = timed('sae.lsr', lambda: sparse_index(work / 'sae.lsr', sae, corpus))
     df, n = sae_index.document_frequencies(), sae_index.num_docs()
@@ -96,12 +105,12 @@ def main():
                                                           documents=sae_index))
     if args.build == 'sae':
         return
-    arms = {  # name -> (model, its index)
-        'SPLADE-tiny two-sided': (splade, splade_index),
+    arms = {} if args.without_splade else {'SPLADE-tiny two-sided': (splade, splade_index)}  # name -> (model, index)
+    arms.update({
         'SAE-SPLADE two-sided': (sae, sae_index),
         'SAE-SPLADE two-sided, idf': (idf_weighted_queries(sae, df, n), sae_index),
-    }
-    if args.query_stages == 'all':
+    })
+    if args.query_stages == 'all' and not args.without_splade:
         arms['SPLADE-tiny two-sided + q'] = (splade_q, splade_index)
     if args.query_stages != 'none':
         arms.update({
@@ -131,6 +140,8 @@ def main():
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps({
         'collection': collection.name, 'set': args.set, 'query_stages': args.query_stages, 'stage1': stage1,
+        # latents that some document of the index uses (the rest died in stage 1 or never fire on this corpus)
+        'latents_in_index': sum(1 for count in df.values() if count > 0),
         'heldout': heldout, 'seconds': seconds,
         'decisions': decisions, 'table': json.loads(table.to_json(orient='records')),
         'date': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, indent=1))
