@@ -130,6 +130,25 @@ def test_terms_with_nul_are_refused():
         checks.check_weights({'a\x00b': 1.0})
 
 
+def test_a_term_is_refused_exactly_when_it_is_empty_or_holds_whitespace_or_nul():
+    # Every code point up to U+3100 (the last whitespace one is U+3000), alone and inside a term: the rule is
+    # str.isspace()'s, whatever the implementation.
+    assert not any(chr(c).isspace() for c in range(0x3100, 0x110000, 97))
+    for code in range(0x3100):
+        c = chr(code)
+        bad = c.isspace() or c == '\x00'
+        for term in (c, f'a{c}b'):
+            try:
+                checks.check_term(term)
+            except checks.WeightError:
+                assert bad, repr(term)
+            else:
+                assert not bad, repr(term)
+    for term in ('', ' a', 'a ', None, 1):
+        with pytest.raises(checks.WeightError):
+            checks.check_term(term)
+
+
 def test_a_block_may_mark_its_folder_with_more_information(tmp_path):
     with storage.build_folder(tmp_path / 'a', 'thing') as tmp:
         storage.mark(tmp, 'thing', build='b1')
