@@ -59,9 +59,10 @@ MAX_LEVEL_SUM = (2 ** 16 - 1) // MAX_QUERY_LEVEL  # a document's levels may sum 
 # At most this share of the documents (and at least HEAVY_MIN of them) may be heavy: each is re-scored for every query.
 HEAVY_SHARE, HEAVY_MIN = 0.001, 64
 KTH = (10, 100, 1000)  # the depths whose k-th levels BMP keeps per term
-# Exact mode asks BMP first for START * k candidates: its levels are coarser than PISA's impacts, so the exact top-k
-# is rarely certain from BMP's own top-k alone (see certified_top).
-START = 4
+# Exact mode asks BMP first for START * k candidates, and at least FIRST_DEPTH: its levels are coarser than PISA's
+# impacts, so the exact top-k is rarely certain from BMP's own top-k alone (see certified_top), and a second, deeper
+# call costs more than a first one a little deeper (measured: benchmarks/claims/engine-exactness.md).
+START, FIRST_DEPTH = 4, 128
 MAX_TERMS = 2 ** 16 - len(SENTINEL_DOC)  # term ids are 16-bit
 CHUNK = 2 ** 22  # postings converted at a time: the temporaries of a build stay small beside its arrays
 
@@ -223,7 +224,7 @@ class BmpEngine:
                 return np.concatenate([forward.rescore(full, rows[:len(rows) - len(heavy)]), heavy_scores])
 
             if exact:
-                rows, scores = certified_top(candidates, rescore, k, limit, start=START * k)
+                rows, scores = certified_top(candidates, rescore, k, limit, start=max(START * k, FIRST_DEPTH))
             else:
                 rows = candidates(k)[0]
                 rows, scores = ranked(rows, rescore(rows), k)
