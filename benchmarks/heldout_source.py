@@ -6,7 +6,7 @@ so runs with different teachers do not compare on them. This script scores each 
 starting model on the run's held-out pseudo-queries (which depend only on the corpus and the seed, not on the
 teacher) by the reciprocal rank of each query's source document when it retrieves from the **whole corpus** through
 the run's start index (PISA, top ``--depth``). 60 queries are few, so ``--extra`` more held-out pseudo-queries (mixed
-styles, as the run's) come from documents that are neither a training query's source nor a held-out one's, drawn
+styles, as the run's) come from documents that build_data gave neither to a training query nor to a held-out one, drawn
 with the run's seed: the same for every teacher of a seed; ``all`` scores both sets together. No test topic is
 read.
 
@@ -16,6 +16,7 @@ read.
 """
 import argparse
 import json
+import math
 import random
 import time
 from pathlib import Path
@@ -73,8 +74,12 @@ def main():
         data, hit = build_data(docs, Path(args.cache_dir), config, verbose=False)
         if not hit:
             raise SystemExit(f'{folder}: its held-out data is not in --cache-dir {args.cache_dir}')
-        used = {e['pos'] for e in data['examples']} | {h['pos'] for h in data['heldout']}
-        unused = sorted(d for d in docs if d not in used)
+        # the documents build_data gave to held-out and training queries (its seeded shuffle), whatever the teacher:
+        # the examples it kept depend on the teacher (those with too few candidates are dropped), so they cannot say
+        order = list(docs)
+        random.Random(config.seed).shuffle(order)
+        unused = sorted(order[config.heldout + math.ceil(config.steps * config.batch_size / config.per_doc):])
+        assert not {e['pos'] for e in data['examples']} & set(unused)
         rng = random.Random(config.seed + 3)
         extra = make_queries(docs, rng.sample(unused, min(args.extra, len(unused))), 'mixed', 1, rng, df)
         sets = {'heldout': data['heldout'], 'extra': extra, 'all': data['heldout'] + extra}
