@@ -4,6 +4,7 @@ import pandas as pd
 import pyterrier as pt
 import pytest
 import torch
+from tqdm.auto import tqdm
 
 from pyterrier_lsr import SpladeIndexer
 from pyterrier_lsr.index import quantize
@@ -132,8 +133,16 @@ def test_pipeline_caches_embeddings_and_indexes_like_the_encoder(tmp_path, monke
     docs = [{'docno': f'd{i}', 'text': t} for i, t in enumerate(TEXTS * 4)] + [{'docno': 'blank', 'text': ' '}]
     settings = dict(sae={'n_latents': 64, 'k': 4, 'batch_size': 16, 'epochs': 2}, cache_dir=tmp_path / 'cache',
                     verbose=False, scale=50.)
+    from pyterrier_lsr.index import artifact
+    totals = []
+
+    def bar(*args, **kwargs):
+        totals.append(kwargs.get('total'))
+        return tqdm(*args, **kwargs)
+    monkeypatch.setattr(artifact, 'tqdm', bar)
     lt, index, log = build_latent_terms(docs, tmp_path / 'a', mode='single', **settings)
     assert index.num_docs() == len(docs) and log[-1]['l0'] <= 4
+    assert totals == [len(docs)]  # the indexing bar knows how many documents come (an ETA on a long build)
     expected = {}
     for vec in lt.encode([d['text'] for d in docs]):
         for term in quantize(vec, 50.):

@@ -38,8 +38,22 @@ def build_latent_terms(docs: Iterable[dict], index_path, dense: str = 'all-MiniL
     latent_terms.set_sae(model)
     toks = latent_terms.encode_vectors(vectors, offsets)
     index = SpladeIndexer(index_path, latent_terms, scale=scale, overwrite=overwrite, verbose=verbose).index(
-        {'docno': docno, 'toks': vec} for (docno, _), vec in zip(docs, toks))
+        _Sized(({'docno': docno, 'toks': vec} for (docno, _), vec in zip(docs, toks)), len(docs)))
     return latent_terms, index, log
+
+
+class _Sized:
+    """A generator with its known length: the indexer's progress bar then has a total and an ETA (encoding a large
+    corpus's token vectors through a 16k-latent SAE takes minutes on a CPU)."""
+
+    def __init__(self, items: Iterable, length: int):
+        self.items, self.length = items, length
+
+    def __iter__(self):
+        return iter(self.items)
+
+    def __len__(self):
+        return self.length
 
 
 def train_latent_sae(latent_terms: LatentTerms, texts: Sequence, sae: Optional[dict] = None, cache_dir='latent_cache',
