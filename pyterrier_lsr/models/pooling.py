@@ -50,12 +50,13 @@ def max_pooled_logits(hidden: torch.Tensor, attention_mask: torch.Tensor, weight
     pooled = torch.empty(batch, vocab, dtype=dtype, device=hidden.device)
     for t0 in range(0, batch, texts_per_tile):
         tile = hidden[t0:t0 + texts_per_tile]
-        positions = tile.reshape(-1, dim).t()
+        positions = tile.reshape(-1, dim).t().contiguous()
         step = max(MIN_VOCAB_STEP, chunk_elements // positions.shape[1])
         for v0 in range(0, vocab, step):
             # Vocabulary rows times positions, not positions times vocabulary columns: the same products, and MKL's
             # fp32 GEMM took 0.6-0.8x the time in this layout (AMD EPYC, benchmarks/claims/encoding-speed.md); the
-            # maximum then runs over contiguous positions.
+            # maximum then runs over contiguous positions. The positions are a contiguous copy: MKL's sums over a
+            # transposed view changed in the last bits with the tensors' memory (a reloaded model encoded differently).
             logits = torch.mm(weight[v0:v0 + step], positions)
             pooled[t0:t0 + texts_per_tile, v0:v0 + step] = logits.view(-1, tile.shape[0], length).amax(dim=2).t()
 
