@@ -281,7 +281,25 @@ def synthetic_docs(base, num_docs, seed):
             yield {'docno': f's{first + i}', 'toks': dict(zip(names[cols[a:b]].tolist(), vals[a:b].tolist()))}
 
 
-def exact_top(index, queries, depth=100, chunk=100_000):
+def chunked_top(indptr, ids, values, num_terms, score, depth, chunk=100_000):
+    """``(rows, scores)`` [queries, depth] of the best documents by ``score(documents CSR chunk) -> [queries, chunk]``,
+    chunk by chunk over the documents (ties by row)."""
+    from scipy.sparse import csr_matrix
+    best_scores, best_ids = None, None
+    for start in range(0, len(indptr) - 1, chunk):
+        stop = min(start + chunk, len(indptr) - 1)
+        d = csr_matrix((values[indptr[start]:indptr[stop]], ids[indptr[start]:indptr[stop]],
+                        indptr[start:stop + 1] - indptr[start]), shape=(stop - start, num_terms))
+        scores = np.asarray(score(d), dtype=np.float64)
+        chunk_ids = np.broadcast_to(np.arange(start, stop), scores.shape)
+        if best_scores is not None:
+            scores, chunk_ids = np.concatenate([best_scores, scores], axis=1), np.concatenate([best_ids, chunk_ids], 1)
+        top = np.argsort(-scores, axis=1, kind='stable')[:, :depth]
+        best_scores, best_ids = np.take_along_axis(scores, top, 1), np.take_along_axis(chunk_ids, top, 1)
+    return best_ids, best_scores
+
+
+def exact_top(index, queries, depth=100):
     """Exact float dot-product top-``depth`` docnos per query (scipy), chunk by chunk over the documents."""
     from scipy.sparse import csr_matrix
     docnos, terms, indptr, ids, weights = index.vectors().to_csr()
@@ -294,28 +312,15 @@ def exact_top(index, queries, depth=100, chunk=100_000):
                 q_cols.append(term_ids[t])
                 q_vals.append(w)
     q = csr_matrix((q_vals, (q_rows, q_cols)), shape=(len(queries), len(terms)), dtype=np.float32)
-    best_scores = np.full((len(queries), 0), -1., dtype=np.float32)
-    best_ids = np.zeros((len(queries), 0), dtype=np.int64)
-    for start in range(0, len(docnos), chunk):
-        stop = min(start + chunk, len(docnos))
-        d = csr_matrix((weights[indptr[start]:indptr[stop]], ids[indptr[start]:indptr[stop]],
-                        indptr[start:stop + 1] - indptr[start]), shape=(stop - start, len(terms)))
-        scores = (q @ d.T).toarray()
-        best_scores = np.concatenate([best_scores, scores], axis=1)
-        best_ids = np.concatenate([best_ids, np.broadcast_to(np.arange(start, stop), scores.shape)], axis=1)
-        top = np.argsort(-best_scores, axis=1, kind='stable')[:, :depth]
-        best_scores = np.take_along_axis(best_scores, top, 1)
-        best_ids = np.take_along_axis(best_ids, top, 1)
+    best_ids, best_scores = chunked_top(indptr, ids, weights, len(terms), lambda d: (q @ d.T).toarray(), depth)
     return [[docnos[i] for i, s in zip(ids_row, s_row) if s > 0] for ids_row, s_row in zip(best_ids, best_scores)]
 
 
-def exact_integer_top(index, queries, k=10, keep=64, chunk=100_000):
+def exact_integer_top(index, queries, k=10, keep=64):
     """Per query, the rows of the index's own exact ranking at depth ``k`` with ties: every document whose integer
     score (PISA's, ``sum_t int(q_t * scale) * int(d_t * scale)``) reaches the k-th (a set), and how many documents
     match at all (at most ``k``). Engines rank those integers, so this is the reference their own approximation is
     measured against; the float ranking adds the index's quantization on top (:func:`exact_top`)."""
-    from scipy.sparse import csr_matrix
-
     from pyterrier_lsr.index.engines.glue import quantized_csr
     docnos, terms, indptr, ids, impacts = quantized_csr(index)
     term_ids = {t: i for i, t in enumerate(terms)}
@@ -324,18 +329,9 @@ def exact_integer_top(index, queries, k=10, keep=64, chunk=100_000):
         for t, w in toks.items():
             if t in term_ids and int(w * index.scale) > 0:
                 q[term_ids[t], col] = int(w * index.scale)
-    best_scores = np.zeros((len(queries), 0))
-    best_ids = np.zeros((len(queries), 0), dtype=np.int64)
-    for start in range(0, len(docnos), chunk):
-        stop = min(start + chunk, len(docnos))
-        d = csr_matrix((impacts[indptr[start]:indptr[stop]].astype(np.float64), ids[indptr[start]:indptr[stop]],
-                        indptr[start:stop + 1] - indptr[start]), shape=(stop - start, len(terms)))
-        scores = (d @ q).T  # exact: integer sums below 2**53
-        best_scores = np.concatenate([best_scores, scores], axis=1)
-        best_ids = np.concatenate([best_ids, np.broadcast_to(np.arange(start, stop), scores.shape)], axis=1)
-        top = np.argsort(-best_scores, axis=1, kind='stable')[:, :keep]
-        best_scores = np.take_along_axis(best_scores, top, 1)
-        best_ids = np.take_along_axis(best_ids, top, 1)
+    # Exact: integer sums below 2**53.
+    best_ids, best_scores = chunked_top(indptr, ids, impacts.astype(np.float64), len(terms), lambda d: (d @ q).T,
+                                        keep)
     out = []
     for ids_row, s_row in zip(best_ids, best_scores):
         matching = int((s_row > 0).sum())
