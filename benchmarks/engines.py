@@ -402,6 +402,8 @@ def run_synthetic(args, workdir, queries, size, engines):
             build = ensure_built(args, workdir, size, 'bm25', lambda: is_built_text(text_path(workdir, size)))
             measure_bm25(args, workdir, size, queries, rows, build)
             continue
+        if engine != 'pisa':  # BMP and Seismic are built from the vectors (+ PISA), which a run without pisa lacks
+            ensure_built(args, workdir, size, 'vectors', lambda: LsrIndex(path).built())
         step = 'vectors' if engine == 'pisa' else engine
 
         def built():
