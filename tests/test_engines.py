@@ -150,6 +150,9 @@ def test_unknown_and_missing_engines(engine_index, monkeypatch):
         get_engine('faiss')
     with pytest.raises(ImportError, match=r'pyterrier-lsr\[engines\]'):
         require('a_module_that_is_not_installed', 'some-package')
+    for engine in (None, 'faiss'):  # checked before the retriever is labelled (None used to fail on engine.upper())
+        with pytest.raises(ValueError, match='has no .* engine'):
+            engine_index.retriever(engine=engine)
     monkeypatch.setitem(sys.modules, 'bmp', None)  # as if bmp were not installed
     with pytest.raises(ImportError, match=r'pyterrier-lsr\[engines\].*bmp'):
         engine_index.toks_retriever(engine='bmp')

@@ -256,10 +256,10 @@ class LsrIndex(pta.Artifact, pt.Indexer):
                   **params) -> pt.Transformer:
         """``model.query_encoder() >> toks_retriever()``: end-to-end retrieval from ``query`` text. ``query_encoder``
         replaces the model's own query side (e.g. ``IDFQueryEncoder.from_index(index)``)."""
+        toks_retriever = self.toks_retriever(num_results, engine, **params)  # checks engine before it is labelled
         if query_encoder is None:
             query_encoder = self.model().query_encoder()
-        return Retriever(system_label(query_encoder, self, engine), query_encoder,
-                         self.toks_retriever(num_results, engine, **params))
+        return Retriever(system_label(query_encoder, self, engine), query_encoder, toks_retriever)
 
     # -- building ------------------------------------------------------------------------------------------------
     def index_inputs(self):
