@@ -5,6 +5,7 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 
 from ..checks import check_vector
+from .engines.glue import ToksSearcher
 
 __all__ = ['QueryToksRetriever', 'Retriever', 'system_label']
 
@@ -28,6 +29,8 @@ class QueryToksRetriever(pt.Transformer):
         if not len(inp):
             return pd.DataFrame(columns=columns)
         toks = [dict(check_vector(q, f'query {qid!r}')) for qid, q in zip(inp['qid'], inp['query_toks'])]
+        if isinstance(self.engine_retriever, ToksSearcher):  # in-process engines take the checked queries directly
+            return self.engine_retriever.results(inp, toks)
         out = self.engine_retriever(inp.assign(query_toks=toks))
         # The engines return a new frame: deleting in place spares a copy of every column, a large share of a
         # one-query call at k = 1000 (frame copies cost more than the engine on small indexes).

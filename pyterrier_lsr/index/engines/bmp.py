@@ -201,7 +201,7 @@ class BmpEngine:
                 kept = sorted(query, key=lambda t: (-query[t], t))[:int(np.ceil(len(query) * beta))]
                 query = {t: query[t] for t in kept}
             if not query:
-                return np.zeros(0, object), np.zeros(0)
+                return np.zeros(0, np.int64), np.zeros(0)
             top = max(query.values())
             levels = {t: -(-q * MAX_QUERY_LEVEL // top) for t, q in query.items()}
             named = {forward.terms[t]: float(level) for t, level in levels.items()}
@@ -228,6 +228,7 @@ class BmpEngine:
             else:
                 rows = candidates(k)[0]
                 rows, scores = ranked(rows, rescore(rows), k)
-            return forward.docnos[rows], scores
+            return rows, scores
 
-        return ToksSearcher(lambda queries: [search_one(q) for q in queries], f'BMP(alpha={alpha}, beta={beta})')
+        return ToksSearcher(lambda queries: [search_one(q) for q in queries], forward.docnos,
+                            f'BMP(alpha={alpha}, beta={beta})')

@@ -92,8 +92,8 @@ class Forward:
                                                for name in FORWARD_FILES)
         self.terms = read_json(folder / TERMS_FILE, 'the engine term list', expect=list)
         self.term_ids = {t: i for i, t in enumerate(self.terms)}
-        # An object array: results map rows to docnos by one take, not a Python loop.
-        self.docnos = np.array(read_json(folder / DOCNOS_FILE, 'the engine docnos', expect=list), dtype=object)
+        # Of pandas' str dtype once: results take their rows' docnos in one step instead of converting them per call.
+        self.docnos = pd.array(read_json(folder / DOCNOS_FILE, 'the engine docnos', expect=list), dtype='str')
         # scipy's row gathers trust the offsets and term ids (an altered file would read out of bounds): checked once.
         if not (len(self.docnos) + 1 == len(self.indptr) and len(self.ids) == len(self.impacts)
                 and self.indptr[0] == 0 and self.indptr[-1] == len(self.ids) and (np.diff(self.indptr) >= 0).all()
@@ -180,27 +180,33 @@ class Timer:
 
 
 class ToksSearcher(pt.Transformer):
-    """Runs ``search(list of query_toks) -> [(docnos, scores), ...]`` (numpy arrays, best first) over a frame's
-    non-empty queries and returns ``qid, docno, score, rank`` (docnos of pandas' ``str`` dtype and ranks from 0, as
-    PISA) with the input's other columns but ``query_toks``; an empty ``query_toks`` retrieves no rows."""
+    """Runs ``search(list of query_toks) -> [(rows, scores), ...]`` (numpy arrays, best first; rows of ``docnos``)
+    over a frame's non-empty queries and returns ``qid, docno, score, rank`` (docnos of pandas' ``str`` dtype and ranks
+    from 0, as PISA) with the input's other columns but ``query_toks``; an empty ``query_toks`` retrieves no rows."""
 
     def __init__(self, search: Callable[[List[Dict[str, float]]], List[Tuple[np.ndarray, np.ndarray]]],
-                 name: str):
+                 docnos: pd.api.extensions.ExtensionArray, name: str):
         self.search = search
+        self.docnos = docnos  # of pandas' str dtype (Forward.docnos)
         self.name = name
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        asked = [row for row, toks in enumerate(inp['query_toks']) if toks]
-        found = self.search([inp['query_toks'].iloc[row] for row in asked]) if asked else []
-        counts = np.array([len(docnos) for docnos, _ in found], dtype=np.int64)
+        return self.results(inp, list(inp['query_toks']))
+
+    def results(self, inp: pd.DataFrame, toks: List[Dict[str, float]]) -> pd.DataFrame:
+        """:meth:`transform` with the frame's ``query_toks`` given as ``toks`` (checked by the caller), so that the
+        frame itself is never copied to hold them."""
+        asked = [row for row, query in enumerate(toks) if query]
+        found = self.search([toks[row] for row in asked]) if asked else []
+        counts = np.array([len(rows) for rows, _ in found], dtype=np.int64)
         rows = np.repeat(np.asarray(asked, dtype=np.int64), counts)
         # Built column by column: taking whole rows of the input (query_toks' dicts included) and assigning into that
         # copy cost several times the engine's own call at k = 1000 (measured on Seismic).
         out = {c: inp[c].array.take(rows) for c in inp.columns if c != 'query_toks'}
-        out['docno'] = pd.array(np.concatenate([np.zeros(0, object)] + [docnos for docnos, _ in found]), dtype='str')
+        out['docno'] = self.docnos.take(np.concatenate([np.zeros(0, np.int64)] + [hits for hits, _ in found]))
         out['score'] = np.concatenate([np.zeros(0)] + [scores for _, scores in found]).astype(np.float64)
         out['rank'] = np.concatenate([np.zeros(0, np.int64)] + [np.arange(n) for n in counts])
-        return pd.DataFrame(out)
+        return pd.DataFrame(out, copy=False)
 
     def __repr__(self):
         return self.name

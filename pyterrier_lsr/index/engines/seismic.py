@@ -158,8 +158,7 @@ class SeismicEngine:
                 tops = [ranked(rows, scores if margin(q) == 1 else forward.rescore(q, rows), k)
                         for q, (rows, scores) in zip(asked, batch(asked, k))]
             tops = iter(tops)
-            found = [next(tops) if q else (np.zeros(0, np.int64), np.zeros(0)) for q in queries]
-            return [(forward.docnos[rows], scores) for rows, scores in found]
+            return [next(tops) if q else (np.zeros(0, np.int64), np.zeros(0)) for q in queries]
 
         mode = 'exact' if exact else f'query_cut={query_cut}, heap_factor={heap_factor}'
-        return ToksSearcher(search, f'Seismic({mode})')
+        return ToksSearcher(search, forward.docnos, f'Seismic({mode})')
