@@ -33,13 +33,14 @@ from .checks import check_choice, check_float, check_str
 from .encoders import TorchSparseModel
 from .encoding import autocast, length_sorted_batches, to_dicts
 from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
-from .models.features import MODES, DenseFeatures, LatentTermsModel, load_dense, st_pooling
+from .models.features import MODES, DenseFeatures, LatentTermsModel, load_dense, st_max_length, st_pooling
 from .models.sae import SparseAutoencoder, latent_term_names
 from .offline import offline_name, resolve_model
 
 SAE_FOLDER = 'sae'
 DENSE_FOLDER = 'dense'
 KIND = 'latent-terms'
+DEFAULT_MAX_LENGTH = 256  # for a dense model whose folder declares no max_seq_length
 CHECKPOINT_BATCHES = 20  # an interrupted embedding pass loses at most this many batches
 
 __all__ = ['LatentTerms', 'cache_key', 'cached_embeddings', 'MODES']
@@ -58,7 +59,10 @@ class LatentTerms(TorchSparseModel):
         mode: ``'single'`` (mean-pooled text embedding) or ``'multi'`` (token embeddings, latents summed).
         sqrt_tf: square-root the summed activations (the replication's term frequencies).
         k1, b: BM25 parameters its indexes score with (``k1`` on the float TF scale).
-        device, max_length, batch_size, precision, name: as for :class:`~pyterrier_lsr.encoders.TorchSparseModel`.
+        max_length: texts are truncated to this many tokens (special tokens included); ``None``: the length the
+            dense model's sentence-transformers folder declares (its authors' setting: 256 for all-MiniLM-L6-v2, 384
+            for all-mpnet-base-v2), 256 for a folder declaring none.
+        device, batch_size, precision, name: as for :class:`~pyterrier_lsr.encoders.TorchSparseModel`.
         include_dense: whether a saved folder holds a copy of the dense model under ``dense/`` (self-contained);
             by default it does unless the dense model is an offline short name (which resolves to an installed
             package anywhere), so a folder never depends on a relative path or the network.
@@ -68,7 +72,8 @@ class LatentTerms(TorchSparseModel):
     terms_namespace = 'latent'
 
     def __init__(self, dense: str = 'all-MiniLM-L6-v2', sae: Optional[SparseAutoencoder] = None, mode: str = 'single',
-                 sqrt_tf: bool = False, k1: float = 1.5, b: float = 0.75, device=None, max_length: int = 256,
+                 sqrt_tf: bool = False, k1: float = 1.5, b: float = 0.75, device=None,
+                 max_length: Optional[int] = None,
                  batch_size: int = 32, precision: Optional[str] = None, name: Optional[str] = None,
                  include_dense: Optional[bool] = None):
         check_choice('mode', mode, MODES)
@@ -76,10 +81,13 @@ class LatentTerms(TorchSparseModel):
         self.include_dense = include_dense
         self.dense_name = str(dense)
         model, tokenizer = load_dense(self.dense_name)
-        super().__init__(None, tokenizer, device, max_length, batch_size, precision, name or self.dense_name)
-        # a hub snapshot or folder without sentence-transformers files pools by the mean, as before
+        # a hub snapshot or folder without sentence-transformers files pools by the mean and truncates at 256
         folder = resolve_model(self.dense_name)
-        pooling = st_pooling(folder) if Path(folder).is_dir() else 'mean'
+        declared = Path(folder).is_dir()
+        if max_length is None:
+            max_length = (st_max_length(folder) if declared else None) or DEFAULT_MAX_LENGTH
+        super().__init__(None, tokenizer, device, max_length, batch_size, precision, name or self.dense_name)
+        pooling = st_pooling(folder) if declared else 'mean'
         self.features = DenseFeatures(model, mode, pooling=pooling).to(self.device).eval()
         self.mode, self.sqrt_tf, self.k1, self.b = mode, sqrt_tf, float(k1), float(b)
         self.sae = None

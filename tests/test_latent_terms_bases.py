@@ -101,6 +101,23 @@ def test_an_unsupported_pooling_is_refused_naming_the_file(tmp_path):
         LatentTerms(str(_st_copy(tmp_path, ['max_tokens'])))
 
 
+def test_texts_are_truncated_where_the_folder_declares(tmp_path):
+    folder = _st_copy(tmp_path, ['mean_tokens'])
+    settings = folder / 'sentence_bert_config.json'
+    settings.unlink()
+    assert LatentTerms(str(folder)).max_length == 256  # a folder declaring nothing
+    settings.write_text(json.dumps({'max_seq_length': 16}))
+    long_text = [' '.join(TEXTS)]  # about 60 tokens
+    declared, explicit = LatentTerms(str(folder), mode='single'), LatentTerms(str(folder), mode='single', max_length=64)
+    assert (declared.max_length, explicit.max_length) == (16, 64)
+    assert np.allclose(declared.embed(long_text)[0],
+                       LatentTerms(str(folder), mode='single', max_length=16).embed(long_text)[0])
+    assert not np.allclose(declared.embed(long_text)[0], explicit.embed(long_text)[0], atol=1e-3)
+    settings.write_text(json.dumps({'max_seq_length': 'long'}))
+    with pytest.raises(TypeError, match='max_seq_length in .*sentence_bert_config.json'):
+        LatentTerms(str(folder))
+
+
 def test_an_interrupted_embedding_pass_resumes_where_it_stopped(tmp_path, monkeypatch):
     lt = LatentTerms('all-MiniLM-L6-v2', mode='multi', batch_size=1)
     expected, expected_offsets = lt.embed(TEXTS)

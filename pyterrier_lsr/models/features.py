@@ -4,7 +4,7 @@
 mean-pooled vector per text (``single``) or one per token (``multi``); :class:`LatentTermsModel` pools a TopK SAE's
 activations of those vectors into per-text term frequencies.
 """
-from typing import Sequence
+from typing import Optional, Sequence
 
 import json
 from pathlib import Path
@@ -12,6 +12,8 @@ from pathlib import Path
 import torch
 from torch import nn
 
+from .. import storage
+from ..checks import check_int
 from ..offline import resolve_model
 from .sae import SparseAutoencoder
 
@@ -109,6 +111,17 @@ def st_pooling(folder) -> str:
     if len(modes) != 1 or modes[0] not in known:
         raise ValueError(f'{config}: pooling {modes} is not supported; supported: one of {sorted(known)}')
     return known[modes[0]]
+
+
+def st_max_length(folder) -> Optional[int]:
+    """The truncation length a sentence-transformers folder declares (``max_seq_length`` in
+    ``sentence_bert_config.json``: 256 for all-MiniLM-L6-v2, 384 for all-mpnet-base-v2), ``None`` where it declares
+    none (a plain HF folder)."""
+    config = Path(folder) / 'sentence_bert_config.json'
+    if not config.is_file():
+        return None
+    value = storage.read_json(config, 'the sentence-transformers settings').get('max_seq_length')
+    return None if value is None else check_int(f'max_seq_length in {config}', value, 3)
 
 
 def load_dense(name_or_path: str):
