@@ -37,6 +37,8 @@ def parse_args():
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--threads', type=int, default=1, help='torch threads (1 on a shared machine)')
     parser.add_argument('--batch-size', type=int, default=32)
+    parser.add_argument('--max-length', type=int, help="texts' truncation (default: what each base's folder declares; "
+                        'the runs before stop 38 used 256 for every base)')
     parser.add_argument('--output')
     return parser.parse_args()
 
@@ -149,12 +151,13 @@ def main():
         rows.append(cost_row('BM25', System('BM25', bm25, str(bm25_path)), timings['bm25']))
     for base in args.bases:
         short = Path(base).name
-        multi = LatentTerms(base, mode='multi', batch_size=args.batch_size)
+        lengths = {} if args.max_length is None else {'max_length': args.max_length}
+        multi = LatentTerms(base, mode='multi', batch_size=args.batch_size, **lengths)
         single_files = [cache / f'{cache_key(multi, texts, m)}.offsets.npy' for m in ('multi', 'single')]
         # one pass embeds the tokens (Latent Terms) and the pooled vectors (dense): its time counts for both
         timings.run(f'embed:{short}', lambda: cached_embeddings(multi, texts, cache),
                     all(f.exists() for f in single_files))
-        dense = dense_retriever(corpus, base, cache, batch_size=args.batch_size)
+        dense = dense_retriever(corpus, base, cache, batch_size=args.batch_size, **lengths)
         dense_mb = sum(f.stat().st_size for f in cache.glob(f'{cache_key(multi, texts, "single")}.*'))
         rrf_dense = pta.RRFusion(bm25, dense, num_results=1000)
         rows.append(cost_row(f'dense {short}', build=timings[f'embed:{short}'], index_mb=dense_mb / 2**20,
@@ -163,7 +166,7 @@ def main():
         candidates = {}
         for setting in base_candidates(args.candidates, base):
             n_latents, k = map(int, setting.split(':'))
-            path = workdir / f'lt.{short}.{n_latents}.{k}.e{args.epochs}'
+            path = workdir / f'lt.{short}.{n_latents}.{k}.e{args.epochs}.len{multi.max_length}'
             built = LsrIndex(path).built()
 
             def build():
@@ -172,7 +175,8 @@ def main():
                 with quiet_native(False):
                     return build_latent_terms(corpus, path, base, mode='multi', sqrt_tf=True, cache_dir=cache,
                                               sae={'n_latents': n_latents, 'k': k, 'epochs': args.epochs},
-                                              max_train_vectors=args.max_train, batch_size=args.batch_size)[1]
+                                              max_train_vectors=args.max_train, batch_size=args.batch_size,
+                                              **lengths)[1]
             lt_index = timings.run(f'lt:{path.name}', build, built)
             for params in args.bm25_params:
                 k1, b = map(float, params.split(':'))
