@@ -72,8 +72,7 @@ class LatentTerms(TorchSparseModel):
     terms_namespace = 'latent'
 
     def __init__(self, dense: str = 'all-MiniLM-L6-v2', sae: Optional[SparseAutoencoder] = None, mode: str = 'single',
-                 sqrt_tf: bool = False, k1: float = 1.5, b: float = 0.75, device=None,
-                 max_length: Optional[int] = None,
+                 sqrt_tf: bool = False, k1: float = 1.5, b: float = 0.75, device=None, max_length: Optional[int] = None,
                  batch_size: int = 32, precision: Optional[str] = None, name: Optional[str] = None,
                  include_dense: Optional[bool] = None):
         check_choice('mode', mode, MODES)
@@ -83,11 +82,11 @@ class LatentTerms(TorchSparseModel):
         model, tokenizer = load_dense(self.dense_name)
         # a hub snapshot or folder without sentence-transformers files pools by the mean and truncates at 256
         folder = resolve_model(self.dense_name)
-        declared = Path(folder).is_dir()
+        local = Path(folder).is_dir()
         if max_length is None:
-            max_length = (st_max_length(folder) if declared else None) or DEFAULT_MAX_LENGTH
+            max_length = (st_max_length(folder) if local else None) or DEFAULT_MAX_LENGTH
         super().__init__(None, tokenizer, device, max_length, batch_size, precision, name or self.dense_name)
-        pooling = st_pooling(folder) if declared else 'mean'
+        pooling = st_pooling(folder) if local else 'mean'
         self.features = DenseFeatures(model, mode, pooling=pooling).to(self.device).eval()
         self.mode, self.sqrt_tf, self.k1, self.b = mode, sqrt_tf, float(k1), float(b)
         self.sae = None
