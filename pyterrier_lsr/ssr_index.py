@@ -32,7 +32,7 @@ import torch
 from . import storage
 from .checks import check_choice, check_docnos, check_int
 from .multivector import TokenStore, _load_npy, _result_frame, _texts
-from .ssr import SSR, pool_codes
+from .ssr import QUERY_SIDES, SSR, pool_codes
 
 INDEX_KIND = 'ssr_index'
 META_FILE = 'ssr_index.json'
@@ -178,13 +178,14 @@ class SSRIndex(TokenStore):
         return out
 
     def search(self, vectors: np.ndarray, offsets: np.ndarray, num_results: int, mode: str = 'tokens',
-               ) -> List[Tuple[np.ndarray, np.ndarray]]:
+               query: str = 'codes', query_latents: Optional[int] = None) -> List[Tuple[np.ndarray, np.ndarray]]:
         """The top ``num_results`` ``(document ids, scores)`` (best first, ties by id, positive scores only) of each
-        query given as token embeddings grouped by query (as :meth:`MultiVector.embed` returns)."""
+        query given as token embeddings grouped by query (as :meth:`MultiVector.embed` returns); ``query`` and
+        ``query_latents``: the query tokens' weights (:meth:`SSR.query_codes`)."""
         num_results = check_int('num_results', num_results, 1)
-        check_choice('mode', mode, MODES)
+        check_query(mode, query)
         score = self.score_tokens if mode == 'tokens' else self.score_pooled
-        indices, values = self.ssr.token_codes(vectors)
+        indices, values = self.ssr.query_codes(vectors, query, query_latents)
         out = []
         for q in range(len(offsets) - 1):
             start, stop = offsets[q], offsets[q + 1]
@@ -196,35 +197,54 @@ class SSRIndex(TokenStore):
             out.append((docs, scores[docs]))
         return out
 
-    def ranked(self, inp: pd.DataFrame, num_results: int, mode: str):
+    def ranked(self, inp: pd.DataFrame, num_results: int, mode: str, query: str = 'codes',
+               query_latents: Optional[int] = None):
         """The input's queries embedded once and searched: ``(result frame, each row's input position, the
         embeddings (vectors, offsets) by input position)``."""
         pta.validate.query_frame(inp, extra_columns=['query'])
         vectors, offsets = self.ssr.encoder.embed(_texts(inp['query'], 'column "query"'), query=True)
-        rows = [(position, self.docnos[d], s) for position, (docs, scores) in
-                enumerate(self.search(vectors, offsets, num_results, mode)) for d, s in zip(docs.tolist(), scores)]
+        found = self.search(vectors, offsets, num_results, mode, query, query_latents)
+        rows = [(position, self.docnos[d], s) for position, (docs, scores) in enumerate(found)
+                for d, s in zip(docs.tolist(), scores)]
         return _result_frame(rows, inp), [r[0] for r in rows], (vectors, offsets)
 
-    def retriever(self, num_results: int = 1000, mode: str = 'tokens') -> pt.Transformer:
+    def retriever(self, num_results: int = 1000, mode: str = 'tokens', query: str = 'codes',
+                  query_latents: Optional[int] = None) -> pt.Transformer:
         """``qid, query`` -> ``qid, query, docno, score, rank``: ``mode='tokens'`` scores
-        ``sum_i max_{t in d} <z_i, z_t>``, ``'pooled'`` the pooled dot product (see the module docs)."""
-        return SSRRetriever(self, check_int('num_results', num_results, 1), check_choice('mode', mode, MODES))
+        ``sum_i max_{t in d} <w_i, z_t>``, ``'pooled'`` the pooled dot product (see the module docs).  The query
+        token's weights ``w_i``: ``query='codes'``, its SAE code ``z_i``; ``'decoder'`` (tokens only), its embedding
+        against the decoder rows, ``<e_i, D_a>`` for its top ``query_latents`` latents (default: the SAE's k)."""
+        num_results = check_int('num_results', num_results, 1)
+        check_query(mode, query)
+        self.ssr.query_width(query, query_latents)
+        return SSRRetriever(self, num_results, mode, query, query_latents)
 
     def __repr__(self):
         return f'SSRIndex({str(self.path)!r})'
 
 
+def check_query(mode: str, query: str):
+    """``mode`` and ``query`` (the query side) allowed together: the decoder's weights need token-level scoring."""
+    check_choice('mode', mode, MODES)
+    check_choice('query', query, QUERY_SIDES)
+    if query == 'decoder' and mode != 'tokens':
+        raise ValueError("query='decoder' needs mode='tokens' (the pooled score pools the query's SAE codes)")
+
+
 class SSRRetriever(pt.Transformer):
-    def __init__(self, index: SSRIndex, num_results: int, mode: str):
+    def __init__(self, index: SSRIndex, num_results: int, mode: str, query: str = 'codes',
+                 query_latents: Optional[int] = None):
         self.index = index
         self.num_results = num_results
         self.mode = mode
+        self.query = query
+        self.query_latents = query_latents
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        return self.index.ranked(inp, self.num_results, self.mode)[0]
+        return self.index.ranked(inp, self.num_results, self.mode, self.query, self.query_latents)[0]
 
     def __repr__(self):
-        return f'SSR({self.mode}, {self.index.path.name})'
+        return f'SSR({self.mode}, query={self.query}, {self.index.path.name})'
 
 
 class SSRIndexer(pt.Indexer):
