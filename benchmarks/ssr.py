@@ -72,7 +72,8 @@ def main():
     parser.add_argument('--max-train-vectors', type=int, default=200_000, help='SAE training sample; 0: all')
     parser.add_argument('--query', choices=['codes', 'decoder'], default='codes',
                         help="the token-level query side of the ratios (decoder: adds the query='decoder' rows)")
-    parser.add_argument('--query-latents', type=int, help="m of query='decoder' (default: k)")
+    parser.add_argument('--query-latents', type=int, nargs='+',
+                        help="m of query='decoder', one pair of rows each; the ratios use the first (default: k)")
     parser.add_argument('--rerank-depth', type=int, default=100)
     parser.add_argument('--ncells', type=int, default=2)
     parser.add_argument('--ndocs', type=int, default=1024)
@@ -176,13 +177,15 @@ def main():
             names['pooled+']: ssr.reranked(tokens, store, depth, mode='pooled'),
             names['kmeans']: clustering,
         }
-        if args.query == 'decoder':
-            m = args.query_latents or args.k
-            names.update({'decoder': f'SSR token-level, query decoder (m={m})',
-                          'decoder+': f'SSR token-level, query decoder (m={m}) + MaxSim top-{depth}'})
-            decoder = {'query': 'decoder', 'query_latents': args.query_latents}
-            systems[names['decoder']] = tokens.retriever(1000, **decoder)
-            systems[names['decoder+']] = ssr.reranked(tokens, store, depth, **decoder)
+        decoder_names = []
+        for m in (args.query_latents or [args.k]) if args.query == 'decoder' else []:
+            pair = (f'SSR token-level, query decoder (m={m})',
+                    f'SSR token-level, query decoder (m={m}) + MaxSim top-{depth}')
+            decoder_names.extend(pair)
+            systems[pair[0]] = tokens.retriever(1000, query='decoder', query_latents=m)
+            systems[pair[1]] = ssr.reranked(tokens, store, depth, query='decoder', query_latents=m)
+        if decoder_names:
+            names.update({'decoder': decoder_names[0], 'decoder+': decoder_names[1]})
         topics = collection.topics
         for system in systems.values():
             system(topics.head(5))  # warm-up: index loading, first-call costs
@@ -201,9 +204,9 @@ def main():
                  names['tokens']: tokens_mb, names['pooled']: folder_bytes(index.path) / 2**20,
                  names['tokens+']: tokens_mb + vectors_mb, names['pooled+']: tokens_mb + vectors_mb,
                  names['kmeans']: store_mb}
-        if args.query == 'decoder':  # the same index as the token-level rows
-            index_seconds.update({names['decoder']: token_index_s, names['decoder+']: token_index_s})
-            sizes.update({names['decoder']: tokens_mb, names['decoder+']: tokens_mb + vectors_mb})
+        for first, second in zip(decoder_names[::2], decoder_names[1::2]):  # the same index as the token-level rows
+            index_seconds.update({first: token_index_s, second: token_index_s})
+            sizes.update({first: tokens_mb, second: tokens_mb + vectors_mb})
         for r in res.to_dict('records'):
             rows.append({'collection': name, 'system': r['name'], 'nDCG@10': r['nDCG@10'], 'R@100': r['R@100'],
                          'ms/query': r['mrt'], 'index s (after embedding)': index_seconds.get(r['name']),
