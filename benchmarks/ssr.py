@@ -171,9 +171,9 @@ def main():
         systems = {
             names['bm25']: bm25.bm25(num_results=1000, threads=args.threads),
             names['exact']: store.retriever(1000),
-            names['tokens']: tokens.retriever(1000),
+            names['tokens']: tokens.retriever(1000, query='codes'),
             names['pooled']: index.retriever(1000, threads=args.threads),
-            names['tokens+']: ssr.reranked(tokens, store, depth),
+            names['tokens+']: ssr.reranked(tokens, store, depth, query='codes'),
             names['pooled+']: ssr.reranked(tokens, store, depth, mode='pooled'),
             names['kmeans']: clustering,
         }

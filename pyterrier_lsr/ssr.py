@@ -123,11 +123,12 @@ class SSR(SparseModel):
         """Each token embedding's sparse code (see :func:`token_codes`)."""
         return token_codes(self.sae, vectors)
 
-    def query_codes(self, vectors: np.ndarray, query: str = 'codes', query_latents: Optional[int] = None
+    def query_codes(self, vectors: np.ndarray, query: str = 'decoder', query_latents: Optional[int] = None
                     ) -> Tuple[np.ndarray, np.ndarray]:
-        """The query tokens' weights per latent for token-level scoring: ``query='codes'``, their SAE codes (as
-        documents get them); ``'decoder'``, their embeddings against the decoder rows, the top ``query_latents``
-        (default: the SAE's ``k``) per token (:func:`decoder_codes`; only the documents are then approximated)."""
+        """The query tokens' weights per latent for token-level scoring: ``query='decoder'``, their embeddings against
+        the decoder rows, the top ``query_latents`` (default: ``2 k``, chosen on pseudo-queries) per token
+        (:func:`decoder_codes`; only the documents are then approximated); ``'codes'``, their SAE codes (as
+        documents get theirs)."""
         m = self.query_width(query, query_latents)
         return self.token_codes(vectors) if m is None else decoder_codes(self.sae, vectors, m)
 
@@ -139,7 +140,7 @@ class SSR(SparseModel):
             if query_latents is not None:
                 raise ValueError("query_latents applies to query='decoder' only; query='codes' uses the SAE's k")
             return None
-        m = self.sae.config.k if query_latents is None else query_latents
+        m = min(2 * self.sae.config.k, self.sae.n_latents) if query_latents is None else query_latents
         return check_int('query_latents', m, 1, self.sae.n_latents)
 
     @torch.inference_mode()
@@ -170,8 +171,8 @@ class SSR(SparseModel):
                        verbose: bool = False) -> List[Dict[str, float]]:
         return self._encode(texts, True, verbose)
 
-    def reranked(self, index, store: MaxSimIndex, depth: int = 100, mode: str = 'tokens', query: str = 'codes',
-                 query_latents: Optional[int] = None) -> pt.Transformer:
+    def reranked(self, index, store: MaxSimIndex, depth: int = 100, mode: str = 'tokens',
+                 query: Optional[str] = None, query_latents: Optional[int] = None) -> pt.Transformer:
         """Two stages: the top ``depth`` of ``index`` (an :class:`~pyterrier_lsr.ssr_index.SSRIndex` of this model,
         scored as its ``retriever(mode=, query=, query_latents=)`` scores), re-scored by exact MaxSim from
         ``store``'s vectors.  Each query goes through the transformer once; its token embeddings serve both

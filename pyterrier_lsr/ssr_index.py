@@ -178,12 +178,14 @@ class SSRIndex(TokenStore):
         return out
 
     def search(self, vectors: np.ndarray, offsets: np.ndarray, num_results: int, mode: str = 'tokens',
-               query: str = 'codes', query_latents: Optional[int] = None) -> List[Tuple[np.ndarray, np.ndarray]]:
+               query: Optional[str] = None, query_latents: Optional[int] = None
+               ) -> List[Tuple[np.ndarray, np.ndarray]]:
         """The top ``num_results`` ``(document ids, scores)`` (best first, ties by id, positive scores only) of each
         query given as token embeddings grouped by query (as :meth:`MultiVector.embed` returns); ``query`` and
-        ``query_latents``: the query tokens' weights (:meth:`SSR.query_codes`)."""
+        ``query_latents``: the query tokens' weights (:meth:`SSR.query_codes`; ``query`` defaults as in
+        :meth:`retriever`)."""
         num_results = check_int('num_results', num_results, 1)
-        check_query(mode, query)
+        query = check_query(mode, query)
         score = self.score_tokens if mode == 'tokens' else self.score_pooled
         indices, values = self.ssr.query_codes(vectors, query, query_latents)
         out = []
@@ -197,7 +199,7 @@ class SSRIndex(TokenStore):
             out.append((docs, scores[docs]))
         return out
 
-    def ranked(self, inp: pd.DataFrame, num_results: int, mode: str, query: str = 'codes',
+    def ranked(self, inp: pd.DataFrame, num_results: int, mode: str, query: Optional[str] = None,
                query_latents: Optional[int] = None):
         """The input's queries embedded once and searched: ``(result frame, each row's input position, the
         embeddings (vectors, offsets) by input position)``."""
@@ -208,14 +210,16 @@ class SSRIndex(TokenStore):
                 for d, s in zip(docs.tolist(), scores)]
         return _result_frame(rows, inp), [r[0] for r in rows], (vectors, offsets)
 
-    def retriever(self, num_results: int = 1000, mode: str = 'tokens', query: str = 'codes',
+    def retriever(self, num_results: int = 1000, mode: str = 'tokens', query: Optional[str] = None,
                   query_latents: Optional[int] = None) -> pt.Transformer:
         """``qid, query`` -> ``qid, query, docno, score, rank``: ``mode='tokens'`` scores
         ``sum_i max_{t in d} <w_i, z_t>``, ``'pooled'`` the pooled dot product (see the module docs).  The query
-        token's weights ``w_i``: ``query='codes'``, its SAE code ``z_i``; ``'decoder'`` (tokens only), its embedding
-        against the decoder rows, ``<e_i, D_a>`` for its top ``query_latents`` latents (default: the SAE's k)."""
+        token's weights ``w_i``: ``query='decoder'`` (tokens only; the default there), its embedding against the
+        decoder rows, ``<e_i, D_a>`` for its top ``query_latents`` latents (default: twice the SAE's k), so only the
+        documents are approximated; ``'codes'`` (the default for ``'pooled'``), its SAE code ``z_i``, as documents
+        get theirs."""
         num_results = check_int('num_results', num_results, 1)
-        check_query(mode, query)
+        query = check_query(mode, query)
         self.ssr.query_width(query, query_latents)
         return SSRRetriever(self, num_results, mode, query, query_latents)
 
@@ -223,17 +227,21 @@ class SSRIndex(TokenStore):
         return f'SSRIndex({str(self.path)!r})'
 
 
-def check_query(mode: str, query: str):
-    """``mode`` and ``query`` (the query side) allowed together: the decoder's weights need token-level scoring."""
+def check_query(mode: str, query: Optional[str]) -> str:
+    """The query side for ``mode``: ``query`` if allowed with it (the decoder's weights need token-level scoring);
+    for None, ``'decoder'`` with ``mode='tokens'`` (chosen on pseudo-queries, see benchmarks/claims/ssr.md) and
+    ``'codes'`` with ``'pooled'``."""
     check_choice('mode', mode, MODES)
+    if query is None:
+        return 'decoder' if mode == 'tokens' else 'codes'
     check_choice('query', query, QUERY_SIDES)
     if query == 'decoder' and mode != 'tokens':
         raise ValueError("query='decoder' needs mode='tokens' (the pooled score pools the query's SAE codes)")
+    return query
 
 
 class SSRRetriever(pt.Transformer):
-    def __init__(self, index: SSRIndex, num_results: int, mode: str, query: str = 'codes',
-                 query_latents: Optional[int] = None):
+    def __init__(self, index: SSRIndex, num_results: int, mode: str, query: str, query_latents: Optional[int]):
         self.index = index
         self.num_results = num_results
         self.mode = mode
