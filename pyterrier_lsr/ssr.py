@@ -6,7 +6,8 @@ latents become index terms ``l<id>`` and documents are searched in one stage, wi
 
 * **token-level** (:class:`~pyterrier_lsr.ssr_index.SSRIndex`, the default): postings keep token identity and a
   query scores ``sum_i max_{t in d} <z_i, z_t>`` exactly: MaxSim with ``<e_i, e_t>`` replaced by ``<z_i, z_t>``
-  (``<e_i, e_t> ~ <z_i, z_t>`` up to the decoder's cross terms, its rows being unit-norm);
+  (``<e_i, e_t> ~ <z_i, z_t>`` up to the decoder's cross terms, its rows being unit-norm); by default the query side
+  is exact instead, ``<e_i, D_a>`` against the decoder rows on the top ``query_latents`` (:meth:`SSR.query_codes`);
 * **pooled** (this module's :meth:`SSR.encode_vectors`, indexed by any engine of an :class:`~pyterrier_lsr.LsrIndex`
   or scored by ``SSRIndex``'s ``mode='pooled'``): documents ``d_j = max_t z_tj`` (``doc_pooling='max'``), queries
   ``q_j = sum_i z_ij`` (``query_pooling='sum'``, or ``'max'``), score ``<q, d> = sum_i sum_j z_ij max_t z_tj``:

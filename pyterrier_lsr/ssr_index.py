@@ -9,7 +9,10 @@ over its tokens' codes ``z_i``, exactly: per query token, its latents' posting l
 (scipy's CSR arrays, one dense accumulator over the corpus's tokens), the maximum is taken per document
 (``np.maximum.reduceat`` over the documents' token offsets) and summed over query tokens.  This is MaxSim with
 ``<e_i, e_t>`` replaced by ``<z_i, z_t>``, which PISA's dot product over pooled vectors cannot express (pooling takes
-the max per latent, from different tokens).  The cheaper ``mode='pooled'`` scores the same index as
+the max per latent, from different tokens).  By default (``query='decoder'``) a query token's weights are not its
+code but its exact embedding against the SAE's decoder rows, ``w_ia = <e_i, D_a>`` on its top ``query_latents``
+latents (:meth:`SSR.query_codes`), so ``sum_i max_t <w_i, z_t>`` approximates only the documents; the same postings
+and kernel serve both.  The cheaper ``mode='pooled'`` scores the same index as
 :class:`~pyterrier_lsr.ssr.SSR`'s pooled vectors do (documents max-pooled per latent, queries pooled by the model's
 ``query_pooling``), in floats, without PISA's quantization.
 
@@ -134,8 +137,9 @@ class SSRIndex(TokenStore):
     # -- scoring --------------------------------------------------------------------------------------------------
 
     def score_tokens(self, indices: np.ndarray, values: np.ndarray) -> np.ndarray:
-        """``sum_i max_{t in d} <z_i, z_t>`` of one query's token codes (``indices``/``values``: query tokens x k)
-        against every document (float64, 0 for a document sharing no latent with the query)."""
+        """``sum_i max_{t in d} <w_i, z_t>`` of one query's token weights (``indices``/``values``: query tokens x
+        k or m, its codes or decoder weights, :meth:`SSR.query_codes`) against every document (float64, 0 for a
+        document sharing no latent with the query)."""
         out = np.zeros(self.num_docs())
         acc = np.zeros(self.meta['num_tokens'], np.float32)
         for latents, weights in zip(indices, values):
