@@ -11,6 +11,10 @@
    * SSR token-level: a TopK SAE on (a sample of) the token embeddings; every token's code indexed with its token
      identity (``pyterrier_lsr/ssr_index.py``), queries scored by ``sum_i max_t <z_i, z_t>`` exactly; indexing =
      SAE training + codes + postings;
+   * with ``--query decoder``, also SSR token-level with the query side exact: each query token's embedding against
+     the SAE's decoder rows, its top ``--query-latents`` latents (default k), ``sum_i max_t <w_i, z_t>``
+     (``SSRIndex.retriever(query='decoder')``), and its re-ranked top ``--rerank-depth``; the ratios then compare
+     these rows with exact MaxSim;
    * SSR pooled (PISA): the same SAE's codes max-pooled per document into a PISA index, queries pooled by
      ``--query-pooling`` (see ``pyterrier_lsr/ssr.py``); indexing = SAE training + codes + PISA;
    * SSR + MaxSim: the token-level (and the pooled, float, same index) top ``--rerank-depth`` re-scored exactly
@@ -65,7 +69,11 @@ def main():
     parser.add_argument('--sae-epochs', type=int, default=1)
     parser.add_argument('--doc-pooling', default='max')
     parser.add_argument('--query-pooling', default='sum')
-    parser.add_argument('--max-train-vectors', type=int, default=200_000)
+    parser.add_argument('--max-train-vectors', type=int, default=200_000, help='SAE training sample; 0: all')
+    parser.add_argument('--query', choices=['codes', 'decoder'], default='codes',
+                        help="the token-level query side of the ratios (decoder: adds the query='decoder' rows)")
+    parser.add_argument('--query-latents', type=int, nargs='+',
+                        help="m of query='decoder', one pair of rows each; the ratios use the first (default: k)")
     parser.add_argument('--rerank-depth', type=int, default=100)
     parser.add_argument('--ncells', type=int, default=2)
     parser.add_argument('--ndocs', type=int, default=1024)
@@ -129,7 +137,7 @@ def main():
 
         start = time.perf_counter()
         sae, sae_log = train_ssr_sae(vectors, {'n_latents': args.latents, 'k': args.k, 'epochs': args.sae_epochs},
-                                     args.max_train_vectors, verbose=False)
+                                     args.max_train_vectors or None, verbose=False)
         sae_s = time.perf_counter() - start
         ssr = SSR(encoder, sae, args.doc_pooling, args.query_pooling)
         start = time.perf_counter()
@@ -163,12 +171,21 @@ def main():
         systems = {
             names['bm25']: bm25.bm25(num_results=1000, threads=args.threads),
             names['exact']: store.retriever(1000),
-            names['tokens']: tokens.retriever(1000),
+            names['tokens']: tokens.retriever(1000, query='codes'),
             names['pooled']: index.retriever(1000, threads=args.threads),
-            names['tokens+']: ssr.reranked(tokens, store, depth),
+            names['tokens+']: ssr.reranked(tokens, store, depth, query='codes'),
             names['pooled+']: ssr.reranked(tokens, store, depth, mode='pooled'),
             names['kmeans']: clustering,
         }
+        decoder_names = []
+        for m in (args.query_latents or [args.k]) if args.query == 'decoder' else []:
+            pair = (f'SSR token-level, query decoder (m={m})',
+                    f'SSR token-level, query decoder (m={m}) + MaxSim top-{depth}')
+            decoder_names.extend(pair)
+            systems[pair[0]] = tokens.retriever(1000, query='decoder', query_latents=m)
+            systems[pair[1]] = ssr.reranked(tokens, store, depth, query='decoder', query_latents=m)
+        if decoder_names:
+            names.update({'decoder': decoder_names[0], 'decoder+': decoder_names[1]})
         topics = collection.topics
         for system in systems.values():
             system(topics.head(5))  # warm-up: index loading, first-call costs
@@ -187,19 +204,24 @@ def main():
                  names['tokens']: tokens_mb, names['pooled']: folder_bytes(index.path) / 2**20,
                  names['tokens+']: tokens_mb + vectors_mb, names['pooled+']: tokens_mb + vectors_mb,
                  names['kmeans']: store_mb}
+        for first, second in zip(decoder_names[::2], decoder_names[1::2]):  # the same index as the token-level rows
+            index_seconds.update({first: token_index_s, second: token_index_s})
+            sizes.update({first: tokens_mb, second: tokens_mb + vectors_mb})
         for r in res.to_dict('records'):
             rows.append({'collection': name, 'system': r['name'], 'nDCG@10': r['nDCG@10'], 'R@100': r['R@100'],
                          'ms/query': r['mrt'], 'index s (after embedding)': index_seconds.get(r['name']),
                          'index MB': sizes[r['name']]})
         info['rows'] = [row for row in rows if row['collection'] == name]
         by = {row['system']: row for row in info['rows']}
+        first, second = ('decoder', 'decoder+') if args.query == 'decoder' else ('tokens', 'tokens+')
+        first, second = by[names[first]], by[names[second]]
         info['ratios'] = {
-            'token nDCG@10 - exact': by[names['tokens']]['nDCG@10'] - by[names['exact']]['nDCG@10'],
-            'exact ms / token ms': by[names['exact']]['ms/query'] / by[names['tokens']]['ms/query'],
-            'token+rerank nDCG@10 - exact': by[names['tokens+']]['nDCG@10'] - by[names['exact']]['nDCG@10'],
-            'token+rerank R@100 - exact': by[names['tokens+']]['R@100'] - by[names['exact']]['R@100'],
-            'kmeans ms / token+rerank ms': by[names['kmeans']]['ms/query'] / by[names['tokens+']]['ms/query'],
-            'token+rerank R@100 - kmeans': by[names['tokens+']]['R@100'] - by[names['kmeans']]['R@100'],
+            'token nDCG@10 - exact': first['nDCG@10'] - by[names['exact']]['nDCG@10'],
+            'exact ms / token ms': by[names['exact']]['ms/query'] / first['ms/query'],
+            'token+rerank nDCG@10 - exact': second['nDCG@10'] - by[names['exact']]['nDCG@10'],
+            'token+rerank R@100 - exact': second['R@100'] - by[names['exact']]['R@100'],
+            'kmeans ms / token+rerank ms': by[names['kmeans']]['ms/query'] / second['ms/query'],
+            'token+rerank R@100 - kmeans': second['R@100'] - by[names['kmeans']]['R@100'],
             'pooled nDCG@10 - exact': by[names['pooled']]['nDCG@10'] - by[names['exact']]['nDCG@10'],
             'kmeans index s / token index s': index_seconds[names['kmeans']] / token_index_s,
         }

@@ -5,9 +5,13 @@
 
 No topics or qrels: ``--queries`` pseudo-queries (a sentence window of a random document, as in self-supervised
 training; seed ``--seed``) are scored against every document by exact MaxSim (the store of ``benchmarks/ssr.py``) and,
-per SAE (``n_latents:k``, trained on ``--max-train-vectors`` of the store's token vectors), by
+per SAE (``n_latents:k[:epochs[:vectors]]``: one epoch and ``--max-train-vectors`` of the store's token vectors
+unless given, ``all`` for every vector), by ``--scorings`` of
 
 * ``tokens (codes)``: token-level SSR, ``sum_i max_t <z_i, z_t>`` over the codes (:class:`SSRIndex`, exact);
+* ``tokens (query decoder, m=M)``: the same index with the query side exact, ``sum_i max_t <w_i, z_t>``,
+  ``w_ia = <e_i, D_a>`` for the query token's top ``M`` latents (``query='decoder'``; ``--query-latents``, default
+  the setting's k): only the documents are approximated;
 * ``tokens (decoder)``: the same MaxSim through the decoder's geometry, ``<z_i W_dec, z_t W_dec>`` (the
   reconstructions without ``b_dec``; dense, no inverted index can compute it as such);
 * ``pooled max:sum`` / ``pooled max:max``: the pooled dot product (documents max-pooled per latent, queries summed or
@@ -23,6 +27,8 @@ import random
 import time
 from pathlib import Path
 
+SCORINGS = ('codes', 'query-decoder', 'decoder', 'pooled')
+
 
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -33,7 +39,9 @@ def main():
     parser.add_argument('--queries', type=int, default=200)
     parser.add_argument('--seed', type=int, default=123)
     parser.add_argument('--settings', nargs='+', default=['4096:8', '4096:16', '4096:32', '16384:16'],
-                        help='n_latents:k of each SAE')
+                        help='n_latents:k[:epochs[:vectors]] of each SAE (vectors: a number or all)')
+    parser.add_argument('--scorings', nargs='+', default=list(SCORINGS), choices=SCORINGS)
+    parser.add_argument('--query-latents', nargs='+', type=int, help='m of the query-decoder rows (default: k)')
     parser.add_argument('--max-train-vectors', type=int, default=100_000)
     parser.add_argument('--work-dir', default='runs/ssr_fidelity')
     parser.add_argument('--output', default='benchmarks/results/ssr_fidelity.json')
@@ -85,10 +93,11 @@ def main():
     rows = [row('exact MaxSim', '', exact, exact_ms)]
     vectors = store.vectors
     for setting in args.settings:
-        n_latents, k = map(int, setting.split(':'))
+        n_latents, k, epochs, sample = (setting.split(':') + ['1', str(args.max_train_vectors)])[:4]
+        n_latents, k, epochs = int(n_latents), int(k), int(epochs)
         start = time.perf_counter()
-        sae, log = train_ssr_sae(vectors.numpy(), {'n_latents': n_latents, 'k': k}, args.max_train_vectors,
-                                 verbose=False)
+        sae, log = train_ssr_sae(vectors.numpy(), {'n_latents': n_latents, 'k': k, 'epochs': epochs},
+                                 None if sample == 'all' else int(sample), verbose=False)
         sae_s = time.perf_counter() - start
         ssr = SSR(store.encoder, sae, query_pooling='sum')
         index = SSRIndex.write(Path(args.work_dir) / setting.replace(':', '-'), store.docnos, vectors.numpy(),
@@ -96,16 +105,26 @@ def main():
         codes = ssr.token_codes(q_vectors)
         q_codes = [(codes[0][q_offsets[i]:q_offsets[i + 1]], codes[1][q_offsets[i]:q_offsets[i + 1]])
                    for i in range(len(queries))]
-        name = f'{n_latents} latents, k={k}'
+        name = f'{n_latents} latents, k={k}, {epochs} epoch(s), {sample} vectors'
         info = {'fve': log[-1]['fve'], 'sae s': sae_s, 'postings/token': len(index.tokens) / len(vectors)}
-        rows.append(row(name, 'tokens (codes)', *timed_scores(lambda i: index.score_tokens(*q_codes[i])), **info))
-        with torch.inference_mode():
-            recon = torch.cat([sae._decode_sparse(*sae.encode_topk(vectors[s:s + 65536]))
-                               for s in range(0, len(vectors), 65536)])
-            q_recon = sae._decode_sparse(*sae.encode_topk(q_tensor))
-        rows.append(row(name, 'tokens (decoder)', *timed_scores(
-            lambda i: maxsim_rows(q_recon[q_offsets[i]:q_offsets[i + 1]], recon, store.lengths).numpy()), **info))
-        for pooling in ('sum', 'max'):
+        if 'codes' in args.scorings:
+            rows.append(row(name, 'tokens (codes)', *timed_scores(lambda i: index.score_tokens(*q_codes[i])),
+                            **info))
+        for m in (args.query_latents or [k]) if 'query-decoder' in args.scorings else []:
+            weights = ssr.query_codes(q_vectors, 'decoder', m)
+            w_rows = [(weights[0][q_offsets[i]:q_offsets[i + 1]], weights[1][q_offsets[i]:q_offsets[i + 1]])
+                      for i in range(len(queries))]
+            rows.append(row(name, f'tokens (query decoder, m={m})',
+                            *timed_scores(lambda i: index.score_tokens(*w_rows[i])), **info))
+        if 'decoder' in args.scorings:
+            with torch.inference_mode():
+                recon = torch.cat([sae._decode_sparse(*sae.encode_topk(vectors[s:s + 65536]))
+                                   for s in range(0, len(vectors), 65536)])
+                q_recon = sae._decode_sparse(*sae.encode_topk(q_tensor))
+            rows.append(row(name, 'tokens (decoder)', *timed_scores(
+                lambda i: maxsim_rows(q_recon[q_offsets[i]:q_offsets[i + 1]], recon, store.lengths).numpy()),
+                **info))
+        for pooling in ('sum', 'max') if 'pooled' in args.scorings else ():
             ssr.query_pooling = pooling
             rows.append(row(name, f'pooled max:{pooling}', *timed_scores(lambda i: index.score_pooled(*q_codes[i])),
                             **info))

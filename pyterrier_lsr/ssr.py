@@ -6,7 +6,8 @@ latents become index terms ``l<id>`` and documents are searched in one stage, wi
 
 * **token-level** (:class:`~pyterrier_lsr.ssr_index.SSRIndex`, the default): postings keep token identity and a
   query scores ``sum_i max_{t in d} <z_i, z_t>`` exactly: MaxSim with ``<e_i, e_t>`` replaced by ``<z_i, z_t>``
-  (``<e_i, e_t> ~ <z_i, z_t>`` up to the decoder's cross terms, its rows being unit-norm);
+  (``<e_i, e_t> ~ <z_i, z_t>`` up to the decoder's cross terms, its rows being unit-norm); by default the query side
+  is exact instead, ``<e_i, D_a>`` against the decoder rows on the top ``query_latents`` (:meth:`SSR.query_codes`);
 * **pooled** (this module's :meth:`SSR.encode_vectors`, indexed by any engine of an :class:`~pyterrier_lsr.LsrIndex`
   or scored by ``SSRIndex``'s ``mode='pooled'``): documents ``d_j = max_t z_tj`` (``doc_pooling='max'``), queries
   ``q_j = sum_i z_ij`` (``query_pooling='sum'``, or ``'max'``), score ``<q, d> = sum_i sum_j z_ij max_t z_tj``:
@@ -39,6 +40,7 @@ from .multivector import MaxSimIndex, MultiVector
 
 SAE_FOLDER = 'sae'
 POOLINGS = ('max', 'sum')
+QUERY_SIDES = ('codes', 'decoder')
 
 
 def pool_codes(indices: torch.Tensor, values: torch.Tensor, owner: torch.Tensor, n_texts: int, n_latents: int,
@@ -67,6 +69,23 @@ def token_codes(sae: SparseAutoencoder, vectors: np.ndarray, rows_per_batch: int
         rows = torch.as_tensor(np.asarray(vectors[start:start + rows_per_batch]), dtype=torch.float32, device=device)
         idx, val = sae.encode_topk(rows)
         indices[start:start + len(rows)], values[start:start + len(rows)] = idx.cpu().numpy(), val.cpu().numpy()
+    return indices, values
+
+
+@torch.inference_mode()
+def decoder_codes(sae: SparseAutoencoder, vectors: np.ndarray, m: int, rows_per_batch: int = 65536
+                  ) -> Tuple[np.ndarray, np.ndarray]:
+    """Each row's ``m`` largest weights ``<e, D_a>`` (the embedding itself against the decoder's unit rows ``D_a``)
+    as ``(indices, values)`` like :func:`token_codes`; non-positive weights are set to 0 (not scored).  Against a
+    document token's code, ``sum_a <e, D_a> z_ta = <e, x̂_t - b_dec>``: the exact query token against the token's
+    reconstruction (``b_dec`` adds the same ``<e, b_dec>`` to every token, so no max changes), over the query token's
+    top ``m`` latents."""
+    device = sae.W_dec.device
+    indices, values = np.zeros((len(vectors), m), np.int64), np.zeros((len(vectors), m), np.float32)
+    for start in range(0, len(vectors), rows_per_batch):
+        rows = torch.as_tensor(np.asarray(vectors[start:start + rows_per_batch]), dtype=torch.float32, device=device)
+        val, idx = (rows @ sae.W_dec.T).topk(m, dim=-1)
+        indices[start:start + len(rows)], values[start:start + len(rows)] = idx.cpu().numpy(), val.relu().cpu().numpy()
     return indices, values
 
 
@@ -105,6 +124,26 @@ class SSR(SparseModel):
         """Each token embedding's sparse code (see :func:`token_codes`)."""
         return token_codes(self.sae, vectors)
 
+    def query_codes(self, vectors: np.ndarray, query: str = 'decoder', query_latents: Optional[int] = None
+                    ) -> Tuple[np.ndarray, np.ndarray]:
+        """The query tokens' weights per latent for token-level scoring: ``query='decoder'``, their embeddings against
+        the decoder rows, the top ``query_latents`` (default: ``2 k``, chosen on pseudo-queries) per token
+        (:func:`decoder_codes`; only the documents are then approximated); ``'codes'``, their SAE codes (as
+        documents get theirs)."""
+        m = self.query_width(query, query_latents)
+        return self.token_codes(vectors) if m is None else decoder_codes(self.sae, vectors, m)
+
+    def query_width(self, query: str, query_latents: Optional[int]) -> Optional[int]:
+        """The checked ``query`` side and its ``query_latents`` (see :meth:`query_codes`): ``m`` for ``'decoder'``,
+        None for ``'codes'``."""
+        check_choice('query', query, QUERY_SIDES)
+        if query == 'codes':
+            if query_latents is not None:
+                raise ValueError("query_latents applies to query='decoder' only; query='codes' uses the SAE's k")
+            return None
+        m = min(2 * self.sae.config.k, self.sae.n_latents) if query_latents is None else query_latents
+        return check_int('query_latents', m, 1, self.sae.n_latents)
+
     @torch.inference_mode()
     def encode_vectors(self, vectors: np.ndarray, offsets: np.ndarray, query: bool = False,
                        texts_per_batch: int = 256) -> List[Dict[str, float]]:
@@ -133,11 +172,14 @@ class SSR(SparseModel):
                        verbose: bool = False) -> List[Dict[str, float]]:
         return self._encode(texts, True, verbose)
 
-    def reranked(self, index, store: MaxSimIndex, depth: int = 100, mode: str = 'tokens') -> pt.Transformer:
+    def reranked(self, index, store: MaxSimIndex, depth: int = 100, mode: str = 'tokens',
+                 query: Optional[str] = None, query_latents: Optional[int] = None) -> pt.Transformer:
         """Two stages: the top ``depth`` of ``index`` (an :class:`~pyterrier_lsr.ssr_index.SSRIndex` of this model,
-        scored by ``mode``: ``'tokens'`` or ``'pooled'``), re-scored by exact MaxSim from ``store``'s vectors.  Each
-        query goes through the transformer once; its token embeddings serve both stages."""
-        return _TwoStage(index, store, check_int('depth', depth, 1), check_choice('mode', mode, ('tokens', 'pooled')))
+        scored as its ``retriever(mode=, query=, query_latents=)`` scores), re-scored by exact MaxSim from
+        ``store``'s vectors.  Each query goes through the transformer once; its token embeddings serve both
+        stages."""
+        first = index.retriever(check_int('depth', depth, 1), mode, query, query_latents)  # checks the rest
+        return _TwoStage(index, store, first)
 
     def settings(self) -> dict:
         return dict(super().settings(), doc_pooling=self.doc_pooling, query_pooling=self.query_pooling)
@@ -163,14 +205,15 @@ class SSR(SparseModel):
 
 
 class _TwoStage(pt.Transformer):
-    def __init__(self, index, store: MaxSimIndex, depth: int, mode: str):
+    def __init__(self, index, store: MaxSimIndex, first):
         self.index = index
         self.store = store
-        self.depth = depth
-        self.mode = mode
+        self.first = first
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        candidates, positions, (vectors, offsets) = self.index.ranked(inp, self.depth, self.mode)
+        first = self.first
+        candidates, positions, (vectors, offsets) = self.index.ranked(inp, first.num_results, first.mode, first.query,
+                                                                      first.query_latents)
         if not len(candidates):
             return candidates
         vectors = torch.from_numpy(vectors)
@@ -179,7 +222,7 @@ class _TwoStage(pt.Transformer):
         return self.store.rescore(candidates, positions, queries, groups=positions)
 
     def __repr__(self):
-        return f'SSR({self.mode}) >> MaxSim top-{self.depth}'
+        return f'{self.first!r} >> MaxSim top-{self.first.num_results}'
 
 
 def train_ssr_sae(vectors: np.ndarray, sae: Optional[dict] = None, max_train_vectors: Optional[int] = 200_000,

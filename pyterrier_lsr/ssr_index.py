@@ -9,7 +9,10 @@ over its tokens' codes ``z_i``, exactly: per query token, its latents' posting l
 (scipy's CSR arrays, one dense accumulator over the corpus's tokens), the maximum is taken per document
 (``np.maximum.reduceat`` over the documents' token offsets) and summed over query tokens.  This is MaxSim with
 ``<e_i, e_t>`` replaced by ``<z_i, z_t>``, which PISA's dot product over pooled vectors cannot express (pooling takes
-the max per latent, from different tokens).  The cheaper ``mode='pooled'`` scores the same index as
+the max per latent, from different tokens).  By default (``query='decoder'``) a query token's weights are not its
+code but its exact embedding against the SAE's decoder rows, ``w_ia = <e_i, D_a>`` on its top ``query_latents``
+latents (:meth:`SSR.query_codes`), so ``sum_i max_t <w_i, z_t>`` approximates only the documents; the same postings
+and kernel serve both.  The cheaper ``mode='pooled'`` scores the same index as
 :class:`~pyterrier_lsr.ssr.SSR`'s pooled vectors do (documents max-pooled per latent, queries pooled by the model's
 ``query_pooling``), in floats, without PISA's quantization.
 
@@ -32,7 +35,7 @@ import torch
 from . import storage
 from .checks import check_choice, check_docnos, check_int
 from .multivector import TokenStore, _load_npy, _result_frame, _texts
-from .ssr import SSR, pool_codes
+from .ssr import QUERY_SIDES, SSR, pool_codes
 
 INDEX_KIND = 'ssr_index'
 META_FILE = 'ssr_index.json'
@@ -134,8 +137,9 @@ class SSRIndex(TokenStore):
     # -- scoring --------------------------------------------------------------------------------------------------
 
     def score_tokens(self, indices: np.ndarray, values: np.ndarray) -> np.ndarray:
-        """``sum_i max_{t in d} <z_i, z_t>`` of one query's token codes (``indices``/``values``: query tokens x k)
-        against every document (float64, 0 for a document sharing no latent with the query)."""
+        """``sum_i max_{t in d} <w_i, z_t>`` of one query's token weights (``indices``/``values``: query tokens x
+        k or m, its codes or decoder weights, :meth:`SSR.query_codes`) against every document (float64, 0 for a
+        document sharing no latent with the query)."""
         out = np.zeros(self.num_docs())
         acc = np.zeros(self.meta['num_tokens'], np.float32)
         for latents, weights in zip(indices, values):
@@ -178,13 +182,16 @@ class SSRIndex(TokenStore):
         return out
 
     def search(self, vectors: np.ndarray, offsets: np.ndarray, num_results: int, mode: str = 'tokens',
+               query: Optional[str] = None, query_latents: Optional[int] = None
                ) -> List[Tuple[np.ndarray, np.ndarray]]:
         """The top ``num_results`` ``(document ids, scores)`` (best first, ties by id, positive scores only) of each
-        query given as token embeddings grouped by query (as :meth:`MultiVector.embed` returns)."""
+        query given as token embeddings grouped by query (as :meth:`MultiVector.embed` returns); ``query`` and
+        ``query_latents``: the query tokens' weights (:meth:`SSR.query_codes`; ``query`` defaults as in
+        :meth:`retriever`)."""
         num_results = check_int('num_results', num_results, 1)
-        check_choice('mode', mode, MODES)
+        query = check_query(mode, query)
         score = self.score_tokens if mode == 'tokens' else self.score_pooled
-        indices, values = self.ssr.token_codes(vectors)
+        indices, values = self.ssr.query_codes(vectors, query, query_latents)
         out = []
         for q in range(len(offsets) - 1):
             start, stop = offsets[q], offsets[q + 1]
@@ -196,35 +203,60 @@ class SSRIndex(TokenStore):
             out.append((docs, scores[docs]))
         return out
 
-    def ranked(self, inp: pd.DataFrame, num_results: int, mode: str):
+    def ranked(self, inp: pd.DataFrame, num_results: int, mode: str, query: Optional[str] = None,
+               query_latents: Optional[int] = None):
         """The input's queries embedded once and searched: ``(result frame, each row's input position, the
         embeddings (vectors, offsets) by input position)``."""
         pta.validate.query_frame(inp, extra_columns=['query'])
         vectors, offsets = self.ssr.encoder.embed(_texts(inp['query'], 'column "query"'), query=True)
-        rows = [(position, self.docnos[d], s) for position, (docs, scores) in
-                enumerate(self.search(vectors, offsets, num_results, mode)) for d, s in zip(docs.tolist(), scores)]
+        found = self.search(vectors, offsets, num_results, mode, query, query_latents)
+        rows = [(position, self.docnos[d], s) for position, (docs, scores) in enumerate(found)
+                for d, s in zip(docs.tolist(), scores)]
         return _result_frame(rows, inp), [r[0] for r in rows], (vectors, offsets)
 
-    def retriever(self, num_results: int = 1000, mode: str = 'tokens') -> pt.Transformer:
+    def retriever(self, num_results: int = 1000, mode: str = 'tokens', query: Optional[str] = None,
+                  query_latents: Optional[int] = None) -> pt.Transformer:
         """``qid, query`` -> ``qid, query, docno, score, rank``: ``mode='tokens'`` scores
-        ``sum_i max_{t in d} <z_i, z_t>``, ``'pooled'`` the pooled dot product (see the module docs)."""
-        return SSRRetriever(self, check_int('num_results', num_results, 1), check_choice('mode', mode, MODES))
+        ``sum_i max_{t in d} <w_i, z_t>``, ``'pooled'`` the pooled dot product (see the module docs).  The query
+        token's weights ``w_i``: ``query='decoder'`` (tokens only; the default there), its embedding against the
+        decoder rows, ``<e_i, D_a>`` for its top ``query_latents`` latents (default: twice the SAE's k), so only the
+        documents are approximated; ``'codes'`` (the default for ``'pooled'``), its SAE code ``z_i``, as documents
+        get theirs."""
+        num_results = check_int('num_results', num_results, 1)
+        query = check_query(mode, query)
+        self.ssr.query_width(query, query_latents)
+        return SSRRetriever(self, num_results, mode, query, query_latents)
 
     def __repr__(self):
         return f'SSRIndex({str(self.path)!r})'
 
 
+def check_query(mode: str, query: Optional[str]) -> str:
+    """The query side for ``mode``: ``query`` if allowed with it (the decoder's weights need token-level scoring);
+    for None, ``'decoder'`` with ``mode='tokens'`` (chosen on pseudo-queries, see benchmarks/claims/ssr.md) and
+    ``'codes'`` with ``'pooled'``."""
+    check_choice('mode', mode, MODES)
+    if query is None:
+        return 'decoder' if mode == 'tokens' else 'codes'
+    check_choice('query', query, QUERY_SIDES)
+    if query == 'decoder' and mode != 'tokens':
+        raise ValueError("query='decoder' needs mode='tokens' (the pooled score pools the query's SAE codes)")
+    return query
+
+
 class SSRRetriever(pt.Transformer):
-    def __init__(self, index: SSRIndex, num_results: int, mode: str):
+    def __init__(self, index: SSRIndex, num_results: int, mode: str, query: str, query_latents: Optional[int]):
         self.index = index
         self.num_results = num_results
         self.mode = mode
+        self.query = query
+        self.query_latents = query_latents
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        return self.index.ranked(inp, self.num_results, self.mode)[0]
+        return self.index.ranked(inp, self.num_results, self.mode, self.query, self.query_latents)[0]
 
     def __repr__(self):
-        return f'SSR({self.mode}, {self.index.path.name})'
+        return f'SSR({self.mode}, query={self.query}, {self.index.path.name})'
 
 
 class SSRIndexer(pt.Indexer):

@@ -263,10 +263,77 @@ def test_token_scores_equal_brute_force_on_random_codes(random_ssr, tmp_path):
             dense_codes(random_ssr.sae, q).sum(0).double().numpy()
         assert np.allclose(index.score_pooled(*random_ssr.token_codes(q)), pooled, rtol=1e-5, atol=1e-6)
     # the search ranks every positive-scoring document, best first, and keeps at most num_results
-    (docs, scores), = index.search(queries[1:5], np.array([0, 4]), num_results=3)
+    (docs, scores), = index.search(queries[1:5], np.array([0, 4]), num_results=3, query='codes')
     expected = brute_force(dense_codes(random_ssr.sae, queries[1:5]), d_codes, offsets)
     assert docs.tolist() == np.argsort(-expected, kind='stable')[:3].tolist()
     assert np.allclose(scores, np.sort(expected)[::-1][:3], rtol=1e-5)
+
+
+def decoder_weights(sae: SparseAutoencoder, vectors: np.ndarray, m: int) -> torch.Tensor:
+    """Dense query weights of ``query='decoder'`` in float64: ``relu(<e_i, D_a>)`` on each row's top ``m`` latents."""
+    weights = torch.from_numpy(vectors).double() @ sae.W_dec.detach().double().T
+    top = weights.topk(m, dim=-1).indices
+    return torch.zeros_like(weights).scatter_(1, top, weights.gather(1, top)).relu()
+
+
+def test_decoder_query_side_equals_brute_force(random_ssr, tmp_path):
+    with torch.no_grad():  # untie the encoder from the decoder (a new SAE's W_enc is W_dec^T: codes = the weights)
+        random_ssr.sae.W_enc.add_(torch.randn_like(random_ssr.sae.W_enc))
+        random_ssr.sae.b_dec.add_(.5)
+    rng = np.random.default_rng(2)
+    vectors = rng.standard_normal((50, 8)).astype(np.float32)
+    offsets = np.array([0, 9, 9, 30, 31, 50])
+    index = SSRIndex.write(tmp_path / 'ssr', [f'd{i}' for i in range(5)], vectors, offsets, random_ssr,
+                           save_model=False)
+    d_codes = dense_codes(random_ssr.sae, vectors)
+    queries = rng.standard_normal((6, 8)).astype(np.float32)
+    for m in (1, 3, 32):  # 32: every latent, so every document token with a code is reached
+        indices, values = random_ssr.query_codes(queries, 'decoder', m)
+        assert indices.shape == (6, m) and (values >= 0).all()
+        expected = brute_force(decoder_weights(random_ssr.sae, queries, m), d_codes, offsets)
+        assert expected[1] == 0 and expected.max() > 0
+        assert np.allclose(index.score_tokens(indices, values), expected, rtol=1e-5, atol=1e-6)
+    # the default m is twice the SAE's k; the decoder's weights are not the codes' (a different, asymmetric score)
+    default = random_ssr.query_codes(queries)
+    assert default[0].shape == (6, 6)
+    assert not np.allclose(index.score_tokens(*default), index.score_tokens(*random_ssr.token_codes(queries)))
+    (docs, scores), = index.search(queries, np.array([0, 6]), 3, query_latents=32)  # query='decoder': the default
+    expected = brute_force(decoder_weights(random_ssr.sae, queries, 32), d_codes, offsets)
+    assert docs.tolist() == np.argsort(-expected, kind='stable')[:3].tolist()
+    assert np.allclose(scores, np.sort(expected)[::-1][:3], rtol=1e-5)
+
+
+def test_decoder_query_side_retriever_reranked_and_checks(random_ssr, tmp_path):
+    docs = [{'docno': f'd{i}', 'text': t} for i, t in enumerate(SHORT_DOCS)]
+    index = SSRIndexer(tmp_path / 'ssr', random_ssr, verbose=False).index(docs)
+    topics = pd.DataFrame({'qid': ['1', '2'], 'query': ['reactor physics noise', 'electron density']})
+    res = index.retriever(num_results=4, query='decoder', query_latents=8)(topics)
+    q_vectors, q_offsets = random_ssr.encoder.embed(topics['query'].tolist(), query=True)
+    vectors, offsets = random_ssr.encoder.embed(SHORT_DOCS)
+    d_codes = dense_codes(random_ssr.sae, vectors)
+    for i, (qid, ranking) in enumerate(res.groupby('qid', sort=True)):
+        q = q_vectors[q_offsets[i]:q_offsets[i + 1]]
+        expected = brute_force(decoder_weights(random_ssr.sae, q, 8), d_codes, offsets)
+        order = np.argsort(-expected, kind='stable')[:len(ranking)]
+        assert ranking['docno'].tolist() == [f'd{j}' for j in order]
+        assert np.allclose(ranking['score'], expected[order], rtol=1e-5)
+    store = MaxSimIndex.write(tmp_path / 'store', [d['docno'] for d in docs], vectors, offsets, random_ssr.encoder)
+    reranked = random_ssr.reranked(index, store, depth=4, query='decoder', query_latents=8)(topics)
+    for qid, ranking in reranked.groupby('qid'):
+        assert set(ranking['docno']) == set(res[res['qid'] == qid]['docno'])
+    # defaults: the decoder's weights with m = 2k = 6 for mode='tokens', the codes for 'pooled'
+    assert index.retriever(num_results=4)(topics).equals(index.retriever(4, query='decoder', query_latents=6)(topics))
+    assert index.retriever(4, mode='pooled')(topics).equals(index.retriever(4, mode='pooled', query='codes')(topics))
+    for kwargs, message in [({'query': 'exact'}, 'query'), ({'query': 'decoder', 'query_latents': 0}, 'query_latents'),
+                            ({'query_latents': 33}, 'query_latents'),
+                            ({'query': 'codes', 'query_latents': 4}, "query='decoder' only"),
+                            ({'query': 'decoder', 'mode': 'pooled'}, "needs mode='tokens'")]:
+        with pytest.raises(ValueError, match=message):
+            index.retriever(**kwargs)
+        with pytest.raises(ValueError, match=message):
+            random_ssr.reranked(index, store, **kwargs)
+    with pytest.raises(TypeError, match='query_latents'):
+        index.retriever(query='decoder', query_latents=2.5)
 
 
 def test_token_index_bad_parameters_and_files(random_ssr, tmp_path):
@@ -309,7 +376,7 @@ def test_token_level_ssr_on_a_tiny_corpus_and_reranked(minilm, vaswani_docs, tmp
     index = SSRIndexer(tmp_path / 'ssr', ssr, verbose=False).index(docs)
     topics = pd.DataFrame({'qid': ['1', '2', '2'],  # a repeated qid keeps two rankings
                            'query': [docs[3]['text'][:80], 'electron density of the ionosphere', 'radio waves']})
-    res = index.retriever(num_results=10)(topics)
+    res = index.retriever(num_results=10, query='codes')(topics)
     assert list(res.columns) == ['qid', 'query', 'docno', 'score', 'rank']
     assert res.groupby('query', sort=False).size().tolist() == [10, 10, 10]
     assert res['rank'].tolist() == list(range(10)) * 3
@@ -331,7 +398,7 @@ def test_token_level_ssr_on_a_tiny_corpus_and_reranked(minilm, vaswani_docs, tmp
                                           rel=1e-5)
 
     store = MaxSimIndex.write(tmp_path / 'store', [d['docno'] for d in docs], vectors, offsets, minilm)
-    reranked = ssr.reranked(index, store, depth=5)(topics)
+    reranked = ssr.reranked(index, store, depth=5, query='codes')(topics)
     assert reranked.groupby('query', sort=False).size().tolist() == [5, 5, 5]
     for i, (query, ranking) in enumerate(reranked.groupby('query', sort=False)):
         first = res[res['query'] == query]
@@ -345,5 +412,5 @@ def test_token_level_ssr_on_a_tiny_corpus_and_reranked(minilm, vaswani_docs, tmp
     assert list(empty.columns) == ['qid', 'query', 'docno', 'score', 'rank'] and not len(empty)
     assert list(ssr.reranked(index, store)(topics.iloc[:0]).columns) == ['qid', 'query', 'docno', 'score', 'rank']
     # the index reopened alone reloads its stored model and retrieves the same
-    again = SSRIndex(index.path).retriever(num_results=10)(topics)
+    again = SSRIndex(index.path).retriever(num_results=10, query='codes')(topics)
     assert again[['qid', 'docno']].values.tolist() == res[['qid', 'docno']].values.tolist()
