@@ -68,6 +68,10 @@ def main():
     q_tensor = torch.from_numpy(q_vectors)
     query_rows = [q_tensor[q_offsets[i]:q_offsets[i + 1]] for i in range(len(queries))]
 
+    def by_query(pair):
+        """``(indices, values)`` over all query tokens, cut into one pair per query."""
+        return [tuple(a[q_offsets[i]:q_offsets[i + 1]] for a in pair) for i in range(len(queries))]
+
     def timed_scores(score):
         start = time.perf_counter()
         scores = np.stack([np.asarray(score(i), dtype=np.float64) for i in range(len(queries))])
@@ -102,18 +106,14 @@ def main():
         ssr = SSR(store.encoder, sae, query_pooling='sum')
         index = SSRIndex.write(Path(args.work_dir) / setting.replace(':', '-'), store.docnos, vectors.numpy(),
                                store.offsets, ssr, overwrite=True, save_model=False)
-        codes = ssr.token_codes(q_vectors)
-        q_codes = [(codes[0][q_offsets[i]:q_offsets[i + 1]], codes[1][q_offsets[i]:q_offsets[i + 1]])
-                   for i in range(len(queries))]
+        q_codes = by_query(ssr.token_codes(q_vectors))
         name = f'{n_latents} latents, k={k}, {epochs} epoch(s), {sample} vectors'
         info = {'fve': log[-1]['fve'], 'sae s': sae_s, 'postings/token': len(index.tokens) / len(vectors)}
         if 'codes' in args.scorings:
             rows.append(row(name, 'tokens (codes)', *timed_scores(lambda i: index.score_tokens(*q_codes[i])),
                             **info))
         for m in (args.query_latents or [k]) if 'query-decoder' in args.scorings else []:
-            weights = ssr.query_codes(q_vectors, 'decoder', m)
-            w_rows = [(weights[0][q_offsets[i]:q_offsets[i + 1]], weights[1][q_offsets[i]:q_offsets[i + 1]])
-                      for i in range(len(queries))]
+            w_rows = by_query(ssr.query_codes(q_vectors, 'decoder', m))
             rows.append(row(name, f'tokens (query decoder, m={m})',
                             *timed_scores(lambda i: index.score_tokens(*w_rows[i])), **info))
         if 'decoder' in args.scorings:

@@ -5,7 +5,6 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 
 from ..checks import check_vector
-from .engines.glue import ToksSearcher
 
 __all__ = ['QueryToksRetriever', 'Retriever', 'system_label']
 
@@ -25,18 +24,11 @@ class QueryToksRetriever(pt.Transformer):
         if self.index.build_id() != self.build_id:  # the engine holds the files of the build it was opened on
             raise RuntimeError(f'{self.index.path} was rebuilt after this retriever was made; make a new one '
                                '(index.retriever() or index.toks_retriever())')
-        columns = [c for c in inp.columns if c != 'query_toks'] + ['docno', 'score', 'rank']
         if not len(inp):
-            return pd.DataFrame(columns=columns)
+            return pd.DataFrame(columns=[c for c in inp.columns if c != 'query_toks'] + ['docno', 'score', 'rank'])
         toks = [dict(check_vector(q, f'query {qid!r}')) for qid, q in zip(inp['qid'], inp['query_toks'])]
-        if isinstance(self.engine_retriever, ToksSearcher):  # in-process engines take the checked queries directly
-            return self.engine_retriever.results(inp, toks)
-        out = self.engine_retriever(inp.assign(query_toks=toks))
-        # The engines return a new frame: deleting in place spares a copy of every column, a large share of a
-        # one-query call at k = 1000 (frame copies cost more than the engine on small indexes).
-        if 'query_toks' in out.columns:
-            del out['query_toks']
-        return out if list(out.columns) == columns else out[columns]
+        # The checked queries go to the engine as they are: the frame is never copied to hold them.
+        return self.engine_retriever.results(inp, toks)
 
     def __repr__(self):
         return f'{self.engine.upper()}({self.index.path.name})'

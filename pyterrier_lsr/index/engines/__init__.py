@@ -7,7 +7,8 @@ An engine is an object with
 * ``build(index, folder, **params) -> dict``: writes its files into ``folder`` (a temporary folder, moved into place
   when complete) from ``index.vectors()`` and ``index.scale``; returns the settings to record in ``lsr.json``;
 * ``retriever(index, folder, num_results, **params) -> pt.Transformer``: maps ``qid, query_toks`` frames (floats in
-  model units, validated) to ``qid, docno, score, rank`` results.
+  model units) to ``qid, docno, score, rank`` results (with the input's other columns but ``query_toks``); its
+  ``results(frame, toks)`` does the same with the frame's ``query_toks`` given already checked, as ``toks``.
 
 Engines are looked up by name, so optional ones import only when used.
 """
