@@ -8,8 +8,8 @@ duplicates); without ``--store``, seeded unit-norm Gaussian vectors of ``--dim``
 ``--doc-tokens`` rows.  Both builds start from the same float32 array in memory and write their files to
 ``--work-dir``:
 
-* **SSR**: a TopK SAE (``--latents``, ``--k``, one epoch) on a seeded sample of ``--sample`` vectors, the codes of
-  every token (:meth:`SSR.token_codes`), and the token postings (:class:`~pyterrier_lsr.ssr_index.SSRIndex`,
+* **SSR**: a TopK SAE (``--latents``, ``--k``, ``--sae-epochs``) on a seeded sample of ``--sample`` vectors, the
+  codes of every token (:meth:`SSR.token_codes`), and the token postings (:class:`~pyterrier_lsr.ssr_index.SSRIndex`,
   ``latent -> (token, value)``) written to disk;
 * **k-means**: faiss spherical k-means with ColBERTv2's centroid count ``2^floor(log2(16 sqrt(tokens)))``, 4
   iterations on PLAID's sample (the tokens of ``16 sqrt(120 x documents)`` documents), the assignment of every token
@@ -35,6 +35,7 @@ def main():
     parser.add_argument('--latents', type=int, default=4096)
     parser.add_argument('--k', type=int, default=8)
     parser.add_argument('--sample', type=int, default=200_000, help='vectors the SAE trains on')
+    parser.add_argument('--sae-epochs', type=int, default=1, help='passes of the SAE over its sample')
     parser.add_argument('--kmeans-timed-points', type=int, default=100_000,
                         help='rows one k-means iteration and the assignment are timed on')
     parser.add_argument('--noise', type=float, default=0.05)
@@ -78,7 +79,8 @@ def main():
         return out
 
     # SSR: SAE on a sample, codes of every token, token postings on disk.
-    sae, log = timed('ssr_sae', lambda: train_ssr_sae(vectors, {'n_latents': args.latents, 'k': args.k},
+    sae, log = timed('ssr_sae', lambda: train_ssr_sae(vectors, {'n_latents': args.latents, 'k': args.k,
+                                                                'epochs': args.sae_epochs},
                                                       args.sample, verbose=False))
     codes = timed('ssr_codes', lambda: token_codes(sae.eval(), vectors))
 
