@@ -10,7 +10,11 @@ The rules shared by every index, store and encoder:
   pd.NA, bytes, numbers, lists) is refused rather than turned into a string, so ``1`` and ``'1'`` never collide;
   duplicates within one collection are an error naming the first one (:class:`UniqueDocnos`);
 * **terms** are non-empty ``str`` without whitespace or NUL;
-* **weights** are finite numbers in ``[0, MAX_WEIGHT]``.
+* **weights** are finite numbers in ``[0, MAX_WEIGHT]``;
+* **qids**: a query frame given to a retriever holds one row per query (:func:`check_query_frame`), a result frame
+  given to a re-ranker one query text per qid and each docno once per qid (:func:`check_result_frame`); a missing
+  qid is refused, and qids are compared as strings (``1`` and ``'1'`` are one qid, as they are once evaluated).
+  Otherwise two queries' rankings would be served under one qid, or ranked together, and merged silently downstream.
 """
 import math
 import numbers
@@ -18,6 +22,7 @@ from typing import Dict, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
+import pyterrier_alpha as pta
 
 # The largest term weight (model units) that an index, a query or a query table accepts. PISA repeats a query term
 # int(w * scale) times (a weight of 1e7 runs for minutes, inf aborts the process) and stores impacts as 32-bit
@@ -29,7 +34,7 @@ MAX_SCALE = (2 ** 31 - 1) / MAX_WEIGHT
 
 __all__ = ['MAX_WEIGHT', 'MAX_SCALE', 'WeightError', 'check_int', 'check_float', 'check_choice', 'check_bool',
            'check_str', 'check_docno', 'UniqueDocnos', 'check_docnos', 'check_term', 'check_weights', 'check_vector',
-           'is_missing']
+           'is_missing', 'check_query_frame', 'check_result_frame']
 
 
 def is_missing(value) -> bool:
@@ -173,3 +178,51 @@ def check_vector(vector, where: str) -> Dict[str, float]:
     if is_missing(vector):
         return {}
     return check_weights(vector, where)
+
+
+def _qid_keys(frame: pd.DataFrame, where: str) -> pd.Series:
+    """The qids of ``frame`` as strings (the form they are evaluated in); a missing qid is an error naming its row."""
+    qids = frame['qid']
+    missing = qids.isna().to_numpy()
+    if missing.any():
+        row = int(missing.argmax())
+        raise ValueError(f'{where}: the qid of row {row} is missing ({qids.iloc[row]!r}); every query needs a qid')
+    return qids.astype(str)
+
+
+def check_query_frame(frame: pd.DataFrame, extra_columns: Sequence[str], where: str = 'the query frame') -> None:
+    """A retriever's input: ``qid`` plus ``extra_columns`` (an ``InputValidationError`` otherwise), one row per query;
+    the first duplicate qid is an error naming it."""
+    pta.validate.query_frame(frame, extra_columns=list(extra_columns))
+    keys = _qid_keys(frame, where)
+    duplicated = keys.duplicated().to_numpy()
+    if duplicated.any():
+        qid = frame['qid'].iloc[int(duplicated.argmax())]
+        raise ValueError(f'qid {qid!r} occurs twice in {where}; a retriever takes one row per query '
+                         '(drop or rename the duplicates)')
+
+
+def _text_key(value) -> str:
+    return value if isinstance(value, str) else '' if is_missing(value) else repr(value)
+
+
+def check_result_frame(frame: pd.DataFrame, extra_columns: Sequence[str], where: str = 'the result frame') -> None:
+    """A re-ranker's input: ``qid, docno`` plus ``extra_columns`` (an ``InputValidationError`` otherwise), one query
+    text per qid and each docno once per qid; the first offending qid is an error naming it."""
+    pta.validate.result_frame(frame, extra_columns=list(extra_columns))
+    keys = _qid_keys(frame, where)
+    if 'query' in frame.columns:
+        queries = frame['query'].map(_text_key)
+        pairs = pd.DataFrame({'qid': keys.to_numpy(), 'query': queries.to_numpy()}).drop_duplicates()
+        twice = pairs['qid'].duplicated().to_numpy()
+        if twice.any():
+            qid = pairs['qid'].iloc[int(twice.argmax())]
+            texts = pairs.loc[pairs['qid'] == qid, 'query'].tolist()[:2]
+            raise ValueError(f'qid {qid!r} has two query texts in {where} ({texts[0]!r:.40} and {texts[1]!r:.40}); '
+                             'one qid is one query')
+    docs = pd.DataFrame({'qid': keys.to_numpy(), 'docno': frame['docno'].astype(str).to_numpy()})
+    twice = docs.duplicated().to_numpy()
+    if twice.any():
+        qid, docno = docs.iloc[int(twice.argmax())]
+        raise ValueError(f'docno {docno!r} occurs twice for qid {qid!r} in {where}; a re-ranker scores each document '
+                         'once per query')

@@ -7,8 +7,9 @@ document), ``offsets.npy`` (document ``i`` owns rows ``offsets[i]:offsets[i + 1]
 ``maxsim.json`` (settings, the encoder's name).  Search reads the vectors into memory as float32 and computes
 exactly, so it suits small corpora (Vaswani: ~0.6M tokens, ~0.3 GB in memory).  A store is our artifact (marked
 ``maxsim_store``, see :mod:`pyterrier_lsr.storage`): its inputs are checked before anything is written, it is built
-beside its final name and swapped in, and ``overwrite`` replaces only another store.  Results keep one ranking per
-input row, so two queries sharing a qid are never joined with each other's documents.
+beside its final name and swapped in, and ``overwrite`` replaces only another store.  A query frame holds one row
+per query (a duplicate qid is an error, see :func:`~pyterrier_lsr.checks.check_query_frame`), and results are joined
+to their input row by position, never by qid.
 
 One concept (the multi-vector encoder and its exact MaxSim store), kept in one module past 450 lines because the store,
 its retrievers and its k-means baseline share the segment-max kernels and the store layout checks.
@@ -21,12 +22,11 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 import pyterrier as pt
-import pyterrier_alpha as pta
 import torch
 
 from . import storage
 from .base import MODEL_ARTIFACT
-from .checks import check_docnos, check_int
+from .checks import check_docnos, check_int, check_query_frame, check_result_frame
 from .encoding import as_text, autocast, length_sorted_batches, resolve_device, resolve_precision
 from .loading import local_folder
 from .models.multivector import SETTINGS_FILE, MultiVectorModel
@@ -187,7 +187,7 @@ class MaxSimScorer(pt.Transformer):
         self.text_field = text_field
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        pta.validate.result_frame(inp, extra_columns=['query', self.text_field])
+        check_result_frame(inp, ['query', self.text_field])
         if not len(inp):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         texts = pd.Series(_texts(inp[self.text_field], f'column {self.text_field!r}'), index=inp.index)
@@ -494,7 +494,7 @@ class _Retriever(pt.Transformer):
         self.search = search
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        pta.validate.query_frame(inp, extra_columns=['query'])
+        check_query_frame(inp, ['query'])
         texts = _texts(inp['query'], 'column "query"')
         queries = _query_embeddings(self.index.encoder, list(dict.fromkeys(texts)))
         rows = []
@@ -509,7 +509,7 @@ class _StoredScorer(pt.Transformer):
         self.index = index
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        pta.validate.result_frame(inp, extra_columns=['query'])
+        check_result_frame(inp, ['query'])
         if not len(inp):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         texts = _texts(inp['query'], 'column "query"')

@@ -218,7 +218,7 @@ class _TwoStage(pt.Transformer):
             return candidates
         vectors = torch.from_numpy(vectors)
         queries = [vectors[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
-        # input positions, not qids, key the query embeddings: two input rows may share a qid
+        # input positions key the query embeddings: they index the embeddings directly
         return self.store.rescore(candidates, positions, queries, groups=positions)
 
     def __repr__(self):

@@ -29,11 +29,10 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 import pyterrier as pt
-import pyterrier_alpha as pta
 import torch
 
 from . import storage
-from .checks import check_choice, check_docnos, check_int
+from .checks import check_choice, check_docnos, check_int, check_query_frame
 from .multivector import TokenStore, _load_npy, _result_frame, _texts
 from .ssr import QUERY_SIDES, SSR, pool_codes
 
@@ -207,7 +206,7 @@ class SSRIndex(TokenStore):
                query_latents: Optional[int] = None):
         """The input's queries embedded once and searched: ``(result frame, each row's input position, the
         embeddings (vectors, offsets) by input position)``."""
-        pta.validate.query_frame(inp, extra_columns=['query'])
+        check_query_frame(inp, ['query'])
         vectors, offsets = self.ssr.encoder.embed(_texts(inp['query'], 'column "query"'), query=True)
         found = self.search(vectors, offsets, num_results, mode, query, query_latents)
         rows = [(position, self.docnos[d], s) for position, (docs, scores) in enumerate(found)

@@ -13,6 +13,7 @@ from pyterrier_lsr.index.engines import ENGINES, get_engine
 from pyterrier_lsr.loading import MODEL_KINDS, model_class
 from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
 from pyterrier_lsr.models.sae_splade import SaeSpladeModel, structural_token_ids
+from pyterrier_lsr.ssr_index import SSRIndexer
 
 
 def idf(splade):
@@ -117,3 +118,24 @@ def test_retriever_conformance(scoring, engine, side, indexes):
     else:  # the conformance vectors' words are no latent ids: real query vectors of this model keep it meaningful
         toks = list(index.model().query_encoder()(pd.DataFrame({'qid': 'q', 'query': TEXTS[:4]}))['query_toks'])
         check_retriever(index.toks_retriever(num_results=3, engine=engine), 'query_toks', 3, samples=toks)
+
+
+@pytest.fixture(scope='module')
+def token_stores(tmp_path_factory):
+    """An SSR index and a MaxSim store of the same (MiniLM, 16-d) encoder over the conformance corpus."""
+    folder = tmp_path_factory.mktemp('token_stores')
+    model = ssr()
+    return SSRIndexer(folder / 'ssr', model, verbose=False).index(CORPUS), \
+        model.encoder.indexer(folder / 'store', verbose=False).index(CORPUS)
+
+
+TOKEN_RETRIEVERS = {
+    'MaxSimIndex.retriever': lambda index, store: store.retriever(num_results=3),
+    'SSRIndex.retriever': lambda index, store: index.retriever(num_results=3),
+    'SSR.reranked': lambda index, store: index.ssr.reranked(index, store, depth=3),
+}
+
+
+@pytest.mark.parametrize('case', list(TOKEN_RETRIEVERS))
+def test_token_retriever_conformance(case, token_stores):
+    check_retriever(TOKEN_RETRIEVERS[case](*token_stores), 'query', 3)

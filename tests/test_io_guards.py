@@ -130,15 +130,11 @@ def test_maxsim_queries_must_be_text(tmp_path, query):
         store.retriever()(pd.DataFrame({'qid': ['1'], 'query': [query]}))
 
 
-def test_maxsim_duplicate_qids_keep_one_ranking_per_row(tmp_path):
+def test_maxsim_duplicate_qids_are_refused_not_cross_joined(tmp_path):
     store = write_store(tmp_path / 'store')
     queries = pd.DataFrame({'qid': ['1', '1'], 'query': ['nuclear physics', 'the cat'], 'tag': ['a', 'b']})
-    res = store.retriever(num_results=2)(queries)
-    assert len(res) == 4  # two rows per input row, not a cross join of both queries' results with both rows
-    for (tag, query), rows in res.groupby(['tag', 'query']):
-        alone = store.retriever(num_results=2)(queries[queries.tag == tag])
-        assert rows.docno.tolist() == alone.docno.tolist() and rows['rank'].tolist() == [0, 1]
-    assert dict(zip(res['tag'], res['query'])) == {'a': 'nuclear physics', 'b': 'the cat'}
+    with pytest.raises(ValueError, match="qid '1' occurs twice"):
+        store.retriever(num_results=2)(queries)
 
 
 def test_rescore_uses_each_rows_own_query_embeddings(tmp_path):

@@ -374,7 +374,7 @@ def test_token_level_ssr_on_a_tiny_corpus_and_reranked(minilm, vaswani_docs, tmp
     sae, _ = train_ssr_sae(vectors, {'n_latents': 256, 'k': 8, 'epochs': 3, 'batch_size': 256}, verbose=False)
     ssr = SSR(minilm, sae, query_pooling='max')
     index = SSRIndexer(tmp_path / 'ssr', ssr, verbose=False).index(docs)
-    topics = pd.DataFrame({'qid': ['1', '2', '2'],  # a repeated qid keeps two rankings
+    topics = pd.DataFrame({'qid': ['1', '2', '3'],
                            'query': [docs[3]['text'][:80], 'electron density of the ionosphere', 'radio waves']})
     res = index.retriever(num_results=10, query='codes')(topics)
     assert list(res.columns) == ['qid', 'query', 'docno', 'score', 'rank']
