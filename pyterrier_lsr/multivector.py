@@ -7,9 +7,11 @@ document), ``offsets.npy`` (document ``i`` owns rows ``offsets[i]:offsets[i + 1]
 ``maxsim.json`` (settings, the encoder's name).  Search reads the vectors into memory as float32 and computes
 exactly, so it suits small corpora (Vaswani: ~0.6M tokens, ~0.3 GB in memory).  A store is our artifact (marked
 ``maxsim_store``, see :mod:`pyterrier_lsr.storage`): its inputs are checked before anything is written, it is built
-beside its final name and swapped in, and ``overwrite`` replaces only another store.  A query frame holds one row
-per query (a duplicate qid is an error, see :func:`~pyterrier_lsr.checks.check_query_frame`), and results are joined
-to their input row by position, never by qid.
+beside its final name and swapped in, and ``overwrite`` replaces only another store.  Its marker records every file's
+size and digest (as an index's ``lsr.json`` does, see :mod:`pyterrier_lsr.index.integrity`): opening checks sizes and
+small files, :meth:`~TokenStore.verify` every digest, so an edited or swapped file is an error naming it.  A query
+frame holds one row per query (a duplicate qid is an error, see :func:`~pyterrier_lsr.checks.check_query_frame`), and
+results are joined to their input row by position, never by qid.
 
 One concept (the multi-vector encoder and its exact MaxSim store), kept in one module past 450 lines because the store,
 its retrievers and its k-means baseline share the segment-max kernels and the store layout checks.
@@ -28,6 +30,7 @@ from . import storage
 from .base import MODEL_ARTIFACT
 from .checks import check_docnos, check_int, check_query_frame, check_result_frame
 from .encoding import as_text, autocast, length_sorted_batches, resolve_device, resolve_precision
+from .index.integrity import check_files, record_files
 from .loading import local_folder
 from .models.multivector import SETTINGS_FILE, MultiVectorModel
 from .models.sae_splade import structural_token_ids
@@ -253,6 +256,13 @@ class TokenStore:
         if not storage.is_artifact(self.path, self.kind):
             raise FileNotFoundError(f'no {self.label} at {self.path} (no {storage.MARKER} naming {self.kind!r}; '
                                     'folders written before 0.3 must be written again)')
+        # every file's size and digest recorded at build (see :mod:`pyterrier_lsr.index.integrity`): an edited
+        # settings file, docno list or shortened array is an error naming it, not a silently wrong ranking
+        self.files = storage.read_marker(self.path).get('files')
+        if not isinstance(self.files, dict):
+            raise ValueError(f'{self.label} {self.path}: its {storage.MARKER} records no files (written by an older '
+                             'pyterrier-lsr, or edited); write it again')
+        check_files(self.path, self.files)
         self.meta = storage.read_json(self.path / self.meta_file, f'{self.label} settings')
         self.docnos: List[str] = storage.read_json(self.path / DOCNOS_FILE, f'{self.label} docnos', expect=list)
         self.offsets = _load_npy(self.path / OFFSETS_FILE)
@@ -285,6 +295,13 @@ class TokenStore:
             storage.write_json(tmp / DOCNOS_FILE, docnos, indent=None)
             storage.write_json(tmp / cls.meta_file, {'num_docs': len(docnos), **meta})
             yield tmp
+            storage.mark(tmp, cls.kind, files=record_files(tmp))
+
+    def verify(self) -> 'TokenStore':
+        """Checks the digest of every file (a full read); raises a ``ValueError`` naming the damaged files.  Opening
+        checks sizes and small files only."""
+        check_files(self.path, self.files, full=True)
+        return self
 
     def num_docs(self) -> int:
         return self.meta['num_docs']
