@@ -26,13 +26,16 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator, Optional, Union
 
+from .checks import check_bool
+
 MARKER = '.lsr-artifact.json'
 
 PathLike = Union[str, Path]
 
 __all__ = ['MARKER', 'artifact_type', 'is_artifact', 'write_file', 'write_bytes', 'write_text', 'write_json',
            'write_array', 'read_json', 'build_folder', 'replace_folder', 'remove_artifact', 'mark', 'read_marker',
-           'move_file', 'temporary_sibling', 'remove_temporary', 'link_tree', 'file_digest', 'model_digest']
+           'move_file', 'temporary_sibling', 'remove_temporary', 'link_tree', 'file_digest', 'model_digest',
+           'check_replaceable']
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -149,8 +152,12 @@ def mark(folder: PathLike, kind: str, **info) -> None:
     write_json(Path(folder) / MARKER, {**info, 'artifact': kind, 'writer': 'pyterrier-lsr'})
 
 
-def _check_replaceable(path: Path, kind: str, overwrite: bool, what: str) -> bool:
-    """Whether ``path`` holds something to replace; raises unless it may be replaced."""
+def check_replaceable(path: PathLike, kind: str, overwrite: bool, what: Optional[str] = None) -> bool:
+    """Whether ``path`` holds something to replace; raises unless it may be replaced (``overwrite`` must be a bool:
+    a string such as ``'no'`` would otherwise count as yes).  Writers whose build starts after a long job (encoding a
+    corpus) call it first, so that a target they may not replace is refused before any work."""
+    check_bool('overwrite', overwrite)
+    path, what = Path(path), what or kind
     if not path.exists() and not path.is_symlink():
         return False
     if path.is_symlink() or not path.is_dir():
@@ -239,7 +246,7 @@ def build_folder(path: PathLike, kind: str, overwrite: bool = False, what: Optio
     what = what or kind
     path.parent.mkdir(parents=True, exist_ok=True)
     with _lock(path):
-        _check_replaceable(path, kind, overwrite, what)
+        check_replaceable(path, kind, overwrite, what)
         _remove_stale_builds(path)
         tmp = temporary_sibling(path, 'building')
         tmp.mkdir()
@@ -247,7 +254,7 @@ def build_folder(path: PathLike, kind: str, overwrite: bool = False, what: Optio
             yield tmp
             if artifact_type(tmp) != kind:  # the block may have marked it itself, with more information
                 mark(tmp, kind)
-            _swap(tmp, path, _check_replaceable(path, kind, overwrite, what))
+            _swap(tmp, path, check_replaceable(path, kind, overwrite, what))
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -258,7 +265,7 @@ def replace_folder(source: PathLike, path: PathLike, kind: str, overwrite: bool 
     replacing only our own artifact of that type there."""
     source, path = Path(source), Path(path).absolute()
     with _lock(path):
-        replace = _check_replaceable(path, kind, overwrite, kind)
+        replace = check_replaceable(path, kind, overwrite, kind)
         mark(source, kind)
         _swap(source, path, replace)
     return path
@@ -270,7 +277,7 @@ def remove_artifact(path: PathLike, kind: str) -> bool:
     path = Path(path)
     if not path.exists():
         return False
-    _check_replaceable(path, kind, True, kind)
+    check_replaceable(path, kind, True, kind)
     shutil.rmtree(path)
     return True
 

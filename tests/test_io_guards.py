@@ -73,6 +73,32 @@ def test_distributed_docnos_are_unique_strings(splade, tmp_path, docnos, error, 
         encode(docs, splade, tmp_path / 'vectors')
 
 
+@pytest.mark.parametrize('setting, value, error', [
+    ('num_workers', -1, ValueError), ('num_workers', 1.5, TypeError), ('threads_per_worker', 0, ValueError),
+    ('max_retries', -1, ValueError), ('in_flight', 0, ValueError), ('gpus_per_worker', -1, ValueError),
+    ('gpus_per_worker', float('nan'), ValueError), ('model_kwargs', [1], TypeError),
+])
+def test_distributed_settings_are_checked_before_any_work(splade, tmp_path, setting, value, error):
+    kwargs = {'num_workers': 0, 'shard_size': 2, 'chunk_size': 2, 'verbose': False, setting: value}
+    with pytest.raises(error, match=setting):  # before Ray starts or the folder is claimed
+        distributed.encode(DOCS, splade, tmp_path / 'vectors', **kwargs)
+    assert not (tmp_path / 'vectors').exists()
+
+
+@pytest.mark.parametrize('kwargs, error, match', [
+    ({}, FileExistsError, 'already exists'), ({'overwrite': True}, FileExistsError, 'refusing to replace'),
+    ({'scale': -1.}, ValueError, 'scale'), ({'overwrite': 'no'}, TypeError, 'overwrite'),
+])
+def test_distributed_index_refuses_its_target_and_settings_before_encoding(splade, tmp_path, kwargs, error, match):
+    target = tmp_path / 'mine'
+    target.mkdir()
+    (target / 'thesis.tex').write_text('mine')
+    with pytest.raises(error, match=match):
+        distributed.index(DOCS, splade, target, num_workers=0, shard_size=2, chunk_size=2, verbose=False, **kwargs)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ['mine']  # no mine.vectors: nothing was encoded
+    assert [p.name for p in target.iterdir()] == ['thesis.tex']
+
+
 # -- the MaxSim store --------------------------------------------------------------------------------------------
 class HashEncoder:
     """Stands for a MultiVector: one 4-d unit vector per word, from the word's hash (deterministic)."""
