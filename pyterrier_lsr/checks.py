@@ -34,7 +34,7 @@ MAX_SCALE = (2 ** 31 - 1) / MAX_WEIGHT
 
 __all__ = ['MAX_WEIGHT', 'MAX_SCALE', 'WeightError', 'check_int', 'check_float', 'check_choice', 'check_bool',
            'check_str', 'check_docno', 'UniqueDocnos', 'check_docnos', 'check_term', 'check_weights', 'check_vector',
-           'is_missing', 'check_query_frame', 'check_result_frame']
+           'is_missing', 'check_query_frame', 'check_result_frame', 'check_matrix']
 
 
 def is_missing(value) -> bool:
@@ -178,6 +178,17 @@ def check_vector(vector, where: str) -> Dict[str, float]:
     if is_missing(vector):
         return {}
     return check_weights(vector, where)
+
+
+def check_matrix(name: str, array) -> np.ndarray:
+    """``array`` as a 2-d float numpy array (rows x dim) of finite values, else an error naming ``name``: token
+    embeddings to store or to train an SAE on (NaN would train or score silently)."""
+    array = np.asarray(array)
+    if array.ndim != 2 or not np.issubdtype(array.dtype, np.floating):
+        raise ValueError(f'{name} must be a 2-d float array (rows x dim), got shape {array.shape} of {array.dtype}')
+    if not np.isfinite(array).all():
+        raise ValueError(f'{name} must be finite (no NaN or infinity)')
+    return array
 
 
 def _qid_keys(frame: pd.DataFrame, where: str) -> pd.Series:

@@ -28,7 +28,7 @@ import torch
 
 from . import storage
 from .base import MODEL_ARTIFACT
-from .checks import check_docnos, check_int, check_query_frame, check_result_frame
+from .checks import check_docnos, check_int, check_matrix, check_query_frame, check_result_frame
 from .encoding import as_text, autocast, length_sorted_batches, resolve_device, resolve_precision
 from .index.integrity import check_files, record_files
 from .loading import local_folder
@@ -345,14 +345,11 @@ class MaxSimIndex(TokenStore):
         vector rows; vectors: finite), then the store is built beside ``path`` and swapped in; ``overwrite`` replaces
         only another MaxSim store."""
         path = Path(path)
-        vectors = np.asarray(vectors)
-        if vectors.ndim != 2 or not np.issubdtype(vectors.dtype, np.floating):
-            raise ValueError(f'vectors must be a 2-d float array (tokens x dim), got shape {vectors.shape} of '
-                             f'{vectors.dtype}')
+        vectors = check_matrix('vectors', vectors)
         docnos, offsets = cls._checked(path, docnos, offsets, len(vectors))
         stored = vectors.astype(np.float16)
         if not np.isfinite(stored).all():
-            raise ValueError('vectors must be finite (and within float16 range, the stored precision)')
+            raise ValueError('vectors must lie within float16 range, the stored precision')
         meta = {'num_tokens': len(vectors), 'dim': int(vectors.shape[1]), 'model': getattr(encoder, 'name', None)}
         with cls._building(path, docnos, offsets, meta, overwrite) as tmp:
             storage.write_array(tmp / VECTORS_FILE, stored)

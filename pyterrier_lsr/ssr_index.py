@@ -32,7 +32,7 @@ import pyterrier as pt
 import torch
 
 from . import storage
-from .checks import check_choice, check_docnos, check_int, check_query_frame
+from .checks import check_choice, check_docnos, check_int, check_matrix, check_query_frame
 from .index.integrity import check_files
 from .multivector import TokenStore, _load_npy, _result_frame, _texts
 from .ssr import QUERY_SIDES, SSR, pool_codes
@@ -105,9 +105,8 @@ class SSRIndex(TokenStore):
         :class:`~pyterrier_lsr.multivector.MaxSimIndex` store holds them); ``overwrite`` replaces only another SSR
         index; ``save_model`` stores a copy of ``ssr`` (without it, pass ``ssr=`` when reopening)."""
         path = Path(path)
+        vectors = check_matrix('vectors', vectors)
         docnos, offsets = cls._checked(path, docnos, offsets, len(vectors))
-        if not np.isfinite(vectors).all():
-            raise ValueError('vectors must be finite')
         indices, values = ssr.token_codes(vectors)
         indptr, tokens, weights = token_postings(indices, values, ssr.sae.n_latents)
         meta = {'num_tokens': int(len(vectors)), 'n_latents': ssr.sae.n_latents, 'k': ssr.sae.config.k,

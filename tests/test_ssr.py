@@ -460,3 +460,19 @@ def test_token_stores_notice_edited_swapped_and_shortened_files(kind, random_ssr
     shutil.copyfile(a.path / 'docnos.json', tmp_path / 'c' / 'docnos.json')
     with pytest.raises(ValueError, match=f'{re.escape(array)} .content differs'):
         reopen(tmp_path / 'c').verify()
+
+
+@pytest.mark.parametrize('vectors, kwargs, error, match', [
+    (np.full((10, 8), np.nan, np.float32), {}, ValueError, 'finite'),
+    (np.zeros(10, np.float32), {}, ValueError, '2-d'),
+    (np.zeros((0, 8), np.float32), {}, ValueError, 'no rows'),
+    (None, {'max_train_vectors': 0}, ValueError, 'max_train_vectors must be >= 1'),
+    (None, {'max_train_vectors': -5}, ValueError, 'max_train_vectors must be >= 1'),
+    (None, {'max_train_vectors': 1.5}, TypeError, 'max_train_vectors must be an integer'),
+    (None, {'sae': [1]}, TypeError, 'sae must be a dict'),
+])
+def test_train_ssr_sae_checks_its_inputs_before_training(vectors, kwargs, error, match):
+    if vectors is None:
+        vectors = np.random.default_rng(0).standard_normal((50, 8)).astype(np.float32)
+    with pytest.raises(error, match=match):
+        train_ssr_sae(vectors, verbose=False, **kwargs)

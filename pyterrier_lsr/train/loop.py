@@ -84,6 +84,8 @@ class TrainConfig:
             raise ValueError(f'losses must be a non-empty dict over {sorted(L.LOSSES)}, got {self.losses!r}')
         for name, weight in self.losses.items():
             check_float(f'losses[{name!r}]', weight, 0)
+        if not any(self.losses.values()):  # only the FLOPS regulariser would train: every vector goes to empty
+            raise ValueError(f'losses must give at least one loss a weight > 0, got {self.losses!r}')
         if not isinstance(self.lr_multipliers, dict):
             raise TypeError(f'lr_multipliers must be a dict of prefix -> factor, got {self.lr_multipliers!r}')
         for prefix, factor in self.lr_multipliers.items():
