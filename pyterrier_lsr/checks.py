@@ -34,7 +34,7 @@ MAX_SCALE = (2 ** 31 - 1) / MAX_WEIGHT
 
 __all__ = ['MAX_WEIGHT', 'MAX_SCALE', 'WeightError', 'check_int', 'check_float', 'check_choice', 'check_bool',
            'check_str', 'check_docno', 'UniqueDocnos', 'check_docnos', 'check_term', 'check_weights', 'check_vector',
-           'is_missing', 'check_query_frame', 'check_result_frame', 'check_matrix']
+           'is_missing', 'check_query_frame', 'check_result_frame', 'check_matrix', 'check_max_length']
 
 
 def is_missing(value) -> bool:
@@ -178,6 +178,16 @@ def check_vector(vector, where: str) -> Dict[str, float]:
     if is_missing(vector):
         return {}
     return check_weights(vector, where)
+
+
+def check_max_length(name: str, value, tokenizer) -> int:
+    """A truncation length: an int from 3 (a special token on each side and one real token: anything shorter
+    encodes every text as empty) up to the tokenizer's ``model_max_length`` (the model has no positions past it: a
+    longer text would crash inside the model at encoding time, not here).  Tokenizers that set no limit (transformers
+    then reports ~1e30) set no upper bound."""
+    limit = getattr(tokenizer, 'model_max_length', None)
+    bounded = isinstance(limit, int) and limit < 1_000_000
+    return check_int(name, value, 3, limit if bounded else None)
 
 
 def check_matrix(name: str, array) -> np.ndarray:

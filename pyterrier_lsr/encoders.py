@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from .base import SparseModel
-from .checks import check_int
+from .checks import check_int, check_max_length
 from .encoding import INT8, encode_texts, resolve_device, resolve_precision, vocabulary_terms
 from .int8 import Int8Module
 from .loading import local_folder
@@ -51,8 +51,7 @@ class TorchSparseModel(SparseModel):
 
     def __init__(self, model, tokenizer, device=None, max_length: int = 256, batch_size: int = 32,
                  precision: Optional[str] = None, name: Optional[str] = None):
-        # 3 = a special token on each side and one real token: anything shorter encodes every text as empty
-        self.max_length = check_int('max_length', max_length, 3)
+        self.max_length = check_max_length('max_length', max_length, tokenizer)
         self.batch_size = check_int('batch_size', batch_size, 1)
         self.device = resolve_device(device)
         self.tokenizer = tokenizer

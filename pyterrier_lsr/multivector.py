@@ -28,9 +28,9 @@ import torch
 
 from . import storage
 from .base import MODEL_ARTIFACT
-from .checks import check_docnos, check_int, check_matrix, check_query_frame, check_result_frame
+from .checks import (check_docnos, check_int, check_matrix, check_max_length, check_query_frame,
+                     check_result_frame)
 from .encoding import as_text, autocast, length_sorted_batches, resolve_device, resolve_precision
-from .index.integrity import check_files, record_files
 from .loading import local_folder
 from .models.multivector import SETTINGS_FILE, MultiVectorModel
 from .models.sae_splade import structural_token_ids
@@ -60,9 +60,9 @@ class MultiVector:
         self.device = resolve_device(device)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
-        self.doc_max_length = doc_max_length
-        self.query_max_length = query_max_length
-        self.batch_size = batch_size
+        self.doc_max_length = check_max_length('doc_max_length', doc_max_length, tokenizer)
+        self.query_max_length = check_max_length('query_max_length', query_max_length, tokenizer)
+        self.batch_size = check_int('batch_size', batch_size, 1)
         self.precision = resolve_precision(precision, self.device)
         self.name = name
 
@@ -262,7 +262,7 @@ class TokenStore:
         if not isinstance(self.files, dict):
             raise ValueError(f'{self.label} {self.path}: its {storage.MARKER} records no files (written by an older '
                              'pyterrier-lsr, or edited); write it again')
-        check_files(self.path, self.files)
+        storage.check_files(self.path, self.files)
         self.meta = storage.read_json(self.path / self.meta_file, f'{self.label} settings')
         self.docnos: List[str] = storage.read_json(self.path / DOCNOS_FILE, f'{self.label} docnos', expect=list)
         self.offsets = _load_npy(self.path / OFFSETS_FILE)
@@ -295,12 +295,12 @@ class TokenStore:
             storage.write_json(tmp / DOCNOS_FILE, docnos, indent=None)
             storage.write_json(tmp / cls.meta_file, {'num_docs': len(docnos), **meta})
             yield tmp
-            storage.mark(tmp, cls.kind, files=record_files(tmp))
+            storage.mark(tmp, cls.kind, files=storage.record_files(tmp))
 
     def verify(self) -> 'TokenStore':
         """Checks the digest of every file (a full read); raises a ``ValueError`` naming the damaged files.  Opening
         checks sizes and small files only."""
-        check_files(self.path, self.files, full=True)
+        storage.check_files(self.path, self.files, full=True)
         return self
 
     def num_docs(self) -> int:

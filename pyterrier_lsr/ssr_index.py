@@ -33,7 +33,6 @@ import torch
 
 from . import storage
 from .checks import check_choice, check_docnos, check_int, check_matrix, check_query_frame
-from .index.integrity import check_files
 from .multivector import TokenStore, _load_npy, _result_frame, _texts
 from .ssr import QUERY_SIDES, SSR, pool_codes
 
@@ -123,7 +122,7 @@ class SSRIndex(TokenStore):
         if self._ssr is None:
             if not (self.path / MODEL_FOLDER).is_dir():
                 raise ValueError(f'{self.path} holds no model (written with save_model=False); pass ssr= to SSRIndex')
-            check_files(self.path, self.files, full=True, prefix=f'{MODEL_FOLDER}/')  # weights edited in place
+            storage.check_files(self.path, self.files, full=True, prefix=f'{MODEL_FOLDER}/')  # weights edited in place
             self._ssr = self._matching(SSR.from_pretrained(self.path / MODEL_FOLDER))
         return self._ssr
 

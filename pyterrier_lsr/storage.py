@@ -24,7 +24,7 @@ import shutil
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Union
+from typing import Callable, Dict, Iterator, Optional, Union
 
 from .checks import check_bool
 
@@ -35,7 +35,7 @@ PathLike = Union[str, Path]
 __all__ = ['MARKER', 'artifact_type', 'is_artifact', 'write_file', 'write_bytes', 'write_text', 'write_json',
            'write_array', 'read_json', 'build_folder', 'replace_folder', 'remove_artifact', 'mark', 'read_marker',
            'move_file', 'temporary_sibling', 'remove_temporary', 'link_tree', 'file_digest', 'model_digest',
-           'check_replaceable']
+           'check_replaceable', 'CHEAP_DIGEST_BYTES', 'record_files', 'check_files']
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -308,6 +308,41 @@ def link_tree(source: PathLike, target: PathLike, skip: Callable[[str], bool] = 
 
 
 # -- digests -----------------------------------------------------------------------------------------------------
+# Files up to this size are digested on every open (about a millisecond per MiB); larger ones only by verify() and,
+# for the model folder, when the model is loaded.
+CHEAP_DIGEST_BYTES = 1 << 22
+
+
+def record_files(folder: Path, leave_out=()) -> Dict[str, dict]:
+    """``{relative name: {'bytes', 'sha256'}}`` for every file of ``folder`` but the marker and ``leave_out``."""
+    out = {}
+    for path in sorted(folder.rglob('*')):
+        name = path.relative_to(folder).as_posix()
+        if path.is_file() and name != MARKER and name not in leave_out:
+            out[name] = {'bytes': path.stat().st_size, 'sha256': file_digest(path)}
+    return out
+
+
+def check_files(folder: Path, files: Dict[str, dict], full: bool = False, prefix: str = '') -> None:
+    """Raises a ``ValueError`` naming the damaged files (missing, another size, other bytes) among ``files`` whose
+    name starts with ``prefix``; digests are compared for every file with ``full``, else for small ones only."""
+    damaged = []
+    for name, record in files.items():
+        if not name.startswith(prefix):
+            continue
+        path = folder / name
+        if not path.is_file():
+            damaged.append(f'{name} (missing)')
+        elif path.stat().st_size != record['bytes']:
+            damaged.append(f'{name} ({path.stat().st_size} bytes, {record["bytes"]} recorded)')
+        elif (full or record['bytes'] <= CHEAP_DIGEST_BYTES) and file_digest(path) != record['sha256']:
+            damaged.append(f'{name} (content differs from the recorded digest)')
+    if damaged:
+        more = f' and {len(damaged) - 5} more' if len(damaged) > 5 else ''
+        raise ValueError(f'the index at {folder} is damaged: {", ".join(damaged[:5])}{more}; '
+                         'rebuild it')
+
+
 def file_digest(path: PathLike) -> str:
     """The sha256 of a file's bytes (hex)."""
     h = hashlib.sha256()

@@ -139,3 +139,20 @@ TOKEN_RETRIEVERS = {
 @pytest.mark.parametrize('case', list(TOKEN_RETRIEVERS))
 def test_token_retriever_conformance(case, token_stores):
     check_retriever(TOKEN_RETRIEVERS[case](*token_stores), 'query', 3)
+
+
+@pytest.mark.parametrize('make, match', [
+    (lambda s: Splade(s.model, s.tokenizer, max_length=513), 'max_length must be >= 3 and <= 512'),
+    (lambda s: LatentTerms('all-MiniLM-L6-v2', max_length=10 ** 9), 'max_length must be >= 3 and <= 512'),
+    (lambda s: MultiVector.from_backbone('all-MiniLM-L6-v2', dim=8, doc_max_length=600), 'doc_max_length must be'),
+    (lambda s: MultiVector.from_backbone('all-MiniLM-L6-v2', dim=8, query_max_length=2), 'query_max_length must be'),
+    (lambda s: MultiVector.from_backbone('all-MiniLM-L6-v2', dim=0), 'dim must be >= 1'),
+    (lambda s: MultiVector.from_backbone('all-MiniLM-L6-v2', dim=8, batch_size=0), 'batch_size must be >= 1'),
+    (lambda s: LatentTerms('all-MiniLM-L6-v2', sqrt_tf='no'), 'sqrt_tf must be True or False'),
+    (lambda s: LatentTerms('all-MiniLM-L6-v2', include_dense='no'), 'include_dense must be True or False'),
+])
+def test_every_kind_refuses_settings_its_model_cannot_serve(make, match, splade):
+    # a max_length past the model's positions used to crash inside transformers on the first long text, at encoding
+    # time; dim=0 and string flags were accepted and scored everything alike
+    with pytest.raises((ValueError, TypeError), match=match):
+        make(splade)

@@ -292,6 +292,8 @@ def test_heldout_scores_and_keyword_queries(tiny, corpus):
     ('teachers', 'bm25', 'teachers must be a non-empty subset'),
     ('select_on', 'ndcg', 'select_on must be one of'),
     ('losses', {'infonce': 1.0, 'hinge': 1.0}, 'losses must be a non-empty dict'),
+    ('dense_teacher', '', 'dense_teacher must be a non-empty string'),  # else a failed load after the queries
+    ('latent_teacher', 5, 'latent_teacher must be a string'),
 ])
 def test_domain_config_refuses_invalid_fields_when_made(field, value, message):
     import re

@@ -10,7 +10,6 @@ import pytest
 import torch
 
 from pyterrier_lsr import distributed, storage
-from pyterrier_lsr.index.integrity import record_files
 from pyterrier_lsr.multivector import MaxSimIndex
 
 DOCS = [{'docno': f'd{i}', 'text': t} for i, t in enumerate(
@@ -149,7 +148,7 @@ def test_maxsim_offsets_past_the_vectors_are_a_clear_error(tmp_path):
     with pytest.raises(ValueError, match='offsets.npy .content differs'):
         MaxSimIndex(store.path, HashEncoder())
     # records rewritten to match: the layout check behind the digests still refuses the offsets
-    storage.mark(store.path, 'maxsim_store', files=record_files(store.path))
+    storage.mark(store.path, 'maxsim_store', files=storage.record_files(store.path))
     with pytest.raises(ValueError, match='offsets must start at 0'):
         MaxSimIndex(store.path, HashEncoder())
 

@@ -9,8 +9,6 @@ import pytest
 import torch
 
 from pyterrier_lsr import LsrIndex, SpladeIndexer, load_model, storage
-from pyterrier_lsr.index import integrity
-from pyterrier_lsr.index.integrity import record_files
 from pyterrier_lsr.models.multivector import MultiVectorModel, maxsim, maxsim_infonce
 from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
 from pyterrier_lsr.multivector import MaxSimIndex, MultiVector, maxsim_rows, segment_max
@@ -371,7 +369,7 @@ def test_token_index_bad_parameters_and_files(random_ssr, tmp_path):
     with pytest.raises(ValueError, match='postings-tokens.npy .content differs'):
         SSRIndex(tmp_path / 'ssr')
     # records rewritten to match: the layout check behind the digests still refuses the postings
-    storage.mark(tmp_path / 'ssr', 'ssr_index', files=record_files(tmp_path / 'ssr'))
+    storage.mark(tmp_path / 'ssr', 'ssr_index', files=storage.record_files(tmp_path / 'ssr'))
     with pytest.raises(ValueError, match='outside the corpus'):
         SSRIndex(tmp_path / 'ssr')
 
@@ -455,7 +453,7 @@ def test_token_stores_notice_edited_swapped_and_shortened_files(kind, random_ssr
     with pytest.raises(ValueError, match='docnos.json'):
         reopen(tmp_path / 'c')
     assert reopen(a.path).verify() is not None
-    monkeypatch.setattr(integrity, 'CHEAP_DIGEST_BYTES', 0)  # every file "large": opening checks sizes only
+    monkeypatch.setattr(storage, 'CHEAP_DIGEST_BYTES', 0)  # every file "large": opening checks sizes only
     edits[array](tmp_path / 'c')
     shutil.copyfile(a.path / 'docnos.json', tmp_path / 'c' / 'docnos.json')
     with pytest.raises(ValueError, match=f'{re.escape(array)} .content differs'):
