@@ -180,14 +180,17 @@ def check_vector(vector, where: str) -> Dict[str, float]:
     return check_weights(vector, where)
 
 
-def check_max_length(name: str, value, tokenizer) -> int:
+def check_max_length(name: str, value, tokenizer, default: int) -> int:
     """A truncation length: an int from 3 (a special token on each side and one real token: anything shorter
     encodes every text as empty) up to the tokenizer's ``model_max_length`` (the model has no positions past it: a
     longer text would crash inside the model at encoding time, not here).  Tokenizers that set no limit (transformers
-    then reports ~1e30) set no upper bound."""
+    then reports ~1e30) set no upper bound.  ``None``: ``default``, or the limit when it is smaller (a small model's
+    own length, not an error for a setting the user never gave)."""
     limit = getattr(tokenizer, 'model_max_length', None)
-    bounded = isinstance(limit, int) and limit < 1_000_000
-    return check_int(name, value, 3, limit if bounded else None)
+    limit = limit if isinstance(limit, int) and limit < 1_000_000 else None
+    if value is None:
+        return default if limit is None else min(default, limit)
+    return check_int(name, value, 3, limit)
 
 
 def check_matrix(name: str, array) -> np.ndarray:

@@ -153,17 +153,6 @@ class ShardEncoder:
         return entry
 
 
-def _claim(folder: Path) -> None:
-    """Makes ``folder`` our vector folder: a new or empty one is marked; one of ours is resumed; others refused."""
-    folder.mkdir(parents=True, exist_ok=True)
-    if storage.is_artifact(folder, VECTORS_KIND):
-        return
-    if any(folder.iterdir()):
-        raise FileExistsError(f'{folder} is not a pyterrier-lsr vector folder (no {storage.MARKER} naming '
-                              f'{VECTORS_KIND!r}); refusing to write shards into it: choose a new or empty folder')
-    storage.mark(folder, VECTORS_KIND)
-
-
 def _model_folder(model, folder: Path) -> Path:
     """A folder the workers load the model from: the model's own for a name/path, else a copy saved in ``folder``
     (kept when the model's weights and configuration are those saved before, so a resumed job's fingerprint holds)."""
@@ -278,7 +267,7 @@ def encode(corpus, model, folder, *, num_workers: Optional[int] = None, shard_si
         raise ValueError(f'shard_size ({shard_size}) must be a positive multiple of chunk_size ({chunk_size})')
     folder = Path(folder).absolute()
     docs, total = read_corpus(corpus, text_field)
-    _claim(folder)
+    storage.claim_folder(folder, VECTORS_KIND, 'vector folder')
     model_path = _model_folder(model, folder)
     _check_job(folder, {'model': storage.model_digest(model_path), 'shard_size': shard_size, 'chunk_size': chunk_size,
                         'text_field': text_field})

@@ -51,17 +51,18 @@ class MultiVector:
     Args:
         model, tokenizer: the encoder and its HF tokenizer.
         device, batch_size, precision: as for :class:`~pyterrier_lsr.Splade`.
-        doc_max_length, query_max_length: truncation lengths (special tokens included) of documents and queries.
+        doc_max_length, query_max_length: truncation lengths (special tokens included) of documents and queries
+            (default 256 and 32, or the tokenizer's ``model_max_length`` when smaller; at most that).
     """
 
-    def __init__(self, model: MultiVectorModel, tokenizer, device=None, doc_max_length: int = 256,
-                 query_max_length: int = 32, batch_size: int = 32, precision: Optional[str] = None,
+    def __init__(self, model: MultiVectorModel, tokenizer, device=None, doc_max_length: Optional[int] = None,
+                 query_max_length: Optional[int] = None, batch_size: int = 32, precision: Optional[str] = None,
                  name: Optional[str] = None):
         self.device = resolve_device(device)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
-        self.doc_max_length = check_max_length('doc_max_length', doc_max_length, tokenizer)
-        self.query_max_length = check_max_length('query_max_length', query_max_length, tokenizer)
+        self.doc_max_length = check_max_length('doc_max_length', doc_max_length, tokenizer, 256)
+        self.query_max_length = check_max_length('query_max_length', query_max_length, tokenizer, 32)
         self.batch_size = check_int('batch_size', batch_size, 1)
         self.precision = resolve_precision(precision, self.device)
         self.name = name

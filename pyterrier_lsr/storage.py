@@ -35,7 +35,7 @@ PathLike = Union[str, Path]
 __all__ = ['MARKER', 'artifact_type', 'is_artifact', 'write_file', 'write_bytes', 'write_text', 'write_json',
            'write_array', 'read_json', 'build_folder', 'replace_folder', 'remove_artifact', 'mark', 'read_marker',
            'move_file', 'temporary_sibling', 'remove_temporary', 'link_tree', 'file_digest', 'model_digest',
-           'check_replaceable', 'CHEAP_DIGEST_BYTES', 'record_files', 'check_files']
+           'check_replaceable', 'CHEAP_DIGEST_BYTES', 'record_files', 'check_files', 'claim_folder']
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -172,6 +172,23 @@ def check_replaceable(path: PathLike, kind: str, overwrite: bool, what: Optional
         raise FileExistsError(f'{path} is {found_text} (no {MARKER} naming {kind!r}); refusing to replace it: '
                               'choose another path or remove it yourself')
     return True
+
+
+def claim_folder(folder: PathLike, kind: str, what: str) -> Path:
+    """Makes ``folder`` ours to write a job's files into, and to resume in: a new or empty folder is marked as an
+    artifact of type ``kind``; one so marked is accepted; any other is refused before any work, so none of its files
+    is replaced (a user's ``metrics.csv``) or removed."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise FileExistsError(f'{folder} exists and is not a folder; choose a new or empty folder')
+    folder.mkdir(parents=True, exist_ok=True)
+    if is_artifact(folder, kind):
+        return folder
+    if any(folder.iterdir()):
+        raise FileExistsError(f'{folder} is not a pyterrier-lsr {what} (no {MARKER} naming {kind!r}); refusing to '
+                              'write into it: choose a new or empty folder')
+    mark(folder, kind)
+    return folder
 
 
 @contextmanager

@@ -191,6 +191,19 @@ def test_a_checkpoint_with_a_negative_step_is_refused(tmp_path):
         loop.latest_checkpoint(tmp_path / 'run')
 
 
+def test_training_refuses_a_user_folder_before_any_step(tmp_path):
+    from conftest import make_tiny
+    from test_train import examples
+
+    from pyterrier_lsr.train import TrainConfig, train
+    run = tmp_path / 'run'
+    run.mkdir()
+    (run / 'metrics.csv').write_text('mine')  # used to be replaced by the run's log
+    with pytest.raises(FileExistsError, match='not a pyterrier-lsr training folder'):
+        train(*make_tiny(), examples(), run, TrainConfig(steps=1, batch_size=2), verbose=False)
+    assert [p.name for p in run.iterdir()] == ['metrics.csv'] and (run / 'metrics.csv').read_text() == 'mine'
+
+
 def test_saving_a_step_again_refuses_a_user_folder_of_that_name(tmp_path):
     from conftest import make_tiny
 
