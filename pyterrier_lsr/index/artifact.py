@@ -296,7 +296,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         the index atomically; returns ``self``."""
         it, total = _documents(it)
         with storage.build_folder(self.path, INDEX_KIND, self.overwrite, what='index') as tmp:
-            writer, df, count = VectorWriter(tmp / VECTORS_FOLDER), Counter(), 0
+            writer, df, count, empty = VectorWriter(tmp / VECTORS_FOLDER), Counter(), 0, 0
             # Advanced once per encoded chunk: per-document updates made the first one report the time of a whole
             # chunk per document (hours of ETA).
             with tqdm(total=total, desc=f'indexing {self.path.name}', unit='doc', disable=not self.verbose,
@@ -305,10 +305,14 @@ class LsrIndex(pta.Artifact, pt.Indexer):
                     for docno, vector in chunk:
                         writer.add(docno, vector)
                         df.update(quantize(vector, self._scale).keys())
+                        empty += not vector
                     count += len(chunk)
                     pbar.update(len(chunk))
             if count == 0:
                 raise ValueError('cannot index an empty collection')
+            if empty == count:  # missing texts (None, NaN) and blank ones encode as empty vectors, as documented
+                raise ValueError(f'every one of the {count} documents has an empty vector (its text missing, e.g. '
+                                 'None, or blank, or its toks empty); nothing could be retrieved')
             if not df:
                 raise ValueError(f'every one of the {count} documents is empty after quantization (all weights below '
                                  f'1/scale = {1 / self._scale:g}); nothing could be retrieved')
