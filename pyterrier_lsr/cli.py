@@ -116,7 +116,10 @@ def _domain_adapt(args):
         _fail('domain-adapt', e)
     splade = load_model(args.model)
     documents = LsrIndex(args.documents) if args.documents else None
-    _, log = domain_adapt(splade, corpus, args.output_dir, config, args.cache_dir, documents=documents)
+    try:
+        _, log = domain_adapt(splade, corpus, args.output_dir, config, args.cache_dir, documents=documents)
+    except FileExistsError as e:  # a folder of --output-dir it may not write into, refused before any work
+        _fail('domain-adapt', f'--output-dir: {e}')
     # the decision itself was printed by domain_adapt, once
     print(json.dumps({k: log[k] for k in ('selected_step', 'guard', 'start_score', 'best_score')}, indent=1))
 
