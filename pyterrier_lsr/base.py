@@ -28,6 +28,7 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 
 from . import storage
+from .checks import check_result_frame
 from .encoding import as_text
 from .loading import local_folder, update_settings
 
@@ -100,7 +101,7 @@ class SparseScorer(pt.Transformer):
         self.doc_encoder = doc_encoder
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        pta.validate.result_frame(inp, extra_columns=['query', self.doc_encoder.text_field])
+        check_result_frame(inp, ['query', self.doc_encoder.text_field])
         if not len(inp):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         # Missing texts become '' (encoded as empty vectors) so that they can key the caches below.

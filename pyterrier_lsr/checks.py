@@ -10,7 +10,11 @@ The rules shared by every index, store and encoder:
   pd.NA, bytes, numbers, lists) is refused rather than turned into a string, so ``1`` and ``'1'`` never collide;
   duplicates within one collection are an error naming the first one (:class:`UniqueDocnos`);
 * **terms** are non-empty ``str`` without whitespace or NUL;
-* **weights** are finite numbers in ``[0, MAX_WEIGHT]``.
+* **weights** are finite numbers in ``[0, MAX_WEIGHT]``;
+* **qids**: a query frame given to a retriever holds one row per query (:func:`check_query_frame`), a result frame
+  given to a re-ranker one query text per qid and each docno once per qid (:func:`check_result_frame`); a missing
+  qid is refused, and qids are compared as strings (``1`` and ``'1'`` are one qid, as they are once evaluated).
+  Otherwise two queries' rankings would be served under one qid, or ranked together, and merged silently downstream.
 """
 import math
 import numbers
@@ -18,6 +22,7 @@ from typing import Dict, Iterable, Mapping, Optional, Sequence
 
 import numpy as np
 import pandas as pd
+import pyterrier_alpha as pta
 
 # The largest term weight (model units) that an index, a query or a query table accepts. PISA repeats a query term
 # int(w * scale) times (a weight of 1e7 runs for minutes, inf aborts the process) and stores impacts as 32-bit
@@ -29,7 +34,7 @@ MAX_SCALE = (2 ** 31 - 1) / MAX_WEIGHT
 
 __all__ = ['MAX_WEIGHT', 'MAX_SCALE', 'WeightError', 'check_int', 'check_float', 'check_choice', 'check_bool',
            'check_str', 'check_docno', 'UniqueDocnos', 'check_docnos', 'check_term', 'check_weights', 'check_vector',
-           'is_missing']
+           'is_missing', 'check_query_frame', 'check_result_frame', 'check_matrix', 'check_max_length']
 
 
 def is_missing(value) -> bool:
@@ -173,3 +178,77 @@ def check_vector(vector, where: str) -> Dict[str, float]:
     if is_missing(vector):
         return {}
     return check_weights(vector, where)
+
+
+def check_max_length(name: str, value, tokenizer, default: int) -> int:
+    """A truncation length: an int from 3 (a special token on each side and one real token: anything shorter
+    encodes every text as empty) up to the tokenizer's ``model_max_length`` (the model has no positions past it: a
+    longer text would crash inside the model at encoding time, not here).  Tokenizers that set no limit (transformers
+    then reports ~1e30) set no upper bound.  ``None``: ``default``, or the limit when it is smaller (a small model's
+    own length, not an error for a setting the user never gave)."""
+    limit = getattr(tokenizer, 'model_max_length', None)
+    limit = limit if isinstance(limit, int) and limit < 1_000_000 else None
+    if value is None:
+        return default if limit is None else min(default, limit)
+    return check_int(name, value, 3, limit)
+
+
+def check_matrix(name: str, array) -> np.ndarray:
+    """``array`` as a 2-d float numpy array (rows x dim) of finite values, else an error naming ``name``: token
+    embeddings to store or to train an SAE on (NaN would train or score silently)."""
+    array = np.asarray(array)
+    if array.ndim != 2 or not np.issubdtype(array.dtype, np.floating):
+        raise ValueError(f'{name} must be a 2-d float array (rows x dim), got shape {array.shape} of {array.dtype}')
+    if not np.isfinite(array).all():
+        raise ValueError(f'{name} must be finite (no NaN or infinity)')
+    return array
+
+
+def _qid_keys(frame: pd.DataFrame, where: str) -> list:
+    """The qids of ``frame`` as strings (the form they are evaluated in); a missing qid is an error naming its row.
+    Plain lists, not pandas: a one-query call (the engines' per-query timing) pays about a microsecond."""
+    qids = frame['qid'].tolist()
+    for row, qid in enumerate(qids):
+        if is_missing(qid):
+            raise ValueError(f'{where}: the qid of row {row} is missing ({qid!r}); every query needs a qid')
+    return [str(qid) for qid in qids]
+
+
+def check_query_frame(frame: pd.DataFrame, extra_columns: Sequence[str], where: str = 'the query frame') -> None:
+    """A retriever's input: ``qid`` plus ``extra_columns`` (an ``InputValidationError`` otherwise), one row per query;
+    the first duplicate qid is an error naming it."""
+    pta.validate.query_frame(frame, extra_columns=list(extra_columns))
+    keys = _qid_keys(frame, where)
+    if len(set(keys)) != len(keys):
+        seen = set()
+        for qid in keys:
+            if qid in seen:
+                raise ValueError(f'qid {qid!r} occurs twice in {where}; a retriever takes one row per query '
+                                 '(drop or rename the duplicates)')
+            seen.add(qid)
+
+
+def _text_key(value) -> str:
+    return value if isinstance(value, str) else '' if is_missing(value) else repr(value)
+
+
+def check_result_frame(frame: pd.DataFrame, extra_columns: Sequence[str], where: str = 'the result frame') -> None:
+    """A re-ranker's input: ``qid, docno`` plus ``extra_columns`` (an ``InputValidationError`` otherwise), one query
+    text per qid and each docno once per qid; the first offending qid is an error naming it."""
+    pta.validate.result_frame(frame, extra_columns=list(extra_columns))
+    keys = _qid_keys(frame, where)
+    if 'query' in frame.columns:
+        queries = frame['query'].map(_text_key)
+        pairs = pd.DataFrame({'qid': keys, 'query': queries.to_numpy()}).drop_duplicates()
+        twice = pairs['qid'].duplicated().to_numpy()
+        if twice.any():
+            qid = pairs['qid'].iloc[int(twice.argmax())]
+            texts = pairs.loc[pairs['qid'] == qid, 'query'].tolist()[:2]
+            raise ValueError(f'qid {qid!r} has two query texts in {where} ({texts[0]!r:.40} and {texts[1]!r:.40}); '
+                             'one qid is one query')
+    docs = pd.DataFrame({'qid': keys, 'docno': frame['docno'].astype(str).to_numpy()})
+    twice = docs.duplicated().to_numpy()
+    if twice.any():
+        qid, docno = docs.iloc[int(twice.argmax())]
+        raise ValueError(f'docno {docno!r} occurs twice for qid {qid!r} in {where}; a re-ranker scores each document '
+                         'once per query')

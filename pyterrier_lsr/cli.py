@@ -7,6 +7,7 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
+from .checks import check_float, check_int
 from .train.loop import TrainConfig
 
 
@@ -115,7 +116,10 @@ def _domain_adapt(args):
         _fail('domain-adapt', e)
     splade = load_model(args.model)
     documents = LsrIndex(args.documents) if args.documents else None
-    _, log = domain_adapt(splade, corpus, args.output_dir, config, args.cache_dir, documents=documents)
+    try:
+        _, log = domain_adapt(splade, corpus, args.output_dir, config, args.cache_dir, documents=documents)
+    except FileExistsError as e:  # a folder of --output-dir it may not write into, refused before any work
+        _fail('domain-adapt', f'--output-dir: {e}')
     # the decision itself was printed by domain_adapt, once
     print(json.dumps({k: log[k] for k in ('selected_step', 'guard', 'start_score', 'best_score')}, indent=1))
 
@@ -176,6 +180,11 @@ def main(argv=None):
                 values[name] = _key_values(values[name], name)
             config = TrainConfig(**values)
             rescale = args.rescale_head if args.rescale_head in (None, 'auto') else float(args.rescale_head)
+            if rescale not in (None, 'auto'):
+                check_float('--rescale-head', rescale, 0, exclusive_minimum=True)
+            for flag, value in (('--limit', args.limit), ('--negatives', args.negatives)):
+                if value is not None:
+                    check_int(flag, value, 1)
         except (ValueError, TypeError) as e:
             _fail('train', str(e).replace('could not convert string to float', '--rescale-head: not a number or auto'))
         if args.irds_cache:
@@ -188,12 +197,26 @@ def main(argv=None):
             _irds_ids(args.data)
         except ValueError as e:
             _fail('train', f'--data: {e}')
+        if not args.data.startswith(('irds:', 'self-supervised:')) and not Path(args.data).is_file():
+            _fail('train', f'--data: {args.data} is not a file (nor irds:<id> or self-supervised:<id>)')
     from .encoders import Splade
     from .offline import resolve_model
     from .train.distributed import is_main, setup
 
     setup()  # under torchrun: join the process group and pick this rank's GPU before the model is loaded
-    splade = Splade.from_pretrained(resolve_model(args.model))
+    try:
+        splade = Splade.from_pretrained(resolve_model(args.model))
+    except (OSError, ValueError) as e:  # not found (offline: no hub), or not a masked LM
+        _fail(args.command, f'--model: {e}')
+    if args.command == 'train' and is_main():  # where rank 0 writes, before any work: the run's folder, final model/
+        from . import storage
+        from .base import MODEL_ARTIFACT
+        from .train.loop import claim_output
+        try:
+            claim_output(args.output_dir)
+            storage.check_replaceable(Path(args.output_dir) / 'model', MODEL_ARTIFACT, True, 'model folder')
+        except FileExistsError as e:
+            _fail('train', f'--output-dir: {e}')
     if args.command == 'head-report':
         from .models.heads import head_report
 

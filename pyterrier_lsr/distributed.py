@@ -33,7 +33,7 @@ from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 from tqdm.auto import tqdm
 
 from . import storage
-from .checks import UniqueDocnos, check_int, check_vector
+from .checks import UniqueDocnos, check_float, check_int, check_vector
 from .index.vectors import VectorStore, shard_name, write_manifest, write_shard
 from .loading import load_model, local_folder
 
@@ -153,17 +153,6 @@ class ShardEncoder:
         return entry
 
 
-def _claim(folder: Path) -> None:
-    """Makes ``folder`` our vector folder: a new or empty one is marked; one of ours is resumed; others refused."""
-    folder.mkdir(parents=True, exist_ok=True)
-    if storage.is_artifact(folder, VECTORS_KIND):
-        return
-    if any(folder.iterdir()):
-        raise FileExistsError(f'{folder} is not a pyterrier-lsr vector folder (no {storage.MARKER} naming '
-                              f'{VECTORS_KIND!r}); refusing to write shards into it: choose a new or empty folder')
-    storage.mark(folder, VECTORS_KIND)
-
-
 def _model_folder(model, folder: Path) -> Path:
     """A folder the workers load the model from: the model's own for a name/path, else a copy saved in ``folder``
     (kept when the model's weights and configuration are those saved before, so a resumed job's fingerprint holds)."""
@@ -263,12 +252,22 @@ def encode(corpus, model, folder, *, num_workers: Optional[int] = None, shard_si
         max_retries: restarts of a dead worker (and retries of its shard) before the job fails.
         in_flight: shards queued per worker (2 keeps each busy while the next shard is shipped).
     """
+    # every setting checked before the folder is claimed or Ray is started (a bad one would fail inside a worker)
+    if num_workers is not None:
+        check_int('num_workers', num_workers, 0)
+    if gpus_per_worker is not None:
+        check_float('gpus_per_worker', gpus_per_worker, 0)
+    check_int('threads_per_worker', threads_per_worker, 1)
+    check_int('max_retries', max_retries, 0)
+    check_int('in_flight', in_flight, 1)
+    if model_kwargs is not None and not isinstance(model_kwargs, dict):
+        raise TypeError(f'model_kwargs must be a dict of loading settings, got {type(model_kwargs).__name__}')
     check_int('chunk_size', chunk_size, 1)
     if check_int('shard_size', shard_size, 1) % chunk_size:
         raise ValueError(f'shard_size ({shard_size}) must be a positive multiple of chunk_size ({chunk_size})')
     folder = Path(folder).absolute()
     docs, total = read_corpus(corpus, text_field)
-    _claim(folder)
+    storage.claim_folder(folder, VECTORS_KIND, 'vector folder')
     model_path = _model_folder(model, folder)
     _check_job(folder, {'model': storage.model_digest(model_path), 'shard_size': shard_size, 'chunk_size': chunk_size,
                         'text_field': text_field})
@@ -353,12 +352,15 @@ def index(corpus, model, index_path, *, scale: float = 100., engines: Sequence[s
     :class:`~pyterrier_lsr.LsrIndex` at ``index_path`` from those vectors; the index records ``model``. The vector
     folder is removed once the index is built unless ``keep_vectors``."""
     from .index import LsrIndex
-    vectors = Path(f'{Path(index_path).absolute()}.vectors')
+    from .index.artifact import INDEX_KIND
+    # The index's settings and its target are checked before the encoding, which may take hours and leaves
+    # <index_path>.vectors behind: a bad scale or a folder that may not be replaced is refused before any work.
+    built = LsrIndex(index_path, load_model(model, device='cpu') if isinstance(model, (str, Path)) else model,
+                     scale=scale, engines=engines, overwrite=overwrite, verbose=encode_kwargs.get('verbose', True))
+    storage.check_replaceable(built.path, INDEX_KIND, overwrite, 'index')
+    vectors = Path(f'{built.path.absolute()}.vectors')
     store = encode(corpus, model, vectors, **encode_kwargs)
-    if isinstance(model, (str, Path)):
-        model = load_model(model, device='cpu')
-    built = LsrIndex(index_path, model, scale=scale, engines=engines, overwrite=overwrite,
-                     verbose=encode_kwargs.get('verbose', True)).index(_Toks(store))
+    built.index(_Toks(store))
     if not keep_vectors:
         storage.remove_artifact(vectors, VECTORS_KIND)
     return built

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Dict, List, Optional, Sequence
 
 from .base import SparseModel
-from .checks import check_int
+from .checks import check_int, check_max_length
 from .encoding import INT8, encode_texts, resolve_device, resolve_precision, vocabulary_terms
 from .int8 import Int8Module
 from .loading import local_folder
@@ -40,8 +40,9 @@ class TorchSparseModel(SparseModel):
             module with a ``terms`` attribute (latent ids) names its own terms, else the tokenizer's tokens do.
         tokenizer: its HF tokenizer.
         device: ``'cpu'``, ``'cuda'``...; default: CUDA when available.
-        max_length: texts are truncated to this many tokens, special tokens included (default 256,
-            SPLADE's training length; queries are far shorter).
+        max_length: texts are truncated to this many tokens, special tokens included (default 256, SPLADE's
+            training length, or the tokenizer's ``model_max_length`` when smaller; queries are far shorter); at most
+            the tokenizer's ``model_max_length``, the model's positions.
         batch_size: texts per forward pass.
         precision: ``'fp32'``, ``'bf16'`` or ``'fp16'`` autocast, or ``'int8'`` (CPU only: an int8 copy of the module
             made here, see :mod:`pyterrier_lsr.int8`); default fp32 on CPU, bf16 (or fp16) on GPU. bf16 on a CPU
@@ -49,10 +50,9 @@ class TorchSparseModel(SparseModel):
         name: the model's name (a hub name or folder) in reprs and indexes.
     """
 
-    def __init__(self, model, tokenizer, device=None, max_length: int = 256, batch_size: int = 32,
+    def __init__(self, model, tokenizer, device=None, max_length: Optional[int] = None, batch_size: int = 32,
                  precision: Optional[str] = None, name: Optional[str] = None):
-        # 3 = a special token on each side and one real token: anything shorter encodes every text as empty
-        self.max_length = check_int('max_length', max_length, 3)
+        self.max_length = check_max_length('max_length', max_length, tokenizer, 256)
         self.batch_size = check_int('batch_size', batch_size, 1)
         self.device = resolve_device(device)
         self.tokenizer = tokenizer

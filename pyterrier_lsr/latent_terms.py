@@ -29,7 +29,7 @@ import torch
 from tqdm.auto import tqdm
 
 from . import storage
-from .checks import check_choice, check_float, check_str
+from .checks import check_bool, check_choice, check_float, check_str
 from .encoders import TorchSparseModel
 from .encoding import autocast, length_sorted_batches, to_dicts
 from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
@@ -77,6 +77,9 @@ class LatentTerms(TorchSparseModel):
                  include_dense: Optional[bool] = None):
         check_choice('mode', mode, MODES)
         k1, b = check_float('k1', k1, 0), check_float('b', b, 0, 1)
+        check_bool('sqrt_tf', sqrt_tf)  # a string such as 'no' would count as True
+        if include_dense is not None:
+            check_bool('include_dense', include_dense)
         self.include_dense = include_dense
         self.dense_name = str(dense)
         model, tokenizer = load_dense(self.dense_name)

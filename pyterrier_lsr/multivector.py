@@ -7,8 +7,11 @@ document), ``offsets.npy`` (document ``i`` owns rows ``offsets[i]:offsets[i + 1]
 ``maxsim.json`` (settings, the encoder's name).  Search reads the vectors into memory as float32 and computes
 exactly, so it suits small corpora (Vaswani: ~0.6M tokens, ~0.3 GB in memory).  A store is our artifact (marked
 ``maxsim_store``, see :mod:`pyterrier_lsr.storage`): its inputs are checked before anything is written, it is built
-beside its final name and swapped in, and ``overwrite`` replaces only another store.  Results keep one ranking per
-input row, so two queries sharing a qid are never joined with each other's documents.
+beside its final name and swapped in, and ``overwrite`` replaces only another store.  Its marker records every file's
+size and digest (as an index's ``lsr.json`` does, see :mod:`pyterrier_lsr.index.integrity`): opening checks sizes and
+small files, :meth:`~TokenStore.verify` every digest, so an edited or swapped file is an error naming it.  A query
+frame holds one row per query (a duplicate qid is an error, see :func:`~pyterrier_lsr.checks.check_query_frame`), and
+results are joined to their input row by position, never by qid.
 
 One concept (the multi-vector encoder and its exact MaxSim store), kept in one module past 450 lines because the store,
 its retrievers and its k-means baseline share the segment-max kernels and the store layout checks.
@@ -21,12 +24,12 @@ from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 import pyterrier as pt
-import pyterrier_alpha as pta
 import torch
 
 from . import storage
 from .base import MODEL_ARTIFACT
-from .checks import check_docnos, check_int
+from .checks import (check_docnos, check_int, check_matrix, check_max_length, check_query_frame,
+                     check_result_frame)
 from .encoding import as_text, autocast, length_sorted_batches, resolve_device, resolve_precision
 from .loading import local_folder
 from .models.multivector import SETTINGS_FILE, MultiVectorModel
@@ -48,18 +51,19 @@ class MultiVector:
     Args:
         model, tokenizer: the encoder and its HF tokenizer.
         device, batch_size, precision: as for :class:`~pyterrier_lsr.Splade`.
-        doc_max_length, query_max_length: truncation lengths (special tokens included) of documents and queries.
+        doc_max_length, query_max_length: truncation lengths (special tokens included) of documents and queries
+            (default 256 and 32, or the tokenizer's ``model_max_length`` when smaller; at most that).
     """
 
-    def __init__(self, model: MultiVectorModel, tokenizer, device=None, doc_max_length: int = 256,
-                 query_max_length: int = 32, batch_size: int = 32, precision: Optional[str] = None,
+    def __init__(self, model: MultiVectorModel, tokenizer, device=None, doc_max_length: Optional[int] = None,
+                 query_max_length: Optional[int] = None, batch_size: int = 32, precision: Optional[str] = None,
                  name: Optional[str] = None):
         self.device = resolve_device(device)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
-        self.doc_max_length = doc_max_length
-        self.query_max_length = query_max_length
-        self.batch_size = batch_size
+        self.doc_max_length = check_max_length('doc_max_length', doc_max_length, tokenizer, 256)
+        self.query_max_length = check_max_length('query_max_length', query_max_length, tokenizer, 32)
+        self.batch_size = check_int('batch_size', batch_size, 1)
         self.precision = resolve_precision(precision, self.device)
         self.name = name
 
@@ -187,7 +191,7 @@ class MaxSimScorer(pt.Transformer):
         self.text_field = text_field
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        pta.validate.result_frame(inp, extra_columns=['query', self.text_field])
+        check_result_frame(inp, ['query', self.text_field])
         if not len(inp):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         texts = pd.Series(_texts(inp[self.text_field], f'column {self.text_field!r}'), index=inp.index)
@@ -253,6 +257,13 @@ class TokenStore:
         if not storage.is_artifact(self.path, self.kind):
             raise FileNotFoundError(f'no {self.label} at {self.path} (no {storage.MARKER} naming {self.kind!r}; '
                                     'folders written before 0.3 must be written again)')
+        # every file's size and digest recorded at build (see :mod:`pyterrier_lsr.index.integrity`): an edited
+        # settings file, docno list or shortened array is an error naming it, not a silently wrong ranking
+        self.files = storage.read_marker(self.path).get('files')
+        if not isinstance(self.files, dict):
+            raise ValueError(f'{self.label} {self.path}: its {storage.MARKER} records no files (written by an older '
+                             'pyterrier-lsr, or edited); write it again')
+        storage.check_files(self.path, self.files)
         self.meta = storage.read_json(self.path / self.meta_file, f'{self.label} settings')
         self.docnos: List[str] = storage.read_json(self.path / DOCNOS_FILE, f'{self.label} docnos', expect=list)
         self.offsets = _load_npy(self.path / OFFSETS_FILE)
@@ -285,6 +296,13 @@ class TokenStore:
             storage.write_json(tmp / DOCNOS_FILE, docnos, indent=None)
             storage.write_json(tmp / cls.meta_file, {'num_docs': len(docnos), **meta})
             yield tmp
+            storage.mark(tmp, cls.kind, files=storage.record_files(tmp))
+
+    def verify(self) -> 'TokenStore':
+        """Checks the digest of every file (a full read); raises a ``ValueError`` naming the damaged files.  Opening
+        checks sizes and small files only."""
+        storage.check_files(self.path, self.files, full=True)
+        return self
 
     def num_docs(self) -> int:
         return self.meta['num_docs']
@@ -328,14 +346,11 @@ class MaxSimIndex(TokenStore):
         vector rows; vectors: finite), then the store is built beside ``path`` and swapped in; ``overwrite`` replaces
         only another MaxSim store."""
         path = Path(path)
-        vectors = np.asarray(vectors)
-        if vectors.ndim != 2 or not np.issubdtype(vectors.dtype, np.floating):
-            raise ValueError(f'vectors must be a 2-d float array (tokens x dim), got shape {vectors.shape} of '
-                             f'{vectors.dtype}')
+        vectors = check_matrix('vectors', vectors)
         docnos, offsets = cls._checked(path, docnos, offsets, len(vectors))
         stored = vectors.astype(np.float16)
         if not np.isfinite(stored).all():
-            raise ValueError('vectors must be finite (and within float16 range, the stored precision)')
+            raise ValueError('vectors must lie within float16 range, the stored precision')
         meta = {'num_tokens': len(vectors), 'dim': int(vectors.shape[1]), 'model': getattr(encoder, 'name', None)}
         with cls._building(path, docnos, offsets, meta, overwrite) as tmp:
             storage.write_array(tmp / VECTORS_FILE, stored)
@@ -494,7 +509,7 @@ class _Retriever(pt.Transformer):
         self.search = search
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        pta.validate.query_frame(inp, extra_columns=['query'])
+        check_query_frame(inp, ['query'])
         texts = _texts(inp['query'], 'column "query"')
         queries = _query_embeddings(self.index.encoder, list(dict.fromkeys(texts)))
         rows = []
@@ -509,7 +524,7 @@ class _StoredScorer(pt.Transformer):
         self.index = index
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        pta.validate.result_frame(inp, extra_columns=['query'])
+        check_result_frame(inp, ['query'])
         if not len(inp):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         texts = _texts(inp['query'], 'column "query"')

@@ -64,6 +64,8 @@ class Prune(pt.Transformer):
         if isinstance(fields, str):  # a list of the string's characters is never meant
             fields = [fields]
         self.fields = None if fields is None else [check_choice('fields', f, FIELDS) for f in fields]
+        if self.fields == []:  # else it would mean the default, whichever fields the frame has
+            raise ValueError(f'fields must name at least one of {", ".join(map(repr, FIELDS))}, or be None')
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         fields = self.fields or [f for f in FIELDS if f in inp.columns]

@@ -32,7 +32,7 @@ import pyterrier as pt
 import torch
 
 from .base import SparseModel
-from .checks import check_choice, check_int
+from .checks import check_choice, check_int, check_matrix
 from .encoding import to_dicts
 from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
 from .models.sae import SAEConfig, SparseAutoencoder, latent_term_names, train_sae
@@ -218,7 +218,7 @@ class _TwoStage(pt.Transformer):
             return candidates
         vectors = torch.from_numpy(vectors)
         queries = [vectors[offsets[i]:offsets[i + 1]] for i in range(len(offsets) - 1)]
-        # input positions, not qids, key the query embeddings: two input rows may share a qid
+        # input positions key the query embeddings: they index the embeddings directly
         return self.store.rescore(candidates, positions, queries, groups=positions)
 
     def __repr__(self):
@@ -230,8 +230,15 @@ def train_ssr_sae(vectors: np.ndarray, sae: Optional[dict] = None, max_train_vec
     """A TopK SAE over token embeddings (``vectors``: tokens x dim, e.g. a corpus's :meth:`MultiVector.embed`),
     trained on a seeded sample of at most ``max_train_vectors`` rows; ``sae``: :class:`SAEConfig` settings
     (``d_in`` comes from ``vectors``).  Returns ``(sae, log)`` as :func:`train_sae` does."""
+    vectors = np.asarray(vectors)
+    if vectors.ndim != 2:
+        raise ValueError(f'vectors must be a 2-d float array (tokens x dim), got shape {vectors.shape}')
+    if not isinstance(sae, (dict, type(None))):
+        raise TypeError(f'sae must be a dict of SAEConfig settings, got {type(sae).__name__}')
     config = SAEConfig(d_in=vectors.shape[1], **(sae or {}))
-    if max_train_vectors is not None and len(vectors) > max_train_vectors:
+    if max_train_vectors is not None and len(vectors) > check_int('max_train_vectors', max_train_vectors, 1):
         rows = np.random.default_rng(config.seed).choice(len(vectors), max_train_vectors, replace=False)
         vectors = vectors[np.sort(rows)]
-    return train_sae(vectors, config, device=device, verbose=verbose)
+    if not len(vectors):
+        raise ValueError('vectors has no rows to train on')
+    return train_sae(check_matrix('vectors', vectors), config, device=device, verbose=verbose)

@@ -29,11 +29,10 @@ from typing import Iterable, List, Optional, Sequence, Tuple
 import numpy as np
 import pandas as pd
 import pyterrier as pt
-import pyterrier_alpha as pta
 import torch
 
 from . import storage
-from .checks import check_choice, check_docnos, check_int
+from .checks import check_choice, check_docnos, check_int, check_matrix, check_query_frame
 from .multivector import TokenStore, _load_npy, _result_frame, _texts
 from .ssr import QUERY_SIDES, SSR, pool_codes
 
@@ -105,9 +104,8 @@ class SSRIndex(TokenStore):
         :class:`~pyterrier_lsr.multivector.MaxSimIndex` store holds them); ``overwrite`` replaces only another SSR
         index; ``save_model`` stores a copy of ``ssr`` (without it, pass ``ssr=`` when reopening)."""
         path = Path(path)
+        vectors = check_matrix('vectors', vectors)
         docnos, offsets = cls._checked(path, docnos, offsets, len(vectors))
-        if not np.isfinite(vectors).all():
-            raise ValueError('vectors must be finite')
         indices, values = ssr.token_codes(vectors)
         indptr, tokens, weights = token_postings(indices, values, ssr.sae.n_latents)
         meta = {'num_tokens': int(len(vectors)), 'n_latents': ssr.sae.n_latents, 'k': ssr.sae.config.k,
@@ -124,6 +122,7 @@ class SSRIndex(TokenStore):
         if self._ssr is None:
             if not (self.path / MODEL_FOLDER).is_dir():
                 raise ValueError(f'{self.path} holds no model (written with save_model=False); pass ssr= to SSRIndex')
+            storage.check_files(self.path, self.files, full=True, prefix=f'{MODEL_FOLDER}/')  # weights edited in place
             self._ssr = self._matching(SSR.from_pretrained(self.path / MODEL_FOLDER))
         return self._ssr
 
@@ -207,7 +206,7 @@ class SSRIndex(TokenStore):
                query_latents: Optional[int] = None):
         """The input's queries embedded once and searched: ``(result frame, each row's input position, the
         embeddings (vectors, offsets) by input position)``."""
-        pta.validate.query_frame(inp, extra_columns=['query'])
+        check_query_frame(inp, ['query'])
         vectors, offsets = self.ssr.encoder.embed(_texts(inp['query'], 'column "query"'), query=True)
         found = self.search(vectors, offsets, num_results, mode, query, query_latents)
         rows = [(position, self.docnos[d], s) for position, (docs, scores) in enumerate(found)

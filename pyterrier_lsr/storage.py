@@ -24,7 +24,9 @@ import shutil
 import uuid
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator, Optional, Union
+from typing import Callable, Dict, Iterator, Optional, Union
+
+from .checks import check_bool
 
 MARKER = '.lsr-artifact.json'
 
@@ -32,7 +34,8 @@ PathLike = Union[str, Path]
 
 __all__ = ['MARKER', 'artifact_type', 'is_artifact', 'write_file', 'write_bytes', 'write_text', 'write_json',
            'write_array', 'read_json', 'build_folder', 'replace_folder', 'remove_artifact', 'mark', 'read_marker',
-           'move_file', 'temporary_sibling', 'remove_temporary', 'link_tree', 'file_digest', 'model_digest']
+           'move_file', 'temporary_sibling', 'remove_temporary', 'link_tree', 'file_digest', 'model_digest',
+           'check_replaceable', 'CHEAP_DIGEST_BYTES', 'record_files', 'check_files', 'claim_folder']
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -149,8 +152,12 @@ def mark(folder: PathLike, kind: str, **info) -> None:
     write_json(Path(folder) / MARKER, {**info, 'artifact': kind, 'writer': 'pyterrier-lsr'})
 
 
-def _check_replaceable(path: Path, kind: str, overwrite: bool, what: str) -> bool:
-    """Whether ``path`` holds something to replace; raises unless it may be replaced."""
+def check_replaceable(path: PathLike, kind: str, overwrite: bool, what: Optional[str] = None) -> bool:
+    """Whether ``path`` holds something to replace; raises unless it may be replaced (``overwrite`` must be a bool:
+    a string such as ``'no'`` would otherwise count as yes).  Writers whose build starts after a long job (encoding a
+    corpus) call it first, so that a target they may not replace is refused before any work."""
+    check_bool('overwrite', overwrite)
+    path, what = Path(path), what or kind
     if not path.exists() and not path.is_symlink():
         return False
     if path.is_symlink() or not path.is_dir():
@@ -165,6 +172,23 @@ def _check_replaceable(path: Path, kind: str, overwrite: bool, what: str) -> boo
         raise FileExistsError(f'{path} is {found_text} (no {MARKER} naming {kind!r}); refusing to replace it: '
                               'choose another path or remove it yourself')
     return True
+
+
+def claim_folder(folder: PathLike, kind: str, what: str) -> Path:
+    """Makes ``folder`` ours to write a job's files into, and to resume in: a new or empty folder is marked as an
+    artifact of type ``kind``; one so marked is accepted; any other is refused before any work, so none of its files
+    is replaced (a user's ``metrics.csv``) or removed."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise FileExistsError(f'{folder} exists and is not a folder; choose a new or empty folder')
+    folder.mkdir(parents=True, exist_ok=True)
+    if is_artifact(folder, kind):
+        return folder
+    if any(folder.iterdir()):
+        raise FileExistsError(f'{folder} is not a pyterrier-lsr {what} (no {MARKER} naming {kind!r}); refusing to '
+                              'write into it: choose a new or empty folder')
+    mark(folder, kind)
+    return folder
 
 
 @contextmanager
@@ -239,7 +263,7 @@ def build_folder(path: PathLike, kind: str, overwrite: bool = False, what: Optio
     what = what or kind
     path.parent.mkdir(parents=True, exist_ok=True)
     with _lock(path):
-        _check_replaceable(path, kind, overwrite, what)
+        check_replaceable(path, kind, overwrite, what)
         _remove_stale_builds(path)
         tmp = temporary_sibling(path, 'building')
         tmp.mkdir()
@@ -247,7 +271,7 @@ def build_folder(path: PathLike, kind: str, overwrite: bool = False, what: Optio
             yield tmp
             if artifact_type(tmp) != kind:  # the block may have marked it itself, with more information
                 mark(tmp, kind)
-            _swap(tmp, path, _check_replaceable(path, kind, overwrite, what))
+            _swap(tmp, path, check_replaceable(path, kind, overwrite, what))
         finally:
             if tmp.exists():
                 shutil.rmtree(tmp, ignore_errors=True)
@@ -258,7 +282,7 @@ def replace_folder(source: PathLike, path: PathLike, kind: str, overwrite: bool 
     replacing only our own artifact of that type there."""
     source, path = Path(source), Path(path).absolute()
     with _lock(path):
-        replace = _check_replaceable(path, kind, overwrite, kind)
+        replace = check_replaceable(path, kind, overwrite, kind)
         mark(source, kind)
         _swap(source, path, replace)
     return path
@@ -270,7 +294,7 @@ def remove_artifact(path: PathLike, kind: str) -> bool:
     path = Path(path)
     if not path.exists():
         return False
-    _check_replaceable(path, kind, True, kind)
+    check_replaceable(path, kind, True, kind)
     shutil.rmtree(path)
     return True
 
@@ -301,6 +325,41 @@ def link_tree(source: PathLike, target: PathLike, skip: Callable[[str], bool] = 
 
 
 # -- digests -----------------------------------------------------------------------------------------------------
+# Files up to this size are digested on every open (about a millisecond per MiB); larger ones only by verify() and,
+# for the model folder, when the model is loaded.
+CHEAP_DIGEST_BYTES = 1 << 22
+
+
+def record_files(folder: Path, leave_out=()) -> Dict[str, dict]:
+    """``{relative name: {'bytes', 'sha256'}}`` for every file of ``folder`` but the marker and ``leave_out``."""
+    out = {}
+    for path in sorted(folder.rglob('*')):
+        name = path.relative_to(folder).as_posix()
+        if path.is_file() and name != MARKER and name not in leave_out:
+            out[name] = {'bytes': path.stat().st_size, 'sha256': file_digest(path)}
+    return out
+
+
+def check_files(folder: Path, files: Dict[str, dict], full: bool = False, prefix: str = '') -> None:
+    """Raises a ``ValueError`` naming the damaged files (missing, another size, other bytes) among ``files`` whose
+    name starts with ``prefix``; digests are compared for every file with ``full``, else for small ones only."""
+    damaged = []
+    for name, record in files.items():
+        if not name.startswith(prefix):
+            continue
+        path = folder / name
+        if not path.is_file():
+            damaged.append(f'{name} (missing)')
+        elif path.stat().st_size != record['bytes']:
+            damaged.append(f'{name} ({path.stat().st_size} bytes, {record["bytes"]} recorded)')
+        elif (full or record['bytes'] <= CHEAP_DIGEST_BYTES) and file_digest(path) != record['sha256']:
+            damaged.append(f'{name} (content differs from the recorded digest)')
+    if damaged:
+        more = f' and {len(damaged) - 5} more' if len(damaged) > 5 else ''
+        raise ValueError(f'the index at {folder} is damaged: {", ".join(damaged[:5])}{more}; '
+                         'rebuild it')
+
+
 def file_digest(path: PathLike) -> str:
     """The sha256 of a file's bytes (hex)."""
     h = hashlib.sha256()

@@ -7,6 +7,8 @@ Guarantees checked:
   input and output columns the transformer really has;
 * an empty frame gives an empty frame with the same output columns;
 * a missing input column raises ``pyterrier.validate.InputValidationError``;
+* a re-ranker's result frame holds one query text per qid and each docno once per qid, with no missing qid
+  (a ``ValueError`` naming the qid otherwise, rather than two queries ranked together);
 * missing values (None, NaN, pd.NA in a ``string`` column) and blank texts give empty vectors (a re-ranker scores
   them 0); non-``str`` texts (bytes, lists, numbers) raise ``TypeError``; for vector inputs, a non-dict vector raises
   ``TypeError`` and a NaN weight ``ValueError``;
@@ -134,6 +136,16 @@ def check_transformer(transformer: pt.Transformer, inputs_kind: str, threads: in
             with pytest.raises(ValueError, match='nuclear'):
                 transformer(with_value({'nuclear': float('nan')}))
 
+    if inputs_kind == 'result':  # one query per qid, each document once per query, no missing qid
+        for change, message in [({'query': TEXTS[1]}, "qid 'q0' has two query texts"),
+                                ({'docno': 'd0'}, "docno 'd0' occurs twice for qid 'q0'"),
+                                ({'qid': None}, 'qid of row 1 is missing')]:
+            rows = pd.concat([frame.iloc[[0]], frame.iloc[[0]].assign(**change)], ignore_index=True)
+            if 'docno' not in change:
+                rows.loc[1, 'docno'] = 'other'
+            with pytest.raises(ValueError, match=message):
+                transformer(rows)
+
     # threads: the same single-row calls from 4 threads give the sequential results exactly
     _same_from_threads(transformer, [frame.iloc[[i % len(frame)]].reset_index(drop=True) for i in range(calls)],
                        threads, name)
@@ -158,8 +170,9 @@ def check_retriever(retriever: pt.Transformer, inputs_kind: str, num_results: in
       descending score order, finite scores, ``str`` docnos, no docno twice for a query;
     * a query that matches nothing (an empty vector, a blank text) gives no rows, and other queries are unaffected;
     * a missing input column is a validation error; a non-dict vector a ``TypeError``, a NaN weight a ``ValueError``;
-    * two rows with the same qid are answered independently (no cross-join), and 4 threads give the sequential
-      results exactly.
+    * a query frame holds one row per query: a duplicate qid (``1`` and ``'1'`` alike) or a missing one is a
+      ``ValueError`` naming it, rather than two rankings served under one qid; 4 threads give the sequential results
+      exactly.
     """
     columns, fields, values = KINDS[inputs_kind]
     name = repr(retriever)
@@ -198,9 +211,10 @@ def check_retriever(retriever: pt.Transformer, inputs_kind: str, num_results: in
         with pytest.raises(ValueError, match='nuclear'):
             retriever(frame.assign(query_toks=[{'nuclear': float('nan')}] * len(frame)))
 
-    # the same qid twice: each row answered on its own
-    twice = pd.concat([frame.iloc[[0]], frame.iloc[[1]].assign(qid='q0')], ignore_index=True)
-    alone = len(retriever(frame.iloc[[0]])) + len(retriever(frame.iloc[[1]]))
-    assert len(retriever(twice)) == alone, f'{name}: two rows with one qid were not answered independently'
+    # one row per query: a duplicate qid (1 and '1' are one qid once evaluated) or a missing one is refused, naming it
+    for qids, message in [(['q0', 'q0'], "qid 'q0' occurs twice"), ([1, '1'], "qid '1' occurs twice"),
+                          (['q0', None], 'qid of row 1 is missing'), (['q0', float('nan')], 'qid of row 1 is missing')]:
+        with pytest.raises(ValueError, match=message):
+            retriever(frame.iloc[:2].assign(qid=pd.Series(qids, dtype=object)))
 
     _same_from_threads(retriever, [frame.iloc[[i]].reset_index(drop=True) for i in range(len(frame))], threads, name)

@@ -41,6 +41,10 @@ def test_domain_adapt_refuses_bad_settings_in_one_line(tmp_path, capsys, no_mode
     (['--data', 'x.jsonl', '--temperature', '0'], 'temperature must be a finite number > 0, got 0.0'),
     (['--data', 'x.jsonl', '--query-max-length', '0'], 'query_max_length must be >= 3, got 0'),
     (['--data', 'x.jsonl', '--losses', 'hinge=1'], 'losses must be a non-empty dict'),
+    (['--data', 'x.jsonl', '--limit', '-1'], '--limit must be >= 1, got -1'),
+    (['--data', 'x.jsonl', '--negatives', '0'], '--negatives must be >= 1, got 0'),
+    (['--data', 'x.jsonl', '--rescale-head', 'inf'], '--rescale-head must be a finite number > 0, got inf'),
+    (['--data', 'no-such-file.jsonl'], '--data: no-such-file.jsonl is not a file'),
 ])
 def test_train_refuses_bad_settings_in_one_line(tmp_path, capsys, no_model, extra, message):
     with pytest.raises(SystemExit) as exited:
@@ -56,3 +60,23 @@ def test_report_refuses_an_unknown_dataset_in_one_line(tmp_path, capsys):
     err = capsys.readouterr().err
     assert exited.value.code == 2 and len(err.strip().splitlines()) == 1, err
     assert 'config key dataset: irds:unknown is not an ir_datasets id' in err and not (tmp_path / 'out').exists()
+
+
+@pytest.mark.parametrize('mine', ['metrics.csv', 'model/weights.bin', 'a file'])
+def test_train_refuses_an_output_dir_it_would_write_over_before_training(tmp_path, capsys, mine):
+    # metrics.csv used to be replaced by the run's log, and a user's model/ refused only after the whole training
+    data = tmp_path / 'd.jsonl'
+    data.write_text('{"query": "q", "positive": "p", "negative": "n"}\n')
+    out = tmp_path / 'out'
+    if mine == 'a file':
+        out.write_text('mine')
+    else:
+        (out / mine).parent.mkdir(parents=True, exist_ok=True)
+        (out / mine).write_text('mine')
+    with pytest.raises(SystemExit) as exited:
+        main(['train', '--model', 'splade-tiny', '--data', str(data), '--output-dir', str(out), '--steps', '1',
+              '--batch-size', '1'])
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and '--output-dir' in err and len(err.strip().splitlines()) == 1, err
+    assert (out.read_text() if mine == 'a file' else (out / mine).read_text()) == 'mine'
+    assert mine == 'a file' or sorted(p.name for p in out.iterdir()) == [mine.split('/')[0]]  # nothing written

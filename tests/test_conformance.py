@@ -13,6 +13,7 @@ from pyterrier_lsr.index.engines import ENGINES, get_engine
 from pyterrier_lsr.loading import MODEL_KINDS, model_class
 from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
 from pyterrier_lsr.models.sae_splade import SaeSpladeModel, structural_token_ids
+from pyterrier_lsr.ssr_index import SSRIndexer
 
 
 def idf(splade):
@@ -117,3 +118,41 @@ def test_retriever_conformance(scoring, engine, side, indexes):
     else:  # the conformance vectors' words are no latent ids: real query vectors of this model keep it meaningful
         toks = list(index.model().query_encoder()(pd.DataFrame({'qid': 'q', 'query': TEXTS[:4]}))['query_toks'])
         check_retriever(index.toks_retriever(num_results=3, engine=engine), 'query_toks', 3, samples=toks)
+
+
+@pytest.fixture(scope='module')
+def token_stores(tmp_path_factory):
+    """An SSR index and a MaxSim store of the same (MiniLM, 16-d) encoder over the conformance corpus."""
+    folder = tmp_path_factory.mktemp('token_stores')
+    model = ssr()
+    return SSRIndexer(folder / 'ssr', model, verbose=False).index(CORPUS), \
+        model.encoder.indexer(folder / 'store', verbose=False).index(CORPUS)
+
+
+TOKEN_RETRIEVERS = {
+    'MaxSimIndex.retriever': lambda index, store: store.retriever(num_results=3),
+    'SSRIndex.retriever': lambda index, store: index.retriever(num_results=3),
+    'SSR.reranked': lambda index, store: index.ssr.reranked(index, store, depth=3),
+}
+
+
+@pytest.mark.parametrize('case', list(TOKEN_RETRIEVERS))
+def test_token_retriever_conformance(case, token_stores):
+    check_retriever(TOKEN_RETRIEVERS[case](*token_stores), 'query', 3)
+
+
+@pytest.mark.parametrize('make, match', [
+    (lambda s: Splade(s.model, s.tokenizer, max_length=513), 'max_length must be >= 3 and <= 512'),
+    (lambda s: LatentTerms('all-MiniLM-L6-v2', max_length=10 ** 9), 'max_length must be >= 3 and <= 512'),
+    (lambda s: MultiVector.from_backbone('all-MiniLM-L6-v2', dim=8, doc_max_length=600), 'doc_max_length must be'),
+    (lambda s: MultiVector.from_backbone('all-MiniLM-L6-v2', dim=8, query_max_length=2), 'query_max_length must be'),
+    (lambda s: MultiVector.from_backbone('all-MiniLM-L6-v2', dim=0), 'dim must be >= 1'),
+    (lambda s: MultiVector.from_backbone('all-MiniLM-L6-v2', dim=8, batch_size=0), 'batch_size must be >= 1'),
+    (lambda s: LatentTerms('all-MiniLM-L6-v2', sqrt_tf='no'), 'sqrt_tf must be True or False'),
+    (lambda s: LatentTerms('all-MiniLM-L6-v2', include_dense='no'), 'include_dense must be True or False'),
+])
+def test_every_kind_refuses_settings_its_model_cannot_serve(make, match, splade):
+    # a max_length past the model's positions used to crash inside transformers on the first long text, at encoding
+    # time; dim=0 and string flags were accepted and scored everything alike
+    with pytest.raises((ValueError, TypeError), match=match):
+        make(splade)

@@ -121,6 +121,8 @@ def test_settings_that_would_empty_every_output_are_refused(tiny):
     with pytest.raises(ValueError, match='fields'):
         Prune(top_n=1, fields=['text'])
     assert Prune(top_n=1, fields='toks').fields == ['toks']
+    with pytest.raises(ValueError, match='fields must name at least one'):  # [] used to mean every field
+        Prune(top_n=1, fields=[])
     with pytest.raises(ValueError, match='k must be a finite number'):
         rescale_head(Splade(*tiny).model, float('inf'))
     with pytest.raises(ValueError, match='alpha'):

@@ -292,6 +292,8 @@ def test_heldout_scores_and_keyword_queries(tiny, corpus):
     ('teachers', 'bm25', 'teachers must be a non-empty subset'),
     ('select_on', 'ndcg', 'select_on must be one of'),
     ('losses', {'infonce': 1.0, 'hinge': 1.0}, 'losses must be a non-empty dict'),
+    ('dense_teacher', '', 'dense_teacher must be a non-empty string'),  # else a failed load after the queries
+    ('latent_teacher', 5, 'latent_teacher must be a string'),
 ])
 def test_domain_config_refuses_invalid_fields_when_made(field, value, message):
     import re
@@ -461,3 +463,24 @@ def test_experiment_evaluator_retrieves_from_a_given_index(tiny, corpus, tmp_pat
     assert experiment_evaluator(splade.tokenizer, corpus, topics, qrels, index=full)(splade.model) == indexed
     assert indexed['nDCG@10'] > 0
     assert experiment_evaluator(splade.tokenizer, corpus, topics, qrels, index=part)(splade.model)['nDCG@10'] == 0
+
+
+@pytest.mark.parametrize('docnos, error, match', [
+    ([1, '1'], TypeError, 'docnos must be strings'),  # str() made them one document
+    (['a', 'a'], ValueError, "'a' occurs twice"),
+    (['a', None], ValueError, 'missing'),
+])
+def test_domain_adapt_checks_docnos_before_any_work(splade, tmp_path, docnos, error, match):
+    corpus = [{'docno': d, 'text': 'nuclear reactor physics'} for d in docnos]
+    with pytest.raises(error, match=match):
+        domain_adapt(splade, corpus, tmp_path / 'out', verbose=False)
+    assert not (tmp_path / 'out').exists()
+
+
+def test_domain_adapt_refuses_a_user_model_folder_before_any_work(splade, tmp_path):
+    (tmp_path / 'out' / 'model').mkdir(parents=True)
+    (tmp_path / 'out' / 'model' / 'mine.txt').write_text('mine')
+    corpus = [{'docno': f'd{i}', 'text': 'nuclear reactor physics'} for i in range(3)]
+    with pytest.raises(FileExistsError, match='not a pyterrier-lsr model folder'):
+        domain_adapt(splade, corpus, tmp_path / 'out', verbose=False)
+    assert sorted(p.name for p in (tmp_path / 'out').iterdir()) == ['model']  # no cache/ built, nothing trained

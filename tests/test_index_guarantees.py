@@ -90,18 +90,25 @@ def test_docnos_pisa_cannot_store_are_rejected(tmp_path, docno):
 
 
 # 5. All-empty collections aborted the process; a never-queried index aborted when opened read-only.
-@pytest.mark.parametrize('docs', [
-    [{'docno': 'a', 'toks': {}}, {'docno': 'b', 'toks': {}}],
-    [{'docno': 'a', 'toks': {'t': 0.004}}],  # below 1 / scale
+@pytest.mark.parametrize('docs, match', [
+    ([{'docno': 'a', 'toks': {}}, {'docno': 'b', 'toks': {}}], 'documents has an empty vector'),
+    ([{'docno': 'a', 'toks': None}], 'its text missing, e.g. None'),
+    ([{'docno': 'a', 'toks': {'t': 0.004}}], 'empty after quantization'),  # below 1 / scale
 ])
-def test_an_all_empty_collection_is_a_clear_error(tmp_path, docs):
-    with pytest.raises(ValueError, match='empty after quantization'):
+def test_an_all_empty_collection_is_a_clear_error(tmp_path, docs, match):
+    with pytest.raises(ValueError, match=match):
         build(tmp_path / 'x.lsr', docs)
+
+
+def test_a_collection_of_missing_texts_says_so(splade, tmp_path):
+    # a one-document corpus whose text is None used to be reported as "empty after quantization"
+    with pytest.raises(ValueError, match='its text missing, e.g. None'):
+        LsrIndex(tmp_path / 'x.lsr', splade, verbose=False).index([{'docno': 'a', 'text': None}])
 
 
 def test_prune_to_nothing_is_a_clear_error(tmp_path):
     pruned = Prune(top_n=0)(pd.DataFrame(DOCS))
-    with pytest.raises(ValueError, match='empty after quantization'):
+    with pytest.raises(ValueError, match='empty vector'):
         build(tmp_path / 'x.lsr', pruned.to_dict('records'))
 
 

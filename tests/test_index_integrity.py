@@ -7,7 +7,7 @@ import pytest
 
 from pyterrier_lsr import LsrIndex, SpladeIndexer
 from pyterrier_lsr import storage
-from pyterrier_lsr.index import artifact, integrity
+from pyterrier_lsr.index import artifact
 
 DOCS = [{'docno': f'd{i}', 'toks': {'alpha': 1.0 + i, 'beta': 0.5, f'only{i}': 2.0}} for i in range(6)]
 QUERY = pd.DataFrame({'qid': ['q1'], 'query_toks': [{'alpha': 1.0, 'only3': 1.0}]})
@@ -116,7 +116,7 @@ def test_open_checks_small_files_and_verify_checks_every_file(tmp_path, monkeypa
     shard.write_bytes(bytes(data))
     with pytest.raises(ValueError, match='part-00000.parquet'):  # small: caught on open
         LsrIndex(index.path).num_docs()
-    monkeypatch.setattr(integrity, 'CHEAP_DIGEST_BYTES', 0)  # as if every file were large
+    monkeypatch.setattr(storage, 'CHEAP_DIGEST_BYTES', 0)  # as if every file were large
     reopened = LsrIndex(index.path)
     assert reopened.num_docs() == 6
     with pytest.raises(ValueError, match='part-00000.parquet.*content differs'):
@@ -130,7 +130,7 @@ def test_model_weights_edited_in_place_are_noticed_when_loaded(splade, tmp_path,
     data = bytearray(weights.read_bytes())
     data[-1] ^= 0xFF
     weights.write_bytes(bytes(data))
-    monkeypatch.setattr(integrity, 'CHEAP_DIGEST_BYTES', 0)  # the open-time check alone would not see it
+    monkeypatch.setattr(storage, 'CHEAP_DIGEST_BYTES', 0)  # the open-time check alone would not see it
     reopened = LsrIndex(index.path)
     assert reopened.num_docs() == 2
     with pytest.raises(ValueError, match=rf'model/{weights.name}'):

@@ -244,6 +244,17 @@ def test_new_keys_are_validated(tmp_path, text, key):
     assert key in str(error.value) and '\n' not in str(error.value)
 
 
+@pytest.mark.parametrize('key', ['output', 'workdir'])
+def test_an_output_or_workdir_that_is_a_file_is_a_config_error(tmp_path, key):
+    # refused when read, not by a mkdir after every system was indexed and measured
+    (tmp_path / 'taken').write_text('mine')
+    (tmp_path / 'c.yaml').write_text(f'dataset: irds:vaswani\noutput: out\n{key}: taken\n'
+                                     'systems: [{name: b, type: bm25}]\n')
+    with pytest.raises(ConfigError, match=f'config key {key}: .*taken is a file'):
+        load_config(tmp_path / 'c.yaml')
+    assert (tmp_path / 'taken').read_text() == 'mine'
+
+
 def test_unknown_or_unjudged_topics_are_config_errors(tmp_path):
     (tmp_path / 'c.yaml').write_text('dataset: irds:vaswani\noutput: out\ntopics: [1, 99999]\n'
                                      'systems: [{name: b, type: bm25}]\n')

@@ -252,6 +252,7 @@ def test_bad_inputs(tiny, tmp_path):
     ('steps', 2.5, 'steps must be an integer'),
     ('bf16', 'no', 'bf16 must be True or False'),
     ('losses', {'infonce': -1.0}, "losses['infonce'] must be a finite number >= 0"),
+    ('losses', {'infonce': 0.0, 'kl': 0}, 'at least one loss a weight > 0'),  # else only FLOPS trains: empty vectors
 ])
 def test_train_config_refuses_invalid_fields_when_made(field, value, message):
     with pytest.raises((ValueError, TypeError), match=re.escape(message)):

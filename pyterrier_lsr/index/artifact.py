@@ -39,7 +39,7 @@ from ..checks import MAX_SCALE, UniqueDocnos, check_float, check_int, check_vect
 from ..loading import load_model
 from ..quiet import quiet_native
 from .engines import ENGINES, get_engine
-from .integrity import check_files, check_meta, check_scoring, record_files
+from .integrity import check_meta, check_scoring
 from .quantization import quantize
 from .retrievers import QueryToksRetriever, Retriever, system_label
 from .vectors import VectorStore, VectorWriter
@@ -168,7 +168,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
                 raise ValueError(f'{file}: format version {meta.get("version")!r}; this version of pyterrier-lsr '
                                  f'reads version {FORMAT_VERSION}: rebuild the index')
             check_meta(meta, file, ENGINES)
-            check_files(self.path, meta['files'])
+            storage.check_files(self.path, meta['files'])
             rebuilt = self._stamp is not None and marker.get('build') != self._stamp.get('build')
             if rebuilt and self._model_from_index:  # a model loaded from the previous build is not this build's
                 self._model, self._model_from_index = None, False
@@ -178,7 +178,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
     def verify(self) -> 'LsrIndex':
         """Checks the digest of every file of the index (a full read); raises a ``ValueError`` naming the damaged
         files. Opening an index checks sizes and small files only."""
-        check_files(self.path, self.meta['files'], full=True)
+        storage.check_files(self.path, self.meta['files'], full=True)
         return self
 
     @property
@@ -222,7 +222,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
             if self.path.resolve() not in folder.parents:
                 raise ValueError(f'{self.path / META_FILE}: the model path {recorded["path"]!r} leads outside the '
                                  'index')
-            check_files(self.path, meta['files'], full=True, prefix=recorded['path'].rstrip('/') + '/')
+            storage.check_files(self.path, meta['files'], full=True, prefix=recorded['path'].rstrip('/') + '/')
             model = load_model(folder, **({'precision': 'int8'} if recorded.get('precision') == 'int8' else {}))
             if recorded.get('name'):  # the name it was indexed under, not the copy's folder ('model'), in reprs
                 model.name = recorded['name']
@@ -296,7 +296,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         the index atomically; returns ``self``."""
         it, total = _documents(it)
         with storage.build_folder(self.path, INDEX_KIND, self.overwrite, what='index') as tmp:
-            writer, df, count = VectorWriter(tmp / VECTORS_FOLDER), Counter(), 0
+            writer, df, count, empty = VectorWriter(tmp / VECTORS_FOLDER), Counter(), 0, 0
             # Advanced once per encoded chunk: per-document updates made the first one report the time of a whole
             # chunk per document (hours of ETA).
             with tqdm(total=total, desc=f'indexing {self.path.name}', unit='doc', disable=not self.verbose,
@@ -305,10 +305,14 @@ class LsrIndex(pta.Artifact, pt.Indexer):
                     for docno, vector in chunk:
                         writer.add(docno, vector)
                         df.update(quantize(vector, self._scale).keys())
+                        empty += not vector
                     count += len(chunk)
                     pbar.update(len(chunk))
             if count == 0:
                 raise ValueError('cannot index an empty collection')
+            if empty == count:  # missing texts (None, NaN) and blank ones encode as empty vectors, as documented
+                raise ValueError(f'every one of the {count} documents has an empty vector (its text missing, e.g. '
+                                 'None, or blank, or its toks empty); nothing could be retrieved')
             if not df:
                 raise ValueError(f'every one of the {count} documents is empty after quantization (all weights below '
                                  f'1/scale = {1 / self._scale:g}); nothing could be retrieved')
@@ -382,7 +386,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
 def _write_meta(folder: Path, meta: dict, build: Optional[str] = None) -> None:
     """Records every file of ``folder`` in ``lsr.json``, writes it, and marks the folder with the build id (a new one
     unless given) and the digest of ``lsr.json`` (see :mod:`.integrity`)."""
-    meta['files'] = record_files(folder, leave_out={META_FILE})
+    meta['files'] = storage.record_files(folder, leave_out={META_FILE})
     storage.write_json(folder / META_FILE, meta)
     storage.mark(folder, INDEX_KIND, build=build or uuid.uuid4().hex,
                  meta_sha256=storage.file_digest(folder / META_FILE))

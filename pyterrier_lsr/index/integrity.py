@@ -6,9 +6,11 @@ At build time every file of the index is recorded in ``lsr.json`` (``files``: it
 encoding of the corpus, which dominates it by orders of magnitude.
 
 * On open (cheap, every ``LsrIndex`` use that reads metadata): ``lsr.json``'s digest against the marker, its fields,
-  every file's size, and the digests of files up to :data:`CHEAP_DIGEST_BYTES` (metadata such as ``df.json``,
-  ``vectors/vectors.json``, engines' term tables and settings, the model's configuration): a truncated shard or an
-  edited table is an error naming the file before any engine reads it.
+  every file's size, and the digests of files up to :data:`~pyterrier_lsr.storage.CHEAP_DIGEST_BYTES` (metadata
+  such as ``df.json``, ``vectors/vectors.json``, engines' term tables and settings, the model's configuration): a
+  truncated shard or an edited table is an error naming the file before any engine reads it.  The recording and the
+  checks themselves (:func:`~pyterrier_lsr.storage.record_files`, :func:`~pyterrier_lsr.storage.check_files`) live in
+  the storage layer, shared with the MaxSim store and the SSR index.
 * When the stored model is loaded: the digests of every file of the model folder (weights edited in place).
 * :meth:`LsrIndex.verify <pyterrier_lsr.LsrIndex.verify>`: every digest.
 
@@ -17,46 +19,11 @@ not an adversary who rewrites the records too.
 """
 import math
 from pathlib import Path, PurePosixPath
-from typing import Dict, Optional
+from typing import Optional
 
-from .. import storage
 from ..checks import MAX_SCALE, check_float, check_int
 
-# Files up to this size are digested on every open (about a millisecond per MiB); larger ones only by verify() and,
-# for the model folder, when the model is loaded.
-CHEAP_DIGEST_BYTES = 1 << 22
-
-__all__ = ['CHEAP_DIGEST_BYTES', 'record_files', 'check_files', 'check_meta', 'check_scoring', 'safe_relative']
-
-
-def record_files(folder: Path, leave_out=()) -> Dict[str, dict]:
-    """``{relative name: {'bytes', 'sha256'}}`` for every file of ``folder`` but the marker and ``leave_out``."""
-    out = {}
-    for path in sorted(folder.rglob('*')):
-        name = path.relative_to(folder).as_posix()
-        if path.is_file() and name != storage.MARKER and name not in leave_out:
-            out[name] = {'bytes': path.stat().st_size, 'sha256': storage.file_digest(path)}
-    return out
-
-
-def check_files(folder: Path, files: Dict[str, dict], full: bool = False, prefix: str = '') -> None:
-    """Raises a ``ValueError`` naming the damaged files (missing, another size, other bytes) among ``files`` whose
-    name starts with ``prefix``; digests are compared for every file with ``full``, else for small ones only."""
-    damaged = []
-    for name, record in files.items():
-        if not name.startswith(prefix):
-            continue
-        path = folder / name
-        if not path.is_file():
-            damaged.append(f'{name} (missing)')
-        elif path.stat().st_size != record['bytes']:
-            damaged.append(f'{name} ({path.stat().st_size} bytes, {record["bytes"]} recorded)')
-        elif (full or record['bytes'] <= CHEAP_DIGEST_BYTES) and storage.file_digest(path) != record['sha256']:
-            damaged.append(f'{name} (content differs from the recorded digest)')
-    if damaged:
-        more = f' and {len(damaged) - 5} more' if len(damaged) > 5 else ''
-        raise ValueError(f'the index at {folder} is damaged: {", ".join(damaged[:5])}{more}; '
-                         'rebuild it')
+__all__ = ['check_meta', 'check_scoring', 'safe_relative']
 
 
 def safe_relative(name) -> bool:

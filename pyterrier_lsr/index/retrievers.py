@@ -2,9 +2,8 @@
 engine, and a query encoder composed with it under a short, ``save_dir``-safe name."""
 import pandas as pd
 import pyterrier as pt
-import pyterrier_alpha as pta
 
-from ..checks import check_vector
+from ..checks import check_query_frame, check_vector
 
 __all__ = ['QueryToksRetriever', 'Retriever', 'system_label']
 
@@ -20,7 +19,7 @@ class QueryToksRetriever(pt.Transformer):
         self.build_id = build_id
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        pta.validate.query_frame(inp, extra_columns=['query_toks'])
+        check_query_frame(inp, ['query_toks'])
         if self.index.build_id() != self.build_id:  # the engine holds the files of the build it was opened on
             raise RuntimeError(f'{self.index.path} was rebuilt after this retriever was made; make a new one '
                                '(index.retriever() or index.toks_retriever())')

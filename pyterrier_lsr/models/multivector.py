@@ -60,7 +60,7 @@ class MultiVectorModel(nn.Module):
                  projection: Optional[torch.Tensor] = None, seed: int = 0):
         super().__init__()
         self.features = DenseFeatures(backbone, mode='multi', skip_ids=skip_ids, frozen=False)
-        self.dim = dim
+        self.dim = check_int('dim', dim, 1)  # 0 would embed every token as the empty vector: every score 0
         self.skip_ids = sorted(int(i) for i in skip_ids)
         self.projection = nn.Linear(self.features.dim, dim, bias=False)
         with torch.no_grad():

@@ -233,6 +233,8 @@ def load_config(path) -> dict:
     base = Path(path).resolve().parent
     for key in ('output', 'workdir'):
         config[key] = str(confined_path(base, config.get(key, 'indices'), key))
+        if Path(config[key]).exists() and not Path(config[key]).is_dir():  # else refused only after the indexing
+            raise ConfigError(f'config key {key}: {config[key]} is a file, not a folder')
     for i, system in enumerate(config['systems']):
         if 'index' in system:
             from ..index.artifact import is_lsr_index

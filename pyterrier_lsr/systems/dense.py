@@ -8,7 +8,7 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
-from ..checks import check_docnos, check_int
+from ..checks import check_docnos, check_int, check_query_frame
 from ..latent_terms import LatentTerms, cached_embeddings
 
 __all__ = ['DenseRetriever', 'dense_retriever', 'per_text']
@@ -30,7 +30,7 @@ class DenseRetriever(pt.Transformer):
         self.num_results = check_int('num_results', num_results, 1)
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        pta.validate.query_frame(inp, extra_columns=['query'])
+        check_query_frame(inp, ['query'])
         out = pta.DataFrameBuilder(['docno', 'score', 'rank'])
         if len(inp):
             queries = self._query_vectors(inp['query'].tolist())

@@ -39,6 +39,7 @@ from .data import Example
 
 STATE_FILE = 'trainer_state.pt'
 CHECKPOINT_KIND = 'checkpoint'
+RUN_KIND = 'training_run'  # the output folder: checkpoints, metrics.csv/json
 CHECKPOINT_NAME = re.compile(r'checkpoint-(\d+)')
 STATE_KEYS = {'step', 'optimizer', 'scheduler', 'model', 'extra', 'torch_rng', 'config', 'log'}
 # Fields that change logging and saving only: a resumed run may change them without resume='force'.
@@ -84,6 +85,8 @@ class TrainConfig:
             raise ValueError(f'losses must be a non-empty dict over {sorted(L.LOSSES)}, got {self.losses!r}')
         for name, weight in self.losses.items():
             check_float(f'losses[{name!r}]', weight, 0)
+        if not any(self.losses.values()):  # only the FLOPS regulariser would train: every vector goes to empty
+            raise ValueError(f'losses must give at least one loss a weight > 0, got {self.losses!r}')
         if not isinstance(self.lr_multipliers, dict):
             raise TypeError(f'lr_multipliers must be a dict of prefix -> factor, got {self.lr_multipliers!r}')
         for prefix, factor in self.lr_multipliers.items():
@@ -275,6 +278,17 @@ def _latest_state(output_dir) -> Tuple[Optional[Path], Optional[dict]]:
     return None, None
 
 
+def claim_output(output_dir) -> Path:
+    """``output_dir`` as a training folder of ours (see :func:`pyterrier_lsr.storage.claim_folder`), before any
+    work: a user's folder (its ``metrics.csv`` would be replaced) is refused, not trained into.  A folder holding
+    our checkpoints is a run written before runs were marked, and is adopted."""
+    output_dir = Path(output_dir)
+    if any(storage.is_artifact(p, CHECKPOINT_KIND) for p in _checkpoints(output_dir)) and \
+            not storage.is_artifact(output_dir, RUN_KIND):
+        storage.mark(output_dir, RUN_KIND)
+    return storage.claim_folder(output_dir, RUN_KIND, 'training folder')
+
+
 def latest_checkpoint(output_dir) -> Optional[Path]:
     """The newest intact ``checkpoint-<step>`` folder of ``output_dir`` (see :func:`run_loop`), or None."""
     return _latest_state(output_dir)[0]
@@ -375,8 +389,9 @@ def run_loop(
     if resume not in (False, True, 'force'):
         raise ValueError(f"resume must be False, True or 'force', got {resume!r}")
     output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
     dist.setup()
+    if dist.is_main():  # rank 0 writes here; the others only read checkpoints
+        claim_output(output_dir)
     torch.manual_seed(config.seed)
     extra_parameters = list(extra_parameters)
     groups = param_groups(model, extra_parameters, config)

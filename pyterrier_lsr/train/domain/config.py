@@ -2,7 +2,7 @@
 strings (CLI and scripts)."""
 from dataclasses import dataclass, field, fields, replace
 
-from ...checks import check_bool, check_choice, check_float, check_int
+from ...checks import check_bool, check_choice, check_float, check_int, check_str
 from ..loop import TrainConfig
 
 SIDES = ('both', 'query')
@@ -60,6 +60,8 @@ class DomainConfig:
             raise ValueError(f'teachers must be a non-empty subset of {TEACHERS}, got {self.teachers!r}')
         self.teachers = tuple(self.teachers)
         check_bool('bf16', self.bf16)
+        for name in ('dense_teacher', 'latent_teacher'):  # model names, loaded only after the pseudo-queries
+            check_str(name, getattr(self, name))
         for name, minimum in MINIMUM.items():
             check_int(name, getattr(self, name), minimum)
         check_float('lr', self.lr, 0, exclusive_minimum=True)

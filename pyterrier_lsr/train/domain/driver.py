@@ -18,7 +18,10 @@ from pathlib import Path
 
 import torch
 
+from ... import storage
 from ...asymmetric import AsymmetricSplade
+from ...base import MODEL_ARTIFACT
+from ...checks import UniqueDocnos
 from ...encoders import Splade
 from ...encoding import is_blank
 from ...inference_free import InferenceFreeSplade
@@ -61,7 +64,12 @@ class DomainAdaptation:
         self.splade, self.config, self.report, self.verbose, self.documents = splade, config, report, verbose, documents
         self.output_dir = Path(output_dir)
         self.cache = Path(cache_dir) if cache_dir is not None else self.output_dir / 'cache'
-        self.docs = {str(d['docno']): d['text'] for d in corpus if not is_blank(d.get('text'))}
+        # docnos checked like every index's (str() made 1 and '1' one document, None the docno 'None')
+        unique, self.docs = UniqueDocnos('the corpus to adapt to'), {}
+        for doc in corpus:
+            docno = unique.add(doc['docno'])
+            if not is_blank(doc.get('text')):
+                self.docs[docno] = doc['text']
         self.curve: list[dict] = []
         self.step = 0
         self.best_score, self.best_step, self.best_state = None, 0, None
@@ -143,6 +151,8 @@ class DomainAdaptation:
         """Adapts and returns ``(model, log)``; see :func:`domain_adapt`."""
         config, splade = self.config, self.splade
         start_time = time.time()
+        # the selected model is saved at the end: a folder it may not replace is refused now, not after the training
+        storage.check_replaceable(self.output_dir / 'model', MODEL_ARTIFACT, True, 'model folder')
         self.prepare()
         prep_seconds = time.time() - start_time  # data, teacher and (query side) the documents' encoding
         start_score = self.evaluate(self.model)[config.select_on]
