@@ -67,6 +67,7 @@ def main():
     parser.add_argument('--latents', type=int, default=4096)
     parser.add_argument('--k', type=int, default=16)
     parser.add_argument('--sae-epochs', type=int, default=1)
+    parser.add_argument('--sae-seed', type=int, default=0, help="the SAE's initialisation and sample seed")
     parser.add_argument('--doc-pooling', default='max')
     parser.add_argument('--query-pooling', default='sum')
     parser.add_argument('--max-train-vectors', type=int, default=200_000, help='SAE training sample; 0: all')
@@ -136,7 +137,8 @@ def main():
         info = {'docs': len(docs), 'tokens': int(offsets[-1]), 'embed_s': embed_s}
 
         start = time.perf_counter()
-        sae, sae_log = train_ssr_sae(vectors, {'n_latents': args.latents, 'k': args.k, 'epochs': args.sae_epochs},
+        sae, sae_log = train_ssr_sae(vectors, {'n_latents': args.latents, 'k': args.k, 'epochs': args.sae_epochs,
+                                                      'seed': args.sae_seed},
                                      args.max_train_vectors or None, verbose=False)
         sae_s = time.perf_counter() - start
         ssr = SSR(encoder, sae, args.doc_pooling, args.query_pooling)
