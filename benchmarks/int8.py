@@ -2,9 +2,10 @@
 
     IR_DATASETS_HOME=... python benchmarks/int8.py --cisi path/to/cisi
 
-Measured (``precision='int8'`` is :mod:`pyterrier_lsr.int8`; the model defaults to the offline ``splade-tiny``):
+Measured (``precision='int8'`` is :mod:`pyterrier_lsr.int8`; the model defaults to the offline ``splade-tiny``;
+``--precisions fp32 int8 bf16`` adds bf16 autocast, every pair of document and query precisions in one experiment):
 
-* speed: docs/s of ``encode_docs`` on the first ``--speed-docs`` Vaswani documents, fp32 and int8 alternating for
+* speed: docs/s of ``encode_docs`` on the first ``--speed-docs`` Vaswani documents, the precisions alternating for
   ``--rounds`` rounds in this one process at ``--threads`` threads (default 1); the best round of each is reported
   (on a shared machine slower rounds measure the neighbours), with every round and the load average before and
   after. The full-corpus indexing time of each precision is reported too.
@@ -23,7 +24,6 @@ import tempfile
 import time
 from pathlib import Path
 
-PRECISIONS = ('fp32', 'int8')
 
 
 def cpu_info() -> dict:
@@ -53,6 +53,7 @@ def speed(models: dict, texts: list, rounds: int) -> dict:
 
 
 def effectiveness(name: str, collection, models: dict, workdir: Path) -> dict:
+    """nDCG@10 of every pair of document and query precisions, and each precision's indexing docs/s."""
     import pyterrier as pt
     from pyterrier.measures import nDCG
 
@@ -66,12 +67,12 @@ def effectiveness(name: str, collection, models: dict, workdir: Path) -> dict:
         index_s[p] = time.perf_counter() - start
         indexes[p] = path
     runs = {f'docs {d} / queries {q}': LsrIndex(str(indexes[d]), models[q]).retriever()
-            for d in PRECISIONS for q in PRECISIONS}
+            for d in models for q in models}
     table = pt.Experiment(list(runs.values()), collection.topics, collection.qrels, [nDCG @ 10], names=list(runs))
     ndcg = dict(zip(table['name'], table['nDCG@10']))
     return {'docs': len(collection.corpus), 'topics': len(collection.topics), 'index_s': index_s,
             'index_docs_per_s': {p: len(collection.corpus) / s for p, s in index_s.items()}, 'ndcg@10': ndcg,
-            'int8/fp32': ndcg['docs int8 / queries int8'] / ndcg['docs fp32 / queries fp32']}
+            'vs_fp32': {p: ndcg[f'docs {p} / queries {p}'] / ndcg['docs fp32 / queries fp32'] for p in models}}
 
 
 def main(argv=None):
@@ -85,8 +86,11 @@ def main(argv=None):
     parser.add_argument('--threads', type=int, default=1, help='torch threads (1 on a shared machine)')
     parser.add_argument('--batch-size', type=int, default=32)
     parser.add_argument('--workdir', default=None, help='where the indexes go (default: a temporary folder)')
+    parser.add_argument('--precisions', nargs='+', choices=['fp32', 'int8', 'bf16'], default=['fp32', 'int8'],
+                        help='fp32 is always measured: the others are compared with it')
     parser.add_argument('--output', default='benchmarks/results/int8.json')
     args = parser.parse_args(argv)
+    precisions = ['fp32'] + [p for p in dict.fromkeys(args.precisions) if p != 'fp32']
 
     import torch
     torch.set_num_threads(args.threads)
@@ -97,7 +101,7 @@ def main(argv=None):
     started = datetime.datetime.now(datetime.timezone.utc)
     load_before = os.getloadavg()
     models = {p: Splade.from_pretrained(args.model, device='cpu', precision=p, batch_size=args.batch_size)
-              for p in PRECISIONS}
+              for p in precisions}
     vaswani = load_collection(args.vaswani).subset(args.docs)
     texts = [d['text'] for d in vaswani.corpus[:args.speed_docs]]
     result = {'command': ' '.join([Path(sys.executable).name] + sys.argv), 'started': started.isoformat(),
@@ -105,7 +109,8 @@ def main(argv=None):
               'threads': args.threads, 'model': args.model, 'batch_size': args.batch_size,
               'loadavg_before': load_before}
     result['speed'] = speed(models, texts, args.rounds)
-    result['speed']['int8/fp32'] = result['speed']['int8']['docs_per_s'] / result['speed']['fp32']['docs_per_s']
+    result['speed']['vs_fp32'] = {p: result['speed'][p]['docs_per_s'] / result['speed']['fp32']['docs_per_s']
+                                  for p in precisions}
     result['speed']['docs'] = len(texts)
     result['loadavg_after_speed'] = os.getloadavg()
     with tempfile.TemporaryDirectory() as tmp:
@@ -117,21 +122,22 @@ def main(argv=None):
     result['seconds'] = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
     write_json(args.output, result)
 
-    s = result['speed']
+    s, others = result['speed'], precisions[1:]
     print(f"{result['cpu']['model']}, torch {result['torch']} ({result['quantized_engine']}), "
           f"{args.threads} thread(s), "
           f"load {load_before[0]:.1f} -> {result['loadavg_after'][0]:.1f}")
-    print(f"{'':28s}{'fp32':>10s}{'int8':>10s}{'int8/fp32':>11s}")
-    print(f"{'docs/s (best of %d)' % args.rounds:28s}{s['fp32']['docs_per_s']:10.1f}{s['int8']['docs_per_s']:10.1f}"
-          f"{s['int8/fp32']:11.2f}")
+    print(f"{'':28s}" + ''.join(f'{p:>10s}' for p in precisions) + ''.join(f'{p + "/fp32":>11s}' for p in others))
+    print(f"{'docs/s (best of %d)' % args.rounds:28s}" + ''.join(f"{s[p]['docs_per_s']:10.1f}" for p in precisions)
+          + ''.join(f"{s['vs_fp32'][p]:11.2f}" for p in others))
     for name, e in result['effectiveness'].items():
-        n = e['ndcg@10']
-        print(f"{name + ' nDCG@10':28s}{n['docs fp32 / queries fp32']:10.4f}{n['docs int8 / queries int8']:10.4f}"
-              f"{e['int8/fp32']:11.4f}")
-        print(f"{name + ' index docs/s':28s}{e['index_docs_per_s']['fp32']:10.1f}{e['index_docs_per_s']['int8']:10.1f}"
-              f"{e['index_docs_per_s']['int8'] / e['index_docs_per_s']['fp32']:11.2f}")
-        print(f"{name + ' mixed nDCG@10':28s}  int8 docs/fp32 queries {n['docs int8 / queries fp32']:.4f}, "
-              f"fp32 docs/int8 queries {n['docs fp32 / queries int8']:.4f}")
+        n, docs_s = e['ndcg@10'], e['index_docs_per_s']
+        print(f"{name + ' nDCG@10':28s}" + ''.join(f"{n[f'docs {p} / queries {p}']:10.4f}" for p in precisions)
+              + ''.join(f"{e['vs_fp32'][p]:11.4f}" for p in others))
+        print(f"{name + ' index docs/s':28s}" + ''.join(f'{docs_s[p]:10.1f}' for p in precisions)
+              + ''.join(f"{docs_s[p] / docs_s['fp32']:11.2f}" for p in others))
+        for p in others:
+            print(f"{name + ' mixed nDCG@10':28s}  {p} docs/fp32 queries {n[f'docs {p} / queries fp32']:.4f}, "
+                  f"fp32 docs/{p} queries {n[f'docs fp32 / queries {p}']:.4f}")
     print(f'wrote {args.output}')
 
 

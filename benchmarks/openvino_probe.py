@@ -249,7 +249,7 @@ def main(argv=None):
     for name, e in result.get('effectiveness', {}).items():
         n = e['ndcg@10']
         print(f"{name} nDCG@10: fp32 {n['docs fp32 / queries fp32']:.4f}, {result['effectiveness_variant']} "
-              f"{n['docs int8 / queries int8']:.4f} ({e['int8/fp32']:.4f}); mixed: int8 docs/fp32 queries "
+              f"{n['docs int8 / queries int8']:.4f} ({e['vs_fp32']['int8']:.4f}); mixed: int8 docs/fp32 queries "
               f"{n['docs int8 / queries fp32']:.4f}, fp32 docs/int8 queries {n['docs fp32 / queries int8']:.4f}")
     print(f'wrote {args.output}')
 

@@ -46,6 +46,23 @@ def test_chunked_pooling_matches_unchunked():
         torch.testing.assert_close(max_pooled_logits(hidden, mask, weight, bias, chunk_elements=chunk), full)
 
 
+def test_bf16_pooling_matches_unchunked():
+    # bf16 on CPU takes positions x vocabulary tiles, the maximum across rows (another layout than fp32's).
+    from pyterrier_lsr.models import max_pooled_logits
+
+    torch.manual_seed(0)
+    hidden, weight, bias = torch.randn(3, 7, 5), torch.randn(11, 5), torch.randn(11)
+    mask = torch.tensor([[1] * 7, [1] * 4 + [0] * 3, [1] + [0] * 6])
+    h, w = hidden.bfloat16(), weight.bfloat16()
+    full = (h.float() @ w.float().T).masked_fill(~mask.bool()[..., None], float('-inf')).amax(1) + bias
+    for chunk in (1, 11, 40, 10**6):
+        ours = max_pooled_logits(h, mask, w, bias.bfloat16(), chunk_elements=chunk)
+        assert ours.dtype == torch.bfloat16
+        torch.testing.assert_close(ours.float(), full, atol=0.05, rtol=0.02)
+        with torch.autocast('cpu', dtype=torch.bfloat16):
+            assert torch.equal(max_pooled_logits(hidden, mask, weight, bias, chunk_elements=chunk), ours)
+
+
 def test_training_pooling_gradients_match_reference():
     from pyterrier_lsr.models import log_saturation, max_pooled_logits
 

@@ -46,19 +46,27 @@ def max_pooled_logits(hidden: torch.Tensor, attention_mask: torch.Tensor, weight
         stand_in = hidden[torch.arange(batch, device=hidden.device), first_valid]
         hidden = torch.where(valid[..., None], hidden, stand_in[:, None])
 
+    # fp32: vocabulary rows times positions, not positions times vocabulary columns: the same products, and MKL's
+    # fp32 GEMM took 0.6-0.8x the time in this layout (AMD EPYC, benchmarks/claims/encoding-speed.md); the maximum
+    # then runs over contiguous positions. bf16 on CPU: positions times vocabulary columns, the maximum taken across
+    # rows: ATen's bf16 maximum over a contiguous run of a short text's positions is slow, and this layout was 2.9x
+    # faster per tile with 48-token texts on an AMX CPU, where the bf16 products are 8x fp32's
+    # (benchmarks/claims/int8.md, "bf16 on an AMX CPU").
+    rows_first = dtype == torch.bfloat16 and hidden.device.type == 'cpu'
     texts_per_tile = max(1, chunk_elements // (length * MIN_VOCAB_STEP))
     pooled = torch.empty(batch, vocab, dtype=dtype, device=hidden.device)
     for t0 in range(0, batch, texts_per_tile):
         tile = hidden[t0:t0 + texts_per_tile]
-        positions = tile.reshape(-1, dim).t().contiguous()
-        step = max(MIN_VOCAB_STEP, chunk_elements // positions.shape[1])
+        # A contiguous copy: MKL's sums over a transposed view changed in the last bits with the tensors' memory (a
+        # reloaded model encoded differently).
+        positions = tile.reshape(-1, dim).contiguous() if rows_first else tile.reshape(-1, dim).t().contiguous()
+        step = max(MIN_VOCAB_STEP, chunk_elements // (tile.shape[0] * length))
         for v0 in range(0, vocab, step):
-            # Vocabulary rows times positions, not positions times vocabulary columns: the same products, and MKL's
-            # fp32 GEMM took 0.6-0.8x the time in this layout (AMD EPYC, benchmarks/claims/encoding-speed.md); the
-            # maximum then runs over contiguous positions. The positions are a contiguous copy: MKL's sums over a
-            # transposed view changed in the last bits with the tensors' memory (a reloaded model encoded differently).
-            logits = torch.mm(weight[v0:v0 + step], positions)
-            pooled[t0:t0 + texts_per_tile, v0:v0 + step] = logits.view(-1, tile.shape[0], length).amax(dim=2).t()
+            if rows_first:
+                logits = torch.mm(positions, weight[v0:v0 + step].t()).view(tile.shape[0], length, -1).amax(dim=1)
+            else:
+                logits = torch.mm(weight[v0:v0 + step], positions).view(-1, tile.shape[0], length).amax(dim=2).t()
+            pooled[t0:t0 + texts_per_tile, v0:v0 + step] = logits
 
     if bias is not None:
         pooled += bias.to(dtype)
