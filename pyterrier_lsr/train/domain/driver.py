@@ -38,6 +38,9 @@ from .frozen import frozen_documents, frozen_parameters
 from .heldout import heldout_scores
 
 DONE_FILE = 'domain_adapt.json'
+# the marked kinds of the output folder (model/, train/, the log) and of the cache folder (reused across runs)
+OUTPUT_KIND = 'domain_adaptation'
+CACHE_KIND = 'domain_adaptation.cache'
 # kinds whose query side can adapt alone: a copy of the query encoder trains, or an inference-free model's table
 QUERY_SIDE_CLASSES = (Splade, SaeSplade, AsymmetricSplade, InferenceFreeSplade)
 
@@ -77,7 +80,7 @@ class DomainAdaptation:
     def prepare(self):
         """The data (cached), the trained modules and, for query-side adaptation, the frozen documents."""
         config, splade = self.config, self.splade
-        self.cache.mkdir(parents=True, exist_ok=True)
+        storage.claim_folder(self.cache, CACHE_KIND, 'domain-adaptation cache folder')
         self.data, self.cache_hit = build_data(self.docs, self.cache, config, self.verbose)
         self.examples = [Example(e['query'], self.docs[e['pos']], [self.docs[d] for d in e['negatives']],
                                  e['teacher']) for e in self.data['examples']]
@@ -151,6 +154,7 @@ class DomainAdaptation:
         """Adapts and returns ``(model, log)``; see :func:`domain_adapt`."""
         config, splade = self.config, self.splade
         start_time = time.time()
+        storage.claim_folder(self.output_dir, OUTPUT_KIND, 'domain-adaptation folder')
         # the selected model is saved at the end: a folder it may not replace is refused now, not after the training
         storage.check_replaceable(self.output_dir / 'model', MODEL_ARTIFACT, True, 'model folder')
         self.prepare()
