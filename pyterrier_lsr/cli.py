@@ -8,7 +8,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from .checks import check_float, check_int
-from .train.loop import TrainConfig
+from .train.loop import TrainConfig, resume_state
 
 
 def _fail(command: str, message) -> None:
@@ -187,6 +187,10 @@ def main(argv=None):
                     check_int(flag, value, 1)
         except (ValueError, TypeError) as e:
             _fail('train', str(e).replace('could not convert string to float', '--rescale-head: not a number or auto'))
+        try:  # a run it cannot continue (changed settings, no checkpoint that loads) is refused before the model loads
+            resume_state(args.output_dir, config, args.resume)
+        except ValueError as e:
+            _fail('train', f'--resume: {e}')
         if args.irds_cache:
             from .offline import use_irds_cache
             try:
@@ -229,7 +233,10 @@ def main(argv=None):
     if rescale is not None and not args.resume:
         sample = [ex.positive for ex, _ in zip(examples, range(64))] if isinstance(examples, list) else ()
         rescale_head(splade.model, rescale, splade.tokenizer, sample)
-    train(splade.model, splade.tokenizer, examples, args.output_dir, config, resume=args.resume)
+    try:
+        train(splade.model, splade.tokenizer, examples, args.output_dir, config, resume=args.resume)
+    except ValueError as e:  # e.g. a checkpoint of another --model, or fewer examples than a batch
+        _fail('train', e)
     if is_main():
         final = Path(args.output_dir) / 'model'
         splade.save_pretrained(str(final))
