@@ -478,6 +478,14 @@ def test_domain_adapt_checks_docnos_before_any_work(splade, tmp_path, docnos, er
     assert not (tmp_path / 'out').exists()
 
 
+def test_domain_adapt_refuses_a_doc_max_length_past_the_tokenizers_when_made(tiny, corpus, tmp_path):
+    splade = _splade(tiny)
+    splade.tokenizer.model_max_length = 64
+    with pytest.raises(ValueError, match=re.escape('doc_max_length must be >= 3 and <= 64, got 96')):
+        domain_adapt(splade, corpus, tmp_path / 'out', DomainConfig(), verbose=False)
+    assert not (tmp_path / 'out').exists()
+
+
 def test_domain_adapt_refuses_a_user_model_folder_before_any_work(splade, tmp_path):
     from pyterrier_lsr import storage
     (tmp_path / 'out' / 'model').mkdir(parents=True)

@@ -143,6 +143,17 @@ def test_train_projection_only(tiny_mv, tmp_path):
     assert (tmp_path / 'run' / 'checkpoint-3' / 'projection.safetensors').exists()
 
 
+def test_train_multivector_refuses_a_length_past_the_tokenizers_before_any_step(tiny_mv, tmp_path):
+    from pyterrier_lsr.train import Example, TrainConfig
+    from pyterrier_lsr.train.multivector import train_multivector
+    tiny_mv.tokenizer.model_max_length = 64
+    examples = [Example('cat', d, [SHORT_DOCS[0]]) for d in SHORT_DOCS[1:5]]
+    with pytest.raises(ValueError, match=re.escape('doc_max_length must be >= 3 and <= 64, got 256')):
+        train_multivector(tiny_mv.model, tiny_mv.tokenizer, examples, tmp_path / 'run',
+                          TrainConfig(steps=1, batch_size=4), verbose=False)  # the default doc_max_length: too long
+    assert not (tmp_path / 'run').exists()
+
+
 def test_maxsim_store_retriever_scorer_and_ivf(minilm, tmp_path):
     docs = [{'docno': f'd{i}', 'text': t} for i, t in enumerate(SHORT_DOCS)]
     store = minilm.indexer(tmp_path / 'store', verbose=False).index(docs)

@@ -259,6 +259,16 @@ def test_train_config_refuses_invalid_fields_when_made(field, value, message):
         TrainConfig(**{field: value})
 
 
+@pytest.mark.parametrize('field', ['query_max_length', 'doc_max_length'])
+def test_train_refuses_a_length_past_the_tokenizers_before_any_step(tiny, tmp_path, field):
+    model, tokenizer = tiny
+    tokenizer.model_max_length = 64  # the model has no positions past it
+    with pytest.raises(ValueError, match=re.escape(f'{field} must be >= 3 and <= 64, got 100')):
+        train(model, tokenizer, examples(4), tmp_path / 'run', TrainConfig(steps=1, batch_size=4, **{field: 100}),
+              verbose=False)
+    assert not (tmp_path / 'run').exists()
+
+
 def test_micro_batches_refuse_fewer_examples_than_a_batch():
     from pyterrier_lsr.train.loop import micro_batches
     with pytest.raises(ValueError, match='need at least batch_size=4 examples, got 3'):  # not an endless loop

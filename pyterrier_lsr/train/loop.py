@@ -32,7 +32,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import storage
-from ..checks import check_bool, check_float, check_int
+from ..checks import check_bool, check_float, check_int, check_max_length
 from . import distributed as dist
 from . import losses as L
 from .data import Example
@@ -97,6 +97,13 @@ class TrainConfig:
             check_float(name, getattr(self, name), minimum, exclusive_minimum=exclusive)
         for name in ('in_batch_negatives', 'bf16'):
             check_bool(name, getattr(self, name))
+
+    def check_lengths(self, tokenizer) -> None:
+        """Refuses a ``query_max_length``/``doc_max_length`` above ``tokenizer``'s ``model_max_length`` (see
+        :func:`~pyterrier_lsr.checks.check_max_length`): the model has no positions past it, so the first batch would
+        crash inside the model.  Called where the tokenizer is known, before any step."""
+        for name in ('query_max_length', 'doc_max_length'):
+            check_max_length(name, getattr(self, name), tokenizer, getattr(self, name))
 
 
 def micro_batches(examples, batch_size: int, seed: int) -> Iterator[List[Example]]:
@@ -367,6 +374,7 @@ def train(
             training); see :func:`batch_loss`.
     """
     config = config or TrainConfig()
+    config.check_lengths(tokenizer)
     if isinstance(examples, Sequence) and len(examples) < config.batch_size:
         raise ValueError(f'need at least batch_size={config.batch_size} examples, got {len(examples)}')
     return run_loop(

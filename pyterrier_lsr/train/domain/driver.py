@@ -64,6 +64,7 @@ class DomainAdaptation:
         if documents is not None and config.side != 'query':
             raise ValueError("documents= serves query-side adaptation (side='query'); two-sided training re-encodes "
                              'them')
+        config.train_config().check_lengths(splade.tokenizer)
         self.splade, self.config, self.report, self.verbose, self.documents = splade, config, report, verbose, documents
         self.output_dir = Path(output_dir)
         self.cache = Path(cache_dir) if cache_dir is not None else self.output_dir / 'cache'
