@@ -14,6 +14,7 @@ from pyterrier_lsr.loading import MODEL_KINDS, model_class
 from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
 from pyterrier_lsr.models.sae_splade import SaeSpladeModel, structural_token_ids
 from pyterrier_lsr.ssr_index import SSRIndexer
+from pyterrier_lsr.train import DenseScorer
 
 
 def idf(splade):
@@ -67,6 +68,7 @@ CASES = {  # name -> (fixtures, factory, inputs kind)
     'SSR.scorer': (None, lambda: ssr().scorer(), 'result'),
     'MaxSimScorer': (None, lambda: MultiVector.from_backbone('all-MiniLM-L6-v2', dim=16, device='cpu').scorer(),
                      'result'),
+    'DenseScorer (teacher)': (None, lambda: DenseScorer('all-MiniLM-L6-v2', batch_size=2, device='cpu'), 'result'),
 }
 
 

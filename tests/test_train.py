@@ -9,8 +9,11 @@ import torch
 from pyterrier_lsr import Splade, load_model
 from pyterrier_lsr.models.heads import head_report, rescale_head
 from pyterrier_lsr.train import (
+    DenseScorer,
     Example,
+    RetrieverScorer,
     TrainConfig,
+    ZScoreFusion,
     batch_loss,
     flops,
     flops_weight,
@@ -350,3 +353,44 @@ def test_splade_from_encoder_without_mlm_head_and_calibration(texts):
     fresh = splade_from_encoder('all-MiniLM-L6-v2', tokenizer.all_special_ids)
     for (name, a), b in zip(splade.model.named_parameters(), fresh.parameters()):
         assert torch.equal(a, b), name
+
+
+
+def _retriever_scorer():
+    """RetrieverScorer over a stub retriever: d0 then d1 for every query."""
+    import pyterrier as pt
+
+    def retrieve(queries):
+        return pt.model.add_ranks(pd.DataFrame([{'qid': qid, 'query': query, 'docno': docno, 'score': score}
+                                                for qid, query in zip(queries['qid'], queries['query'])
+                                                for docno, score in (('d0', 2.), ('d1', 1.))]))
+    return RetrieverScorer(pt.apply.generic(retrieve), {'d0': 'text 0', 'd1': 'text 1'}, depth=10)
+
+
+@pytest.mark.parametrize('teacher', [_retriever_scorer, lambda: ZScoreFusion([_retriever_scorer()])])
+@pytest.mark.parametrize('change, message', [
+    ({'query': 'another query'}, "qid 'q' has two query texts"),  # RetrieverScorer scored both by the first
+    ({'docno': 'd0', 'text': 'text 0'}, "docno 'd0' occurs twice for qid 'q'"),  # the fusion's merge doubled rows
+])
+def test_teacher_scorers_check_their_result_frames(teacher, change, message):
+    frame = pd.DataFrame({'qid': ['q', 'q'], 'query': ['a query'] * 2, 'docno': ['d0', 'd1'],
+                          'text': ['text 0', 'text 1']})
+    assert list(teacher()(frame)['score']) != [0., 0.]  # the stub scores the frame as it is
+    changed = frame.copy()
+    for column, value in change.items():
+        changed.loc[1, column] = value
+    with pytest.raises(ValueError, match=message):
+        teacher()(changed)
+
+
+@pytest.mark.parametrize('make, match', [
+    (lambda: RetrieverScorer(None, {}, depth=0), 'depth must be >= 1, got 0'),
+    (lambda: RetrieverScorer(None, ['d0'], depth=5), 'docs_text must be a {docno: text} mapping, got list'),
+    (lambda: ZScoreFusion([None], [float('nan')]), 'weights[0] must be a finite number'),
+    (lambda: ZScoreFusion([None, None], [1.]), 'one weight per scorer: 1 for 2'),
+    (lambda: DenseScorer('all-MiniLM-L6-v2', batch_size=0), 'batch_size must be >= 1, got 0'),
+    (lambda: DenseScorer('all-MiniLM-L6-v2', max_length=513), 'max_length must be >= 3 and <= 512, got 513'),
+])
+def test_teacher_scorers_check_their_settings(make, match):
+    with pytest.raises((TypeError, ValueError), match=re.escape(match)):
+        make()
