@@ -471,6 +471,43 @@ def test_token_stores_notice_edited_swapped_and_shortened_files(kind, random_ssr
         reopen(tmp_path / 'c').verify()
 
 
+def test_the_k_means_cells_are_recorded_and_checked_like_the_store(random_ssr, tmp_path, monkeypatch):
+    """An edited centroid or assignment file, or cells copied from another store, is an error naming it when the
+    k-means baseline opens (or, for a same-size edit of a large file, on verify()), not a silently other ranking."""
+    rng = np.random.default_rng(1)
+    stores = [MaxSimIndex.write(tmp_path / name, ['a', 'b', 'c'], rng.standard_normal((12, 8)).astype(np.float32),
+                                np.array([0, 4, 8, 12]), random_ssr.encoder) for name in ('a', 'b')]
+    for store in stores:
+        store.build_ivf(n_centroids=2)
+    topics = pd.DataFrame({'qid': ['1'], 'query': ['nuclear reactor']})
+    a, cells = stores[0], stores[0].path / 'ivf'
+    expected = a.ivf_retriever(ncells=2, num_results=3)(topics)
+    assert a.verify() is a
+    original = {name: (cells / name).read_bytes() for name in ('centroids.npy', 'codes.npy')}
+
+    def edited(name):
+        codes = np.load(cells / 'codes.npy')
+        return {'centroids.npy': lambda: np.load(cells / name) * 2,
+                'codes.npy': lambda: np.where(codes == 0, 1, 0).astype(codes.dtype)}[name]()
+    for name in original:
+        storage.write_array(cells / name, edited(name))  # same shape, same size, other cells
+        with pytest.raises(ValueError, match=f'{re.escape(name)} \\(content differs'):
+            MaxSimIndex(a.path, random_ssr.encoder).ivf_retriever()
+        with monkeypatch.context() as large:  # every file "large": opening checks sizes, verify() the digests
+            large.setattr(storage, 'CHEAP_DIGEST_BYTES', 0)
+            MaxSimIndex(a.path, random_ssr.encoder).ivf_retriever()
+            with pytest.raises(ValueError, match=f'{re.escape(name)} \\(content differs'):
+                MaxSimIndex(a.path, random_ssr.encoder).verify()
+        (cells / name).write_bytes(original[name])
+    shutil.rmtree(cells)
+    shutil.copytree(stores[1].path / 'ivf', cells)  # another store's cells, marker and all
+    with pytest.raises(ValueError, match='built for other vectors'):
+        MaxSimIndex(a.path, random_ssr.encoder).ivf_retriever()
+    a.build_ivf(n_centroids=2)
+    pd.testing.assert_frame_equal(MaxSimIndex(a.path, random_ssr.encoder).ivf_retriever(ncells=2, num_results=3)(
+        topics), expected)
+
+
 @pytest.mark.parametrize('vectors, kwargs, error, match', [
     (np.full((10, 8), np.nan, np.float32), {}, ValueError, 'finite'),
     (np.zeros(10, np.float32), {}, ValueError, '2-d'),
