@@ -510,3 +510,16 @@ def test_domain_adapt_refuses_a_user_folder_as_output_or_cache_and_touches_none_
         domain_adapt(splade, corpus, output, cache_dir=cache_dir, verbose=False)
     assert {p.name: p.read_text() for p in mine.iterdir()} == {'notes.txt': 'mine', 'domain_adapt.json': 'mine too'}
 
+
+
+def test_the_builders_write_their_settings_into_a_folder_of_ours_only(corpus, tmp_path):
+    from pyterrier_lsr.systems import adapted
+    mine = tmp_path / 'mine'
+    mine.mkdir()
+    (mine / 'notes.txt').write_text('mine')  # system.json was written beside it, then the run trained into it
+
+    def start():
+        raise AssertionError('the model was built although the folder is refused')
+    with pytest.raises(FileExistsError, match='is not a pyterrier-lsr domain-adaptation folder'):
+        adapted(start, corpus, mine, _config(), system={'method': 'mine'})
+    assert {p.name: p.read_text() for p in mine.iterdir()} == {'notes.txt': 'mine'}

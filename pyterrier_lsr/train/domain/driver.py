@@ -45,6 +45,12 @@ CACHE_KIND = 'domain_adaptation.cache'
 QUERY_SIDE_CLASSES = (Splade, SaeSplade, AsymmetricSplade, InferenceFreeSplade)
 
 
+def claim_output(output_dir) -> Path:
+    """``output_dir`` as a domain-adaptation folder of ours (see :func:`pyterrier_lsr.storage.claim_folder`), before
+    any work: a user's folder (its ``domain_adapt.json`` or ``model/`` would be replaced) is refused."""
+    return storage.claim_folder(output_dir, OUTPUT_KIND, 'domain-adaptation folder')
+
+
 def _copy(module: torch.nn.Module) -> dict:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
@@ -155,7 +161,7 @@ class DomainAdaptation:
         """Adapts and returns ``(model, log)``; see :func:`domain_adapt`."""
         config, splade = self.config, self.splade
         start_time = time.time()
-        storage.claim_folder(self.output_dir, OUTPUT_KIND, 'domain-adaptation folder')
+        claim_output(self.output_dir)
         # the selected model is saved at the end: a folder it may not replace is refused now, not after the training
         storage.check_replaceable(self.output_dir / 'model', MODEL_ARTIFACT, True, 'model folder')
         self.prepare()
