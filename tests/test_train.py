@@ -388,6 +388,7 @@ def test_teacher_scorers_check_their_result_frames(teacher, change, message):
     (lambda: RetrieverScorer(None, ['d0'], depth=5), 'docs_text must be a {docno: text} mapping, got list'),
     (lambda: ZScoreFusion([None], [float('nan')]), 'weights[0] must be a finite number'),
     (lambda: ZScoreFusion([None, None], [1.]), 'one weight per scorer: 1 for 2'),
+    (lambda: ZScoreFusion([]), 'scorers must hold at least one scorer'),
     (lambda: DenseScorer('all-MiniLM-L6-v2', batch_size=0), 'batch_size must be >= 1, got 0'),
     (lambda: DenseScorer('all-MiniLM-L6-v2', max_length=513), 'max_length must be >= 3 and <= 512, got 513'),
 ])

@@ -4,7 +4,7 @@ Combine them with PyTerrier's operators, e.g. ``DenseScorer(...) + 0.02 * Retrie
 """
 
 from collections.abc import Mapping
-from typing import Sequence
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
@@ -23,9 +23,11 @@ def _texts(column: pd.Series) -> list:
 
 
 class DenseScorer(pt.Transformer):
-    """Cosine similarity of mean-pooled embeddings of a bi-encoder (e.g. all-MiniLM-L6-v2; HF name or folder)."""
+    """Cosine similarity of mean-pooled embeddings of a bi-encoder (e.g. all-MiniLM-L6-v2; HF name or folder); texts
+    truncated at ``max_length`` tokens (default 256, or the model's own limit when smaller)."""
 
-    def __init__(self, name_or_path: str, batch_size: int = 64, max_length: int = 256, device=None, precision='fp32'):
+    def __init__(self, name_or_path: str, batch_size: int = 64, max_length: Optional[int] = None, device=None,
+                 precision='fp32'):
         from transformers import AutoModel, AutoTokenizer
 
         self.device = resolve_device(device)
