@@ -104,7 +104,7 @@ def _domain_adapt(args):
     from .collections import load_collection
     from .index import LsrIndex
     from .loading import load_model
-    from .train.domain import config_from_overrides, domain_adapt
+    from .train.domain import claim_cache, claim_output, config_from_overrides, domain_adapt
 
     try:  # the settings and the collection are checked before the model loads
         malformed = [item for item in args.set if '=' not in item]
@@ -114,11 +114,18 @@ def _domain_adapt(args):
         corpus = load_collection(args.collection).corpus
     except (ValueError, TypeError, FileNotFoundError) as e:
         _fail('domain-adapt', e)
+    for flag, folder, claim in (('--output-dir', args.output_dir, claim_output),
+                                ('--cache-dir', args.cache_dir, claim_cache)):
+        try:  # folders it may not write into are refused before the model loads, each by its flag
+            if folder is not None:
+                claim(folder)
+        except FileExistsError as e:
+            _fail('domain-adapt', f'{flag}: {e}')
     splade = load_model(args.model)
     documents = LsrIndex(args.documents) if args.documents else None
     try:
         _, log = domain_adapt(splade, corpus, args.output_dir, config, args.cache_dir, documents=documents)
-    except FileExistsError as e:  # a folder of --output-dir it may not write into, refused before any work
+    except FileExistsError as e:  # a model/ folder of --output-dir it may not replace, refused before any work
         _fail('domain-adapt', f'--output-dir: {e}')
     # the decision itself was printed by domain_adapt, once
     print(json.dumps({k: log[k] for k in ('selected_step', 'guard', 'start_score', 'best_score')}, indent=1))

@@ -123,3 +123,21 @@ def test_resume_from_a_checkpoint_of_another_model_is_one_line(tiny, tmp_path, c
     # the tiny model's checkpoint, resumed with splade-tiny: torch's multi-line size-mismatch traceback before
     err = _one_line_error(capsys, _run_folder(tiny, tmp_path))
     assert 'checkpoint-1 holds the weights of another model' in err and 'tensors missing, extra or of another' in err
+
+
+@pytest.mark.parametrize('flag', ['--output-dir', '--cache-dir'])
+def test_domain_adapt_refuses_a_user_folder_by_its_flag_before_the_model_loads(tmp_path, capsys, no_model, flag):
+    folder = tmp_path / 'coll'
+    folder.mkdir()
+    (folder / 'docs.jsonl').write_text('{"docno": "d1", "text": "nuclear reactor"}\n')
+    (folder / 'topics.tsv').write_text('1\treactor\n')
+    (folder / 'qrels.txt').write_text('1 0 d1 1\n')
+    mine = tmp_path / 'mine'
+    mine.mkdir()
+    (mine / 'notes.txt').write_text('mine')
+    argv = ['domain-adapt', '--model', 'splade-tiny', '--collection', str(folder), flag, str(mine)]
+    if flag == '--cache-dir':
+        argv += ['--output-dir', str(tmp_path / 'out')]
+    err = _one_line_error(capsys, argv)
+    assert f'{flag}: {mine} is not a pyterrier-lsr domain-adaptation' in err, err
+    assert [p.name for p in mine.iterdir()] == ['notes.txt']

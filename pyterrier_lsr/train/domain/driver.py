@@ -51,6 +51,11 @@ def claim_output(output_dir) -> Path:
     return storage.claim_folder(output_dir, OUTPUT_KIND, 'domain-adaptation folder')
 
 
+def claim_cache(cache_dir) -> Path:
+    """``cache_dir`` as a domain-adaptation cache of ours, shared by runs (see :func:`claim_output`)."""
+    return storage.claim_folder(cache_dir, CACHE_KIND, 'domain-adaptation cache folder')
+
+
 def _copy(module: torch.nn.Module) -> dict:
     return {k: v.detach().clone() for k, v in module.state_dict().items()}
 
@@ -87,7 +92,7 @@ class DomainAdaptation:
     def prepare(self):
         """The data (cached), the trained modules and, for query-side adaptation, the frozen documents."""
         config, splade = self.config, self.splade
-        storage.claim_folder(self.cache, CACHE_KIND, 'domain-adaptation cache folder')
+        claim_cache(self.cache)
         self.data, self.cache_hit = build_data(self.docs, self.cache, config, self.verbose)
         self.examples = [Example(e['query'], self.docs[e['pos']], [self.docs[d] for d in e['negatives']],
                                  e['teacher']) for e in self.data['examples']]
