@@ -8,7 +8,7 @@ from dataclasses import fields
 from pathlib import Path
 
 from .checks import check_float, check_int
-from .train.loop import TrainConfig
+from .train.loop import TrainConfig, resume_state
 
 
 def _fail(command: str, message) -> None:
@@ -104,7 +104,7 @@ def _domain_adapt(args):
     from .collections import load_collection
     from .index import LsrIndex
     from .loading import load_model
-    from .train.domain import config_from_overrides, domain_adapt
+    from .train.domain import claim_cache, claim_output, config_from_overrides, domain_adapt
 
     try:  # the settings and the collection are checked before the model loads
         malformed = [item for item in args.set if '=' not in item]
@@ -114,11 +114,18 @@ def _domain_adapt(args):
         corpus = load_collection(args.collection).corpus
     except (ValueError, TypeError, FileNotFoundError) as e:
         _fail('domain-adapt', e)
+    for flag, folder, claim in (('--output-dir', args.output_dir, claim_output),
+                                ('--cache-dir', args.cache_dir, claim_cache)):
+        try:  # folders it may not write into are refused before the model loads, each by its flag
+            if folder is not None:
+                claim(folder)
+        except FileExistsError as e:
+            _fail('domain-adapt', f'{flag}: {e}')
     splade = load_model(args.model)
     documents = LsrIndex(args.documents) if args.documents else None
     try:
         _, log = domain_adapt(splade, corpus, args.output_dir, config, args.cache_dir, documents=documents)
-    except FileExistsError as e:  # a folder of --output-dir it may not write into, refused before any work
+    except FileExistsError as e:  # a model/ folder of --output-dir it may not replace, refused before any work
         _fail('domain-adapt', f'--output-dir: {e}')
     # the decision itself was printed by domain_adapt, once
     print(json.dumps({k: log[k] for k in ('selected_step', 'guard', 'start_score', 'best_score')}, indent=1))
@@ -187,6 +194,10 @@ def main(argv=None):
                     check_int(flag, value, 1)
         except (ValueError, TypeError) as e:
             _fail('train', str(e).replace('could not convert string to float', '--rescale-head: not a number or auto'))
+        try:  # a run it cannot continue (changed settings, no checkpoint that loads) is refused before the model loads
+            resume_state(args.output_dir, config, args.resume)
+        except ValueError as e:
+            _fail('train', f'--resume: {e}')
         if args.irds_cache:
             from .offline import use_irds_cache
             try:
@@ -229,7 +240,10 @@ def main(argv=None):
     if rescale is not None and not args.resume:
         sample = [ex.positive for ex, _ in zip(examples, range(64))] if isinstance(examples, list) else ()
         rescale_head(splade.model, rescale, splade.tokenizer, sample)
-    train(splade.model, splade.tokenizer, examples, args.output_dir, config, resume=args.resume)
+    try:
+        train(splade.model, splade.tokenizer, examples, args.output_dir, config, resume=args.resume)
+    except ValueError as e:  # e.g. a checkpoint of another --model, or fewer examples than a batch
+        _fail('train', e)
     if is_main():
         final = Path(args.output_dir) / 'model'
         splade.save_pretrained(str(final))

@@ -8,10 +8,12 @@ document), ``offsets.npy`` (document ``i`` owns rows ``offsets[i]:offsets[i + 1]
 exactly, so it suits small corpora (Vaswani: ~0.6M tokens, ~0.3 GB in memory).  A store is our artifact (marked
 ``maxsim_store``, see :mod:`pyterrier_lsr.storage`): its inputs are checked before anything is written, it is built
 beside its final name and swapped in, and ``overwrite`` replaces only another store.  Its marker records every file's
-size and digest (as an index's ``lsr.json`` does, see :mod:`pyterrier_lsr.index.integrity`): opening checks sizes and
-small files, :meth:`~TokenStore.verify` every digest, so an edited or swapped file is an error naming it.  A query
-frame holds one row per query (a duplicate qid is an error, see :func:`~pyterrier_lsr.checks.check_query_frame`), and
-results are joined to their input row by position, never by qid.
+size and digest (:func:`~pyterrier_lsr.storage.record_files`, as an index's ``lsr.json`` does), and so does the
+marker of its k-means cells (``ivf/``): opening checks sizes and small files
+(:func:`~pyterrier_lsr.storage.check_files`), :meth:`~MaxSimIndex.verify` every digest, so an edited or swapped file
+is an error naming it.  A query frame holds one row per query (a duplicate qid is an error, see
+:func:`~pyterrier_lsr.checks.check_query_frame`), and results are joined to their input row by position, never by
+qid.
 
 One concept (the multi-vector encoder and its exact MaxSim store), kept in one module past 450 lines because the store,
 its retrievers and its k-means baseline share the segment-max kernels and the store layout checks.
@@ -257,7 +259,7 @@ class TokenStore:
         if not storage.is_artifact(self.path, self.kind):
             raise FileNotFoundError(f'no {self.label} at {self.path} (no {storage.MARKER} naming {self.kind!r}; '
                                     'folders written before 0.3 must be written again)')
-        # every file's size and digest recorded at build (see :mod:`pyterrier_lsr.index.integrity`): an edited
+        # every file's size and digest recorded at build (storage.record_files / check_files): an edited
         # settings file, docno list or shortened array is an error naming it, not a silently wrong ranking
         self.files = storage.read_marker(self.path).get('files')
         if not isinstance(self.files, dict):
@@ -441,7 +443,35 @@ class MaxSimIndex(TokenStore):
         with storage.build_folder(self.path / IVF_FOLDER, IVF_KIND, overwrite=True, what='k-means cells') as folder:
             storage.write_array(folder / 'centroids.npy', kmeans.centroids.astype(np.float32))
             storage.write_array(folder / 'codes.npy', codes[:, 0].astype(np.int32))
+            # recorded like the store's own files, and tied to the vectors they cluster
+            storage.mark(folder, IVF_KIND, files=storage.record_files(folder), vectors=self._vectors_digest())
         return {'kmeans_s': trained - start, 'assign_s': assigned - trained, 'n_centroids': k}
+
+    def _vectors_digest(self) -> str:
+        return self.files[VECTORS_FILE]['sha256']
+
+    def _ivf_files(self) -> Dict[str, dict]:
+        """The files of the k-means cells as :meth:`build_ivf` recorded them (see
+        :func:`~pyterrier_lsr.storage.record_files`), or an error naming the folder: cells never built, written by an
+        older pyterrier-lsr, or built for other vectors (another store's cells copied in)."""
+        folder = self.path / IVF_FOLDER
+        if not folder.exists():
+            raise FileNotFoundError(f'{folder}: no k-means cells; build them with build_ivf()')
+        marker = storage.read_marker(folder) if storage.is_artifact(folder, IVF_KIND) else None
+        if not marker or not isinstance(marker.get('files'), dict):
+            raise ValueError(f'{folder}: its {storage.MARKER} records no k-means cells (written by an older '
+                             'pyterrier-lsr, or edited); rebuild them with build_ivf()')
+        if marker.get('vectors') != self._vectors_digest():
+            raise ValueError(f'{folder}: the k-means cells were built for other vectors than {VECTORS_FILE} of '
+                             f'{self.path}; rebuild them with build_ivf()')
+        return marker['files']
+
+    def verify(self) -> 'MaxSimIndex':
+        """As :meth:`TokenStore.verify`, and every file of the k-means cells when they are built."""
+        super().verify()
+        if (self.path / IVF_FOLDER).exists():
+            storage.check_files(self.path / IVF_FOLDER, self._ivf_files(), full=True)
+        return self
 
     def ivf_retriever(self, ncells: int = 2, ndocs: int = 1024, num_results: int = 1000) -> pt.Transformer:
         """The clustering baseline, PLAID-style: each query token probes its ``ncells`` nearest centroids; documents
@@ -479,6 +509,7 @@ def _layout_problem(docnos: list, offsets: np.ndarray, num_docs: int, num_tokens
 class _Ivf:
     def __init__(self, index: MaxSimIndex):
         folder = index.path / IVF_FOLDER
+        storage.check_files(folder, index._ivf_files())  # sizes, and the digests of small files
         self.index = index
         centroids, codes = _load_npy(folder / 'centroids.npy'), _load_npy(folder / 'codes.npy').astype(np.int64)
         if codes.shape != (index.meta['num_tokens'],) or codes.min(initial=0) < 0 or \

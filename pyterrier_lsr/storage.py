@@ -35,7 +35,8 @@ PathLike = Union[str, Path]
 __all__ = ['MARKER', 'artifact_type', 'is_artifact', 'write_file', 'write_bytes', 'write_text', 'write_json',
            'write_array', 'read_json', 'build_folder', 'replace_folder', 'remove_artifact', 'mark', 'read_marker',
            'move_file', 'temporary_sibling', 'remove_temporary', 'link_tree', 'file_digest', 'model_digest',
-           'check_replaceable', 'CHEAP_DIGEST_BYTES', 'record_files', 'check_files', 'claim_folder']
+           'check_replaceable', 'CHEAP_DIGEST_BYTES', 'record_files', 'check_files', 'check_claimable',
+           'claim_folder']
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -174,20 +175,29 @@ def check_replaceable(path: PathLike, kind: str, overwrite: bool, what: Optional
     return True
 
 
+def check_claimable(folder: PathLike, kind: str, what: str) -> bool:
+    """Whether ``folder`` is already ours (marked as ``kind``); raises the error :func:`claim_folder` would, writing
+    nothing, for callers that must refuse a folder long before they write into it (a report's output, after
+    indexing)."""
+    folder = Path(folder)
+    if folder.exists() and not folder.is_dir():
+        raise FileExistsError(f'{folder} exists and is not a folder; choose a new or empty folder')
+    if is_artifact(folder, kind):
+        return True
+    if folder.is_dir() and any(folder.iterdir()):
+        raise FileExistsError(f'{folder} is not a pyterrier-lsr {what} (no {MARKER} naming {kind!r}); refusing to '
+                              'write into it: choose a new or empty folder')
+    return False
+
+
 def claim_folder(folder: PathLike, kind: str, what: str) -> Path:
     """Makes ``folder`` ours to write a job's files into, and to resume in: a new or empty folder is marked as an
     artifact of type ``kind``; one so marked is accepted; any other is refused before any work, so none of its files
     is replaced (a user's ``metrics.csv``) or removed."""
     folder = Path(folder)
-    if folder.exists() and not folder.is_dir():
-        raise FileExistsError(f'{folder} exists and is not a folder; choose a new or empty folder')
-    folder.mkdir(parents=True, exist_ok=True)
-    if is_artifact(folder, kind):
-        return folder
-    if any(folder.iterdir()):
-        raise FileExistsError(f'{folder} is not a pyterrier-lsr {what} (no {MARKER} naming {kind!r}); refusing to '
-                              'write into it: choose a new or empty folder')
-    mark(folder, kind)
+    if not check_claimable(folder, kind, what):
+        folder.mkdir(parents=True, exist_ok=True)
+        mark(folder, kind)
     return folder
 
 

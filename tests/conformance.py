@@ -42,6 +42,7 @@ KINDS = {
     'query': (['qid', 'query'], ['query'], 'text'),
     'doc': (['docno', 'text'], ['text'], 'text'),
     'result': (['qid', 'query', 'docno', 'text'], ['query', 'text'], 'text'),
+    'stored_result': (['qid', 'query', 'docno'], ['query'], 'text'),  # a re-ranker of a store's documents, by docno
     'toks': (['docno', 'toks'], ['toks'], 'vector'),
     'query_toks': (['qid', 'query_toks'], ['query_toks'], 'vector'),
 }
@@ -136,13 +137,13 @@ def check_transformer(transformer: pt.Transformer, inputs_kind: str, threads: in
             with pytest.raises(ValueError, match='nuclear'):
                 transformer(with_value({'nuclear': float('nan')}))
 
-    if inputs_kind == 'result':  # one query per qid, each document once per query, no missing qid
+    if 'docno' in columns and 'qid' in columns:  # one query per qid, each document once per query, no missing qid
         for change, message in [({'query': TEXTS[1]}, "qid 'q0' has two query texts"),
                                 ({'docno': 'd0'}, "docno 'd0' occurs twice for qid 'q0'"),
                                 ({'qid': None}, 'qid of row 1 is missing')]:
             rows = pd.concat([frame.iloc[[0]], frame.iloc[[0]].assign(**change)], ignore_index=True)
-            if 'docno' not in change:
-                rows.loc[1, 'docno'] = 'other'
+            if 'docno' not in change:  # another document of the frame (a stored re-ranker knows no other)
+                rows.loc[1, 'docno'] = frame['docno'][1]
             with pytest.raises(ValueError, match=message):
                 transformer(rows)
 

@@ -80,3 +80,64 @@ def test_train_refuses_an_output_dir_it_would_write_over_before_training(tmp_pat
     assert exited.value.code == 2 and '--output-dir' in err and len(err.strip().splitlines()) == 1, err
     assert (out.read_text() if mine == 'a file' else (out / mine).read_text()) == 'mine'
     assert mine == 'a file' or sorted(p.name for p in out.iterdir()) == [mine.split('/')[0]]  # nothing written
+
+
+def _run_folder(tiny, tmp_path, **changes):
+    """A training run of the tiny model into tmp_path/out (its checkpoint-1) and a data file for the CLI."""
+    import copy
+
+    from pyterrier_lsr.train import Example, TrainConfig, train
+    model, tokenizer = tiny
+    config = TrainConfig(steps=1, batch_size=1, warmup_steps=0, **changes)
+    train(copy.deepcopy(model), tokenizer, [Example('reactor', 'nuclear reactor', ['cat dog'])], tmp_path / 'out',
+          config, verbose=False)
+    data = tmp_path / 'd.jsonl'
+    data.write_text('{"query": "reactor", "positive": "nuclear reactor", "negative": "cat dog"}\n')
+    return ['train', '--model', 'splade-tiny', '--data', str(data), '--output-dir', str(tmp_path / 'out'),
+            '--steps', '1', '--batch-size', '1', '--warmup-steps', '0', '--resume']
+
+
+def _one_line_error(capsys, argv) -> str:
+    capsys.readouterr()  # what making the run folder printed
+    with pytest.raises(SystemExit) as exited:
+        main(argv)
+    err = capsys.readouterr().err
+    assert exited.value.code == 2 and len(err.strip().splitlines()) == 1 and 'Traceback' not in err, err
+    return err
+
+
+def test_resume_with_changed_settings_is_one_line_before_the_model_loads(tiny, tmp_path, capsys, no_model):
+    err = _one_line_error(capsys, _run_folder(tiny, tmp_path) + ['--lr', '1e-3'])
+    assert "--resume: the TrainConfig differs from the one" in err and "lr: 5e-05 -> 0.001" in err, err
+
+
+def test_resume_without_a_checkpoint_that_loads_is_one_line_before_the_model_loads(tiny, tmp_path, capsys, no_model):
+    argv = _run_folder(tiny, tmp_path)
+    (tmp_path / 'out' / 'checkpoint-1' / 'trainer_state.pt').write_bytes(b'truncated')
+    with pytest.warns(UserWarning, match='skipping checkpoint'):
+        err = _one_line_error(capsys, argv)
+    assert "--resume: no intact checkpoint to resume from" in err and "checkpoint-1" in err, err
+
+
+def test_resume_from_a_checkpoint_of_another_model_is_one_line(tiny, tmp_path, capsys):
+    # the tiny model's checkpoint, resumed with splade-tiny: torch's multi-line size-mismatch traceback before
+    err = _one_line_error(capsys, _run_folder(tiny, tmp_path))
+    assert 'checkpoint-1 holds the weights of another model' in err and 'tensors missing, extra or of another' in err
+
+
+@pytest.mark.parametrize('flag', ['--output-dir', '--cache-dir'])
+def test_domain_adapt_refuses_a_user_folder_by_its_flag_before_the_model_loads(tmp_path, capsys, no_model, flag):
+    folder = tmp_path / 'coll'
+    folder.mkdir()
+    (folder / 'docs.jsonl').write_text('{"docno": "d1", "text": "nuclear reactor"}\n')
+    (folder / 'topics.tsv').write_text('1\treactor\n')
+    (folder / 'qrels.txt').write_text('1 0 d1 1\n')
+    mine = tmp_path / 'mine'
+    mine.mkdir()
+    (mine / 'notes.txt').write_text('mine')
+    argv = ['domain-adapt', '--model', 'splade-tiny', '--collection', str(folder), flag, str(mine)]
+    if flag == '--cache-dir':
+        argv += ['--output-dir', str(tmp_path / 'out')]
+    err = _one_line_error(capsys, argv)
+    assert f'{flag}: {mine} is not a pyterrier-lsr domain-adaptation' in err, err
+    assert [p.name for p in mine.iterdir()] == ['notes.txt']

@@ -14,6 +14,8 @@ from pyterrier_lsr.loading import MODEL_KINDS, model_class
 from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
 from pyterrier_lsr.models.sae_splade import SaeSpladeModel, structural_token_ids
 from pyterrier_lsr.ssr_index import SSRIndexer
+from pyterrier_lsr.systems.dense import dense_retriever
+from pyterrier_lsr.train import DenseScorer
 
 
 def idf(splade):
@@ -67,6 +69,8 @@ CASES = {  # name -> (fixtures, factory, inputs kind)
     'SSR.scorer': (None, lambda: ssr().scorer(), 'result'),
     'MaxSimScorer': (None, lambda: MultiVector.from_backbone('all-MiniLM-L6-v2', dim=16, device='cpu').scorer(),
                      'result'),
+    'DenseScorer (teacher)': (None, lambda: DenseScorer('all-MiniLM-L6-v2', batch_size=2, device='cpu'), 'result'),
+    'MaxSimIndex.scorer': ('token_stores', lambda stores: stores[1].scorer(), 'stored_result'),
 }
 
 
@@ -139,6 +143,11 @@ TOKEN_RETRIEVERS = {
 @pytest.mark.parametrize('case', list(TOKEN_RETRIEVERS))
 def test_token_retriever_conformance(case, token_stores):
     check_retriever(TOKEN_RETRIEVERS[case](*token_stores), 'query', 3)
+
+
+def test_dense_retriever_conformance(tmp_path):
+    # the dense base of Latent Terms, a baseline of its own (systems.dense)
+    check_retriever(dense_retriever(CORPUS, cache_dir=tmp_path, num_results=3, batch_size=2), 'query', 3)
 
 
 @pytest.mark.parametrize('make, match', [

@@ -1,4 +1,5 @@
 import json
+import re
 
 import pandas as pd
 import pytest
@@ -477,10 +478,48 @@ def test_domain_adapt_checks_docnos_before_any_work(splade, tmp_path, docnos, er
     assert not (tmp_path / 'out').exists()
 
 
+def test_domain_adapt_refuses_a_doc_max_length_past_the_tokenizers_when_made(tiny, corpus, tmp_path):
+    splade = _splade(tiny)
+    splade.tokenizer.model_max_length = 64
+    with pytest.raises(ValueError, match=re.escape('doc_max_length must be >= 3 and <= 64, got 96')):
+        domain_adapt(splade, corpus, tmp_path / 'out', DomainConfig(), verbose=False)
+    assert not (tmp_path / 'out').exists()
+
+
 def test_domain_adapt_refuses_a_user_model_folder_before_any_work(splade, tmp_path):
+    from pyterrier_lsr import storage
     (tmp_path / 'out' / 'model').mkdir(parents=True)
+    storage.mark(tmp_path / 'out', driver.OUTPUT_KIND)  # an earlier run's folder, where the user put a model/
     (tmp_path / 'out' / 'model' / 'mine.txt').write_text('mine')
     corpus = [{'docno': f'd{i}', 'text': 'nuclear reactor physics'} for i in range(3)]
     with pytest.raises(FileExistsError, match='not a pyterrier-lsr model folder'):
         domain_adapt(splade, corpus, tmp_path / 'out', verbose=False)
-    assert sorted(p.name for p in (tmp_path / 'out').iterdir()) == ['model']  # no cache/ built, nothing trained
+    assert sorted(p.name for p in (tmp_path / 'out').iterdir()) == ['.lsr-artifact.json', 'model']  # nothing built
+
+
+@pytest.mark.parametrize('where', ['output', 'cache'])
+def test_domain_adapt_refuses_a_user_folder_as_output_or_cache_and_touches_none_of_it(splade, tmp_path, where):
+    mine = tmp_path / 'mine'
+    mine.mkdir()
+    (mine / 'notes.txt').write_text('mine')
+    (mine / 'domain_adapt.json').write_text('mine too')  # the run's log would have replaced it
+    output, cache_dir = (mine, None) if where == 'output' else (tmp_path / 'out', mine)
+    corpus = [{'docno': f'd{i}', 'text': 'nuclear reactor physics'} for i in range(3)]
+    what = 'folder' if where == 'output' else 'cache folder'
+    with pytest.raises(FileExistsError, match=re.escape(f'{mine} is not a pyterrier-lsr domain-adaptation {what}')):
+        domain_adapt(splade, corpus, output, cache_dir=cache_dir, verbose=False)
+    assert {p.name: p.read_text() for p in mine.iterdir()} == {'notes.txt': 'mine', 'domain_adapt.json': 'mine too'}
+
+
+
+def test_the_builders_write_their_settings_into_a_folder_of_ours_only(corpus, tmp_path):
+    from pyterrier_lsr.systems import adapted
+    mine = tmp_path / 'mine'
+    mine.mkdir()
+    (mine / 'notes.txt').write_text('mine')  # system.json was written beside it, then the run trained into it
+
+    def start():
+        raise AssertionError('the model was built although the folder is refused')
+    with pytest.raises(FileExistsError, match='is not a pyterrier-lsr domain-adaptation folder'):
+        adapted(start, corpus, mine, _config(), system={'method': 'mine'})
+    assert {p.name: p.read_text() for p in mine.iterdir()} == {'notes.txt': 'mine'}

@@ -278,3 +278,27 @@ def test_explicit_topics_and_relative_model_paths(splade, tmp_path):
     topics = pd.DataFrame({'qid': ['1', '2', '3'], 'query': ['a', 'b', 'c']})
     assert list(select_topics(topics, config['topics'])['qid']) == ['3', '1']
     assert list(select_topics(topics, 2)['qid']) == ['1', '2']
+
+
+def _user_folder(folder):
+    folder.mkdir(parents=True)
+    (folder / 'report.md').write_text('my own notes')
+    return {'report.md': 'my own notes'}
+
+
+def test_report_refuses_a_folder_it_did_not_make_before_any_work(tmp_path):
+    from pyterrier.measures import nDCG
+    mine = _user_folder(tmp_path / 'mine')
+    never = System('s', pt.apply.generic(lambda frame: pytest.fail('retrieved although the folder is refused')), '')
+    with pytest.raises(FileExistsError, match='is not a pyterrier-lsr report folder'):
+        report([never], pd.DataFrame({'qid': ['1'], 'query': ['a']}), None, [nDCG @ 10], tmp_path / 'mine')
+    assert {p.name: p.read_text() for p in (tmp_path / 'mine').iterdir()} == mine
+
+
+def test_a_config_whose_output_is_a_user_folder_is_refused_when_read(tmp_path):
+    mine = _user_folder(tmp_path / 'out')
+    (tmp_path / 'c.yaml').write_text(SUBSET + 'systems: [{name: b, type: bm25}]\n')
+    with pytest.raises(ConfigError, match=r'config key output: .*out is not a pyterrier-lsr report folder') as error:
+        run_config(tmp_path / 'c.yaml')
+    assert '\n' not in str(error.value)
+    assert {p.name: p.read_text() for p in (tmp_path / 'out').iterdir()} == mine and not (tmp_path / 'idx').exists()

@@ -143,6 +143,17 @@ def test_train_projection_only(tiny_mv, tmp_path):
     assert (tmp_path / 'run' / 'checkpoint-3' / 'projection.safetensors').exists()
 
 
+def test_train_multivector_refuses_a_length_past_the_tokenizers_before_any_step(tiny_mv, tmp_path):
+    from pyterrier_lsr.train import Example, TrainConfig
+    from pyterrier_lsr.train.multivector import train_multivector
+    tiny_mv.tokenizer.model_max_length = 64
+    examples = [Example('cat', d, [SHORT_DOCS[0]]) for d in SHORT_DOCS[1:5]]
+    with pytest.raises(ValueError, match=re.escape('doc_max_length must be >= 3 and <= 64, got 256')):
+        train_multivector(tiny_mv.model, tiny_mv.tokenizer, examples, tmp_path / 'run',
+                          TrainConfig(steps=1, batch_size=4), verbose=False)  # the default doc_max_length: too long
+    assert not (tmp_path / 'run').exists()
+
+
 def test_maxsim_store_retriever_scorer_and_ivf(minilm, tmp_path):
     docs = [{'docno': f'd{i}', 'text': t} for i, t in enumerate(SHORT_DOCS)]
     store = minilm.indexer(tmp_path / 'store', verbose=False).index(docs)
@@ -458,6 +469,43 @@ def test_token_stores_notice_edited_swapped_and_shortened_files(kind, random_ssr
     shutil.copyfile(a.path / 'docnos.json', tmp_path / 'c' / 'docnos.json')
     with pytest.raises(ValueError, match=f'{re.escape(array)} .content differs'):
         reopen(tmp_path / 'c').verify()
+
+
+def test_the_k_means_cells_are_recorded_and_checked_like_the_store(random_ssr, tmp_path, monkeypatch):
+    """An edited centroid or assignment file, or cells copied from another store, is an error naming it when the
+    k-means baseline opens (or, for a same-size edit of a large file, on verify()), not a silently other ranking."""
+    rng = np.random.default_rng(1)
+    stores = [MaxSimIndex.write(tmp_path / name, ['a', 'b', 'c'], rng.standard_normal((12, 8)).astype(np.float32),
+                                np.array([0, 4, 8, 12]), random_ssr.encoder) for name in ('a', 'b')]
+    for store in stores:
+        store.build_ivf(n_centroids=2)
+    topics = pd.DataFrame({'qid': ['1'], 'query': ['nuclear reactor']})
+    a, cells = stores[0], stores[0].path / 'ivf'
+    expected = a.ivf_retriever(ncells=2, num_results=3)(topics)
+    assert a.verify() is a
+    original = {name: (cells / name).read_bytes() for name in ('centroids.npy', 'codes.npy')}
+
+    def edited(name):
+        codes = np.load(cells / 'codes.npy')
+        return {'centroids.npy': lambda: np.load(cells / name) * 2,
+                'codes.npy': lambda: np.where(codes == 0, 1, 0).astype(codes.dtype)}[name]()
+    for name in original:
+        storage.write_array(cells / name, edited(name))  # same shape, same size, other cells
+        with pytest.raises(ValueError, match=f'{re.escape(name)} \\(content differs'):
+            MaxSimIndex(a.path, random_ssr.encoder).ivf_retriever()
+        with monkeypatch.context() as large:  # every file "large": opening checks sizes, verify() the digests
+            large.setattr(storage, 'CHEAP_DIGEST_BYTES', 0)
+            MaxSimIndex(a.path, random_ssr.encoder).ivf_retriever()
+            with pytest.raises(ValueError, match=f'{re.escape(name)} \\(content differs'):
+                MaxSimIndex(a.path, random_ssr.encoder).verify()
+        (cells / name).write_bytes(original[name])
+    shutil.rmtree(cells)
+    shutil.copytree(stores[1].path / 'ivf', cells)  # another store's cells, marker and all
+    with pytest.raises(ValueError, match='built for other vectors'):
+        MaxSimIndex(a.path, random_ssr.encoder).ivf_retriever()
+    a.build_ivf(n_centroids=2)
+    pd.testing.assert_frame_equal(MaxSimIndex(a.path, random_ssr.encoder).ivf_retriever(ncells=2, num_results=3)(
+        topics), expected)
 
 
 @pytest.mark.parametrize('vectors, kwargs, error, match', [

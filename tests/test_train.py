@@ -9,8 +9,11 @@ import torch
 from pyterrier_lsr import Splade, load_model
 from pyterrier_lsr.models.heads import head_report, rescale_head
 from pyterrier_lsr.train import (
+    DenseScorer,
     Example,
+    RetrieverScorer,
     TrainConfig,
+    ZScoreFusion,
     batch_loss,
     flops,
     flops_weight,
@@ -259,6 +262,16 @@ def test_train_config_refuses_invalid_fields_when_made(field, value, message):
         TrainConfig(**{field: value})
 
 
+@pytest.mark.parametrize('field', ['query_max_length', 'doc_max_length'])
+def test_train_refuses_a_length_past_the_tokenizers_before_any_step(tiny, tmp_path, field):
+    model, tokenizer = tiny
+    tokenizer.model_max_length = 64  # the model has no positions past it
+    with pytest.raises(ValueError, match=re.escape(f'{field} must be >= 3 and <= 64, got 100')):
+        train(model, tokenizer, examples(4), tmp_path / 'run', TrainConfig(steps=1, batch_size=4, **{field: 100}),
+              verbose=False)
+    assert not (tmp_path / 'run').exists()
+
+
 def test_micro_batches_refuse_fewer_examples_than_a_batch():
     from pyterrier_lsr.train.loop import micro_batches
     with pytest.raises(ValueError, match='need at least batch_size=4 examples, got 3'):  # not an endless loop
@@ -340,3 +353,45 @@ def test_splade_from_encoder_without_mlm_head_and_calibration(texts):
     fresh = splade_from_encoder('all-MiniLM-L6-v2', tokenizer.all_special_ids)
     for (name, a), b in zip(splade.model.named_parameters(), fresh.parameters()):
         assert torch.equal(a, b), name
+
+
+
+def _retriever_scorer():
+    """RetrieverScorer over a stub retriever: d0 then d1 for every query."""
+    import pyterrier as pt
+
+    def retrieve(queries):
+        return pt.model.add_ranks(pd.DataFrame([{'qid': qid, 'query': query, 'docno': docno, 'score': score}
+                                                for qid, query in zip(queries['qid'], queries['query'])
+                                                for docno, score in (('d0', 2.), ('d1', 1.))]))
+    return RetrieverScorer(pt.apply.generic(retrieve), {'d0': 'text 0', 'd1': 'text 1'}, depth=10)
+
+
+@pytest.mark.parametrize('teacher', [_retriever_scorer, lambda: ZScoreFusion([_retriever_scorer()])])
+@pytest.mark.parametrize('change, message', [
+    ({'query': 'another query'}, "qid 'q' has two query texts"),  # RetrieverScorer scored both by the first
+    ({'docno': 'd0', 'text': 'text 0'}, "docno 'd0' occurs twice for qid 'q'"),  # the fusion's merge doubled rows
+])
+def test_teacher_scorers_check_their_result_frames(teacher, change, message):
+    frame = pd.DataFrame({'qid': ['q', 'q'], 'query': ['a query'] * 2, 'docno': ['d0', 'd1'],
+                          'text': ['text 0', 'text 1']})
+    assert list(teacher()(frame)['score']) != [0., 0.]  # the stub scores the frame as it is
+    changed = frame.copy()
+    for column, value in change.items():
+        changed.loc[1, column] = value
+    with pytest.raises(ValueError, match=message):
+        teacher()(changed)
+
+
+@pytest.mark.parametrize('make, match', [
+    (lambda: RetrieverScorer(None, {}, depth=0), 'depth must be >= 1, got 0'),
+    (lambda: RetrieverScorer(None, ['d0'], depth=5), 'docs_text must be a {docno: text} mapping, got list'),
+    (lambda: ZScoreFusion([None], [float('nan')]), 'weights[0] must be a finite number'),
+    (lambda: ZScoreFusion([None, None], [1.]), 'one weight per scorer: 1 for 2'),
+    (lambda: ZScoreFusion([]), 'scorers must hold at least one scorer'),
+    (lambda: DenseScorer('all-MiniLM-L6-v2', batch_size=0), 'batch_size must be >= 1, got 0'),
+    (lambda: DenseScorer('all-MiniLM-L6-v2', max_length=513), 'max_length must be >= 3 and <= 512, got 513'),
+])
+def test_teacher_scorers_check_their_settings(make, match):
+    with pytest.raises((TypeError, ValueError), match=re.escape(match)):
+        make()

@@ -13,8 +13,9 @@ import pandas as pd
 import pyterrier as pt
 
 from ..quiet import quiet_native
-from ..storage import model_digest
-from .config import DEFAULT_MEASURES, DEFAULT_PASSES, IDF_KINDS, TYPE_ALIASES, ConfigError, load_config, select_topics
+from ..storage import claim_folder, model_digest
+from .config import (DEFAULT_MEASURES, DEFAULT_PASSES, IDF_KINDS, REPORT_KIND, TYPE_ALIASES, ConfigError, load_config,
+                     select_topics)
 from .costs import System
 from .table import report
 
@@ -27,8 +28,8 @@ def run_config(path) -> pd.DataFrame:
     written. Paths are relative to the config file (``output`` and ``workdir`` must stay inside its folder). Indexes
     are built under ``workdir``, named by the model's identity (a hash of its files) and the documents indexed, and
     reused when built: a second run, or another system of the same model, encodes nothing. An existing folder that is
-    not a pyterrier-lsr index is an error, never overwritten. With ``docs``, judgements of other documents are dropped
-    (no system could retrieve them)."""
+    not a pyterrier-lsr index is an error, never overwritten, and so is an ``output`` folder a report did not make.
+    With ``docs``, judgements of other documents are dropped (no system could retrieve them)."""
     config = load_config(path)
     if config.get('irds_cache'):
         from ..offline import use_irds_cache
@@ -58,6 +59,8 @@ def run_config(path) -> pd.DataFrame:
                           'or index more docs')
     for i, spec in enumerate(config['systems']):
         builder.prepare(spec, f'systems[{i}]')
+    # claimed before the indexing, so that a workdir inside it is built into a report folder, not a user's
+    claim_folder(config['output'], REPORT_KIND, 'report folder')
     systems = [s for i, spec in enumerate(config['systems']) for s in builder.build(spec, f'systems[{i}]')]
     passes = config.get('passes', DEFAULT_PASSES)
     notes = [

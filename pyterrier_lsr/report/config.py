@@ -8,7 +8,11 @@ from typing import Dict, List
 
 import pandas as pd
 
+from ..storage import check_claimable
 from .costs import COST_COLUMNS
+
+# the marked kind of a report's output folder: only a folder a report made is written into again
+REPORT_KIND = 'report'
 
 TOP_KEYS = {
     'dataset': (True, str),
@@ -235,6 +239,10 @@ def load_config(path) -> dict:
         config[key] = str(confined_path(base, config.get(key, 'indices'), key))
         if Path(config[key]).exists() and not Path(config[key]).is_dir():  # else refused only after the indexing
             raise ConfigError(f'config key {key}: {config[key]} is a file, not a folder')
+    try:  # a user's folder would be refused by report() only after every system was indexed and measured
+        check_claimable(config['output'], REPORT_KIND, 'report folder')
+    except FileExistsError as e:
+        raise ConfigError(f'config key output: {e}') from None
     for i, system in enumerate(config['systems']):
         if 'index' in system:
             from ..index.artifact import is_lsr_index

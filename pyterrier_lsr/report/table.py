@@ -1,7 +1,6 @@
 """The report itself: ``pt.Experiment`` plus the cost columns, written as a table (``report.md``, ``report.csv``) and
 a plot (``report.png``)."""
 
-from pathlib import Path
 from typing import Sequence
 
 import numpy as np
@@ -9,7 +8,8 @@ import pandas as pd
 import pyterrier as pt
 from tqdm.auto import tqdm
 
-from ..storage import write_file, write_text
+from ..storage import claim_folder, write_file, write_text
+from .config import REPORT_KIND
 from .costs import COST_COLUMNS, System, costs
 from .plot import figure
 
@@ -27,13 +27,14 @@ def report(
 ) -> pd.DataFrame:
     """Runs ``pt.Experiment`` on ``systems``, adds cost columns (latencies over ``passes`` passes), writes
     ``report.md`` (the table, then ``notes``), ``report.csv`` and ``report.png`` (the first of ``measures`` vs ``x``,
-    one numbered point per system) into ``output_dir``; returns the table."""
+    one numbered point per system) into ``output_dir``; returns the table.  ``output_dir`` must be new, empty or a
+    report's (see :func:`~pyterrier_lsr.storage.claim_folder`): any other folder is refused before any work, so a
+    user's own ``report.md`` is never replaced."""
     if not systems:
         raise ValueError('no systems to report on')
     if x not in COST_COLUMNS + tuple(str(m) for m in measures):
         raise ValueError(f'x={x!r} is not a report column; choose one of {list(COST_COLUMNS)} or a measure')
-    output_dir = Path(output_dir)
-    output_dir.mkdir(parents=True, exist_ok=True)
+    output_dir = claim_folder(output_dir, REPORT_KIND, 'report folder')
     table = pt.Experiment(
         [s.pipeline() for s in systems], topics, qrels, list(measures), names=[s.name for s in systems]
     )

@@ -23,7 +23,7 @@ from ..models.vocab_transfer import extend_vocabulary, new_rows_only, transfer_v
 from ..quiet import quiet_native
 from ..sae_splade import SaeSplade
 from ..storage import read_json, write_json
-from ..train.domain import DONE_FILE, DomainConfig, domain_adapt, logged_config
+from ..train.domain import DONE_FILE, DomainConfig, claim_output, domain_adapt, logged_config
 from ..train.sae import LATENT_TERMS, build_latent_terms, train_token_sae
 
 __all__ = ['BM25', 'bm25', 'sparse_index', 'latent_terms_index', 'best_dense', 'adapted', 'new_head_splade',
@@ -112,8 +112,8 @@ def adapted(start: Callable[[], Splade], corpus: Sequence[dict], folder, config:
     if _finished(folder, config, system):
         splade = load_model(Path(folder) / 'model')
     else:
-        if system is not None:
-            write_json(Path(folder) / SYSTEM_FILE, system, indent=None)
+        if system is not None:  # into a folder of ours only, like the run's own files
+            write_json(claim_output(folder) / SYSTEM_FILE, system, indent=None)
         splade = domain_adapt(start(), corpus, folder, config, cache_dir, verbose=verbose, documents=documents)[0]
     splade.name = str(folder)  # named by its folder on the first run and after reloading alike
     return splade

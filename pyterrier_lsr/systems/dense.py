@@ -15,9 +15,10 @@ __all__ = ['DenseRetriever', 'dense_retriever', 'per_text']
 
 
 class DenseRetriever(pt.Transformer):
-    """Retrieves the ``num_results`` documents of highest cosine with each ``query``; ``vectors`` are the documents'
-    unit-norm embeddings (row ``i`` for ``docnos[i]``; all-zero rows for blank documents score 0) from ``dense``, a
-    ``single``-mode :class:`~pyterrier_lsr.latent_terms.LatentTerms` (which embeds the queries the same way)."""
+    """Retrieves the ``num_results`` documents of highest cosine with each ``query`` (none for a blank query);
+    ``vectors`` are the documents' unit-norm embeddings (row ``i`` for ``docnos[i]``; all-zero rows for blank
+    documents score 0) from ``dense``, a ``single``-mode :class:`~pyterrier_lsr.latent_terms.LatentTerms` (which
+    embeds the queries the same way)."""
 
     def __init__(self, dense: LatentTerms, docnos: Sequence[str], vectors: np.ndarray, num_results: int = 1000):
         if dense.mode != 'single':
@@ -37,6 +38,8 @@ class DenseRetriever(pt.Transformer):
             scores = queries @ self.vectors.T
             k = min(self.num_results, len(self.docnos))
             for i, row in enumerate(scores):
+                if not queries[i].any():  # a blank query: every document would tie at 0, in corpus order
+                    continue
                 top = np.argpartition(-row, k - 1)[:k]
                 top = top[np.argsort(-row[top], kind='stable')]
                 out.extend({'_index': i, 'docno': self.docnos[top].tolist(), 'score': row[top].tolist(),

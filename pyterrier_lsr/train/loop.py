@@ -32,7 +32,7 @@ import torch
 from tqdm.auto import tqdm
 
 from .. import storage
-from ..checks import check_bool, check_float, check_int
+from ..checks import check_bool, check_float, check_int, check_max_length
 from . import distributed as dist
 from . import losses as L
 from .data import Example
@@ -97,6 +97,13 @@ class TrainConfig:
             check_float(name, getattr(self, name), minimum, exclusive_minimum=exclusive)
         for name in ('in_batch_negatives', 'bf16'):
             check_bool(name, getattr(self, name))
+
+    def check_lengths(self, tokenizer) -> None:
+        """Refuses a ``query_max_length``/``doc_max_length`` above ``tokenizer``'s ``model_max_length`` (see
+        :func:`~pyterrier_lsr.checks.check_max_length`): the model has no positions past it, so the first batch would
+        crash inside the model.  Called where the tokenizer is known, before any step."""
+        for name in ('query_max_length', 'doc_max_length'):
+            check_max_length(name, getattr(self, name), tokenizer, getattr(self, name))
 
 
 def micro_batches(examples, batch_size: int, seed: int) -> Iterator[List[Example]]:
@@ -307,6 +314,31 @@ def _check_resumed_config(saved: dict, config: TrainConfig, checkpoint: Path):
         )
 
 
+def _check_same_model(model: torch.nn.Module, saved, checkpoint: Path):
+    """Before loading: torch would copy the tensors that fit, then raise a multi-line list of those that do not."""
+    expected = model.state_dict()
+    saved = saved if isinstance(saved, dict) else {}
+    wrong = sorted(k for k in expected.keys() | saved.keys()
+                   if k not in saved or k not in expected or getattr(saved[k], 'shape', None) != expected[k].shape)
+    if wrong:
+        raise ValueError(f'{checkpoint} holds the weights of another model ({len(wrong)} tensors missing, extra or '
+                         f'of another shape, e.g. {wrong[0]}); resume with the model the run started from, or train '
+                         'into a new folder')
+
+
+def resume_state(output_dir, config: TrainConfig, resume: Union[bool, str]) -> Tuple[Optional[Path], Optional[dict]]:
+    """The checkpoint of ``output_dir`` that ``resume`` (see :func:`train`) continues from and its state,
+    ``(None, None)`` to start afresh; a ``ValueError`` for a ``resume`` that is not False, True or 'force',
+    checkpoints none of which loads, or (unless 'force') a config other than the checkpoint's.  Reads only, so the
+    command line calls it before loading the model."""
+    if resume not in (False, True, 'force'):
+        raise ValueError(f"resume must be False, True or 'force', got {resume!r}")
+    checkpoint, state = _latest_state(output_dir) if resume else (None, None)
+    if checkpoint is not None and resume != 'force':
+        _check_resumed_config(state['config'], config, checkpoint)
+    return checkpoint, state
+
+
 def _write_log(output_dir: Path, log: List[dict]):
     storage.write_json(output_dir / 'metrics.json', log)
     keys = sorted({k for row in log for k in row}, key=lambda k: (k != 'step', k))
@@ -342,6 +374,7 @@ def train(
             training); see :func:`batch_loss`.
     """
     config = config or TrainConfig()
+    config.check_lengths(tokenizer)
     if isinstance(examples, Sequence) and len(examples) < config.batch_size:
         raise ValueError(f'need at least batch_size={config.batch_size} examples, got {len(examples)}')
     return run_loop(
@@ -386,9 +419,8 @@ def run_loop(
     gradients are averaged over processes once per optimizer step, and only rank 0 evaluates and writes metrics and
     checkpoints (a shared ``output_dir`` for multi-node runs).
     """
-    if resume not in (False, True, 'force'):
-        raise ValueError(f"resume must be False, True or 'force', got {resume!r}")
     output_dir = Path(output_dir)
+    checkpoint, state = resume_state(output_dir, config, resume)
     dist.setup()
     if dist.is_main():  # rank 0 writes here; the others only read checkpoints
         claim_output(output_dir)
@@ -400,10 +432,8 @@ def run_loop(
     optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config))
     step, log = 0, []
-    checkpoint, state = _latest_state(output_dir) if resume else (None, None)
     if checkpoint is not None:
-        if resume != 'force':
-            _check_resumed_config(state['config'], config, checkpoint)
+        _check_same_model(model, state['model'], checkpoint)
         model.load_state_dict(state['model'])
         with torch.no_grad():
             for param, saved in zip(extra_parameters, state['extra']):

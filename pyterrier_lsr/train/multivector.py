@@ -53,6 +53,7 @@ def train_multivector(
     forward pass): the budget that fits a shared CPU.
     """
     config = config or TrainConfig()
+    config.check_lengths(tokenizer)
     if len(examples) < config.batch_size:
         raise ValueError(f'need at least batch_size={config.batch_size} examples, got {len(examples)}')
     trainable = [p.requires_grad for p in model.backbone.parameters()]

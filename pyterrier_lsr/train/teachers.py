@@ -3,29 +3,40 @@
 Combine them with PyTerrier's operators, e.g. ``DenseScorer(...) + 0.02 * RetrieverScorer(bm25)``.
 """
 
-from typing import Sequence
+from collections.abc import Mapping
+from typing import Optional, Sequence
 
 import numpy as np
 import pandas as pd
 import pyterrier as pt
-import pyterrier_alpha as pta
 import torch
 
-from ..encoding import autocast, length_sorted_batches, resolve_device
+from ..checks import check_float, check_int, check_max_length, check_result_frame
+from ..encoding import as_text, autocast, length_sorted_batches, resolve_device, resolve_precision
 from ..offline import resolve_model
 
 
-class DenseScorer(pt.Transformer):
-    """Cosine similarity of mean-pooled embeddings of a bi-encoder (e.g. all-MiniLM-L6-v2; HF name or folder)."""
+def _texts(column: pd.Series) -> list:
+    """The column's texts, missing ones as ``''``; a non-``str`` value is a ``TypeError`` (``astype(str)`` scored
+    ``"b'...'"`` or ``"5"`` as text)."""
+    return [as_text(value, i) for i, value in enumerate(column)]
 
-    def __init__(self, name_or_path: str, batch_size: int = 64, max_length: int = 256, device=None, precision='fp32'):
+
+class DenseScorer(pt.Transformer):
+    """Cosine similarity of mean-pooled embeddings of a bi-encoder (e.g. all-MiniLM-L6-v2; HF name or folder); texts
+    truncated at ``max_length`` tokens (default 256, or the model's own limit when smaller)."""
+
+    def __init__(self, name_or_path: str, batch_size: int = 64, max_length: Optional[int] = None, device=None,
+                 precision='fp32'):
         from transformers import AutoModel, AutoTokenizer
 
         self.device = resolve_device(device)
+        self.batch_size = check_int('batch_size', batch_size, 1)
+        self.precision = resolve_precision(precision, self.device)
         folder = resolve_model(str(name_or_path))  # offline short names ('all-MiniLM-L6-v2') work too
         self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        self.max_length = check_max_length('max_length', max_length, self.tokenizer, 256)
         self.model = AutoModel.from_pretrained(folder).to(self.device).eval()
-        self.batch_size, self.max_length, self.precision = batch_size, max_length, precision
 
     @torch.inference_mode()
     def embed(self, texts: Sequence[str]) -> np.ndarray:
@@ -40,17 +51,17 @@ class DenseScorer(pt.Transformer):
         return result
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        pta.validate.result_frame(inp, extra_columns=['query', 'text'])
+        check_result_frame(inp, ['query', 'text'], 'the frame DenseScorer re-ranks')
         if not len(inp):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
-        queries = inp['query'].fillna('').astype(str).unique().tolist()
-        texts = inp['text'].fillna('').astype(str).unique().tolist()
-        q = dict(zip(queries, self.embed(queries)))
-        d = dict(zip(texts, self.embed(texts)))
-        scores = [
-            float(q[a] @ d[b]) for a, b in zip(inp['query'].fillna('').astype(str), inp['text'].fillna('').astype(str))
-        ]
-        return pt.model.add_ranks(inp.assign(score=scores))
+        queries, texts = _texts(inp['query']), _texts(inp['text'])
+        q, d = self._embedded(queries), self._embedded(texts)
+        return pt.model.add_ranks(inp.assign(score=[float(q[a] @ d[b]) for a, b in zip(queries, texts)]))
+
+    def _embedded(self, texts: list) -> dict:
+        """Each distinct text embedded once."""
+        unique = list(dict.fromkeys(texts))
+        return dict(zip(unique, self.embed(unique)))
 
 
 class RetrieverScorer(pt.Transformer):
@@ -58,20 +69,23 @@ class RetrieverScorer(pt.Transformer):
     ``depth`` and candidates are matched by ``text``; candidates outside the top ``depth`` score 0."""
 
     def __init__(self, retriever: pt.Transformer, docs_text: dict, depth: int = 1000):
+        if not isinstance(docs_text, Mapping):
+            raise TypeError(f'docs_text must be a {{docno: text}} mapping, got {type(docs_text).__name__}')
         self.retriever = retriever
         self.docs_text = docs_text  # docno -> text of the retriever's corpus
-        self.depth = depth
+        self.depth = check_int('depth', depth, 1)
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        pta.validate.result_frame(inp, extra_columns=['query', 'text'])
+        check_result_frame(inp, ['query', 'text'], 'the frame RetrieverScorer re-ranks')
         if not len(inp):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
-        queries = inp[['qid', 'query']].drop_duplicates('qid')
+        texts = _texts(inp['text'])
+        queries = inp[['qid', 'query']].drop_duplicates('qid')  # one text per qid: checked above
         res = (self.retriever % self.depth)(queries)
         found = {
             (qid, self.docs_text.get(docno)): score for qid, docno, score in zip(res['qid'], res['docno'], res['score'])
         }
-        scores = [found.get((qid, text), 0.0) for qid, text in zip(inp['qid'], inp['text'])]
+        scores = [found.get((qid, text), 0.0) for qid, text in zip(inp['qid'], texts)]
         return pt.model.add_ranks(inp.assign(score=scores))
 
 
@@ -84,12 +98,16 @@ class ZScoreFusion(pt.Transformer):
 
     def __init__(self, scorers: Sequence[pt.Transformer], weights: Sequence[float] = None):
         self.scorers = list(scorers)
-        self.weights = list(weights) if weights is not None else [1.0] * len(self.scorers)
-        if len(self.weights) != len(self.scorers):
-            raise ValueError('one weight per scorer')
+        if not self.scorers:
+            raise ValueError('scorers must hold at least one scorer')
+        weights = list(weights) if weights is not None else [1.0] * len(self.scorers)
+        if len(weights) != len(self.scorers):
+            raise ValueError(f'weights must give one weight per scorer: {len(weights)} for {len(self.scorers)}')
+        self.weights = [check_float(f'weights[{i}]', w) for i, w in enumerate(weights)]
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        pta.validate.result_frame(inp, extra_columns=['query', 'text'])
+        # a docno twice for a qid would multiply rows in the merge below, and scores would go to the wrong rows
+        check_result_frame(inp, ['query', 'text'], 'the frame ZScoreFusion re-ranks')
         total = np.zeros(len(inp))
         for scorer, weight in zip(self.scorers, self.weights):
             res = scorer(inp.drop(columns=['score', 'rank'], errors='ignore'))

@@ -8,11 +8,11 @@ Everything that costs time is cached under ``cache_dir`` as JSON / npz (never pi
 """
 from .cache import build_data
 from .config import SELECT_ON, DomainConfig, config_from_overrides, logged_config
-from .driver import DONE_FILE, DomainAdaptation, domain_adapt
+from .driver import DONE_FILE, DomainAdaptation, claim_cache, claim_output, domain_adapt
 from .frozen import FrozenDocuments, frozen_parameters
 from .heldout import heldout_scores, rank_measures
 from .queries import document_frequencies, keyword_query, make_queries
 
 __all__ = ['build_data', 'SELECT_ON', 'DomainConfig', 'config_from_overrides', 'logged_config', 'DONE_FILE',
-           'DomainAdaptation', 'domain_adapt', 'FrozenDocuments', 'frozen_parameters', 'heldout_scores',
-           'rank_measures', 'document_frequencies', 'keyword_query', 'make_queries']
+           'claim_cache', 'claim_output', 'DomainAdaptation', 'domain_adapt', 'FrozenDocuments', 'frozen_parameters',
+           'heldout_scores', 'rank_measures', 'document_frequencies', 'keyword_query', 'make_queries']

@@ -38,8 +38,22 @@ from .frozen import frozen_documents, frozen_parameters
 from .heldout import heldout_scores
 
 DONE_FILE = 'domain_adapt.json'
+# the marked kinds of the output folder (model/, train/, the log) and of the cache folder (reused across runs)
+OUTPUT_KIND = 'domain_adaptation'
+CACHE_KIND = 'domain_adaptation.cache'
 # kinds whose query side can adapt alone: a copy of the query encoder trains, or an inference-free model's table
 QUERY_SIDE_CLASSES = (Splade, SaeSplade, AsymmetricSplade, InferenceFreeSplade)
+
+
+def claim_output(output_dir) -> Path:
+    """``output_dir`` as a domain-adaptation folder of ours (see :func:`pyterrier_lsr.storage.claim_folder`), before
+    any work: a user's folder (its ``domain_adapt.json`` or ``model/`` would be replaced) is refused."""
+    return storage.claim_folder(output_dir, OUTPUT_KIND, 'domain-adaptation folder')
+
+
+def claim_cache(cache_dir) -> Path:
+    """``cache_dir`` as a domain-adaptation cache of ours, shared by runs (see :func:`claim_output`)."""
+    return storage.claim_folder(cache_dir, CACHE_KIND, 'domain-adaptation cache folder')
 
 
 def _copy(module: torch.nn.Module) -> dict:
@@ -61,6 +75,7 @@ class DomainAdaptation:
         if documents is not None and config.side != 'query':
             raise ValueError("documents= serves query-side adaptation (side='query'); two-sided training re-encodes "
                              'them')
+        config.train_config().check_lengths(splade.tokenizer)
         self.splade, self.config, self.report, self.verbose, self.documents = splade, config, report, verbose, documents
         self.output_dir = Path(output_dir)
         self.cache = Path(cache_dir) if cache_dir is not None else self.output_dir / 'cache'
@@ -77,7 +92,7 @@ class DomainAdaptation:
     def prepare(self):
         """The data (cached), the trained modules and, for query-side adaptation, the frozen documents."""
         config, splade = self.config, self.splade
-        self.cache.mkdir(parents=True, exist_ok=True)
+        claim_cache(self.cache)
         self.data, self.cache_hit = build_data(self.docs, self.cache, config, self.verbose)
         self.examples = [Example(e['query'], self.docs[e['pos']], [self.docs[d] for d in e['negatives']],
                                  e['teacher']) for e in self.data['examples']]
@@ -151,6 +166,7 @@ class DomainAdaptation:
         """Adapts and returns ``(model, log)``; see :func:`domain_adapt`."""
         config, splade = self.config, self.splade
         start_time = time.time()
+        claim_output(self.output_dir)
         # the selected model is saved at the end: a folder it may not replace is refused now, not after the training
         storage.check_replaceable(self.output_dir / 'model', MODEL_ARTIFACT, True, 'model folder')
         self.prepare()
