@@ -54,7 +54,9 @@ def test_save_load_round_trip(latent_terms, tmp_path):
     latent_terms.save_pretrained(tmp_path / 'lt')
     loaded = LatentTerms.from_pretrained(tmp_path / 'lt', batch_size=4)
     assert (loaded.mode, loaded.sqrt_tf, loaded.dense_name) == ('multi', True, 'all-MiniLM-L6-v2')
-    assert loaded.encode(TEXTS) == latent_terms.encode(TEXTS)
+    # batch_size differs, so padding does: float sums may differ in the last bits on some CPUs (Intel MKL), not more
+    for a, b in zip(loaded.encode(TEXTS), latent_terms.encode(TEXTS), strict=True):
+        assert a.keys() == b.keys() and all(math.isclose(a[t], b[t], rel_tol=1e-5, abs_tol=1e-7) for t in a)
 
 
 @pytest.mark.parametrize('make, inp, out_col', [
