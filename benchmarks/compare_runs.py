@@ -25,14 +25,14 @@ def engine_rows(path, default_k):
     return {(row['setting'], row.get('k', default_k)): row for row in report['synthetic_rows']}
 
 
-def encode_rows(path, default_k=None):
+def encode_rows(path):
     report = json.loads(Path(path).read_text())
     return {(f"{row['impl']} {row['precision']}", row['batch_size']): row for row in report['speed']}
 
 
 def compare(kind, before, after, default_k=100):
-    read = engine_rows if kind == 'engines' else encode_rows
-    sides = {'before': [read(p, default_k) for p in before], 'after': [read(p, default_k) for p in after]}
+    read = (lambda path: engine_rows(path, default_k)) if kind == 'engines' else encode_rows
+    sides = {'before': [read(p) for p in before], 'after': [read(p) for p in after]}
     keys = [key for key in sides['before'][0] if all(key in run for runs in sides.values() for run in runs)]
     rows = []
     for key in keys:

@@ -32,7 +32,7 @@ from . import storage
 from .base import MODEL_ARTIFACT
 from .checks import (check_docnos, check_int, check_matrix, check_max_length, check_query_frame,
                      check_result_frame)
-from .encoding import as_text, autocast, length_sorted_batches, resolve_device, resolve_precision
+from .encoding import as_texts, autocast, length_sorted_batches, resolve_device, resolve_precision
 from .loading import local_folder
 from .models.multivector import SETTINGS_FILE, MultiVectorModel
 from .models.sae_splade import structural_token_ids
@@ -170,15 +170,6 @@ def _ranked(frame: pd.DataFrame, scores: np.ndarray, groups) -> pd.DataFrame:
     return out.assign(rank=pd.Series(codes[order]).groupby(codes[order]).cumcount().to_numpy(dtype=np.int64))
 
 
-def _texts(values, what: str) -> List[str]:
-    """Query or document texts: ``str`` (missing values are ``''``); bytes, lists and numbers are a ``TypeError``
-    naming the row rather than their ``repr`` encoded as text."""
-    try:
-        return [as_text(v, i) for i, v in enumerate(values)]
-    except TypeError as ex:
-        raise TypeError(f'{what}: {ex}') from None
-
-
 def _query_embeddings(encoder: MultiVector, queries: Sequence[str]) -> Dict[str, torch.Tensor]:
     vectors, offsets = encoder.embed(queries, query=True)
     vectors = torch.from_numpy(vectors)
@@ -196,12 +187,12 @@ class MaxSimScorer(pt.Transformer):
         check_result_frame(inp, ['query', self.text_field])
         if not len(inp):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
-        texts = pd.Series(_texts(inp[self.text_field], f'column {self.text_field!r}'), index=inp.index)
+        texts = pd.Series(as_texts(inp[self.text_field], f'column {self.text_field!r}'), index=inp.index)
         unique = texts.unique().tolist()
         vectors, offsets = self.encoder.embed(unique)
         vectors, lengths = torch.from_numpy(vectors), torch.from_numpy(np.diff(offsets))
         row_of = {t: i for i, t in enumerate(unique)}
-        query_texts = pd.Series(_texts(inp['query'], 'column "query"'), index=inp.index)
+        query_texts = pd.Series(as_texts(inp['query'], 'column "query"'), index=inp.index)
         queries = _query_embeddings(self.encoder, query_texts.unique().tolist())
         scores = np.zeros(len(inp))
         for query, idx in inp.groupby(query_texts).indices.items():
@@ -241,7 +232,7 @@ class MaxSimIndexer(pt.Indexer):
             if missing:
                 raise KeyError(f'documents must have columns {missing}; got {sorted(doc)}')
         docnos = check_docnos([d['docno'] for d in docs], f'the documents indexed into {self.path}')
-        vectors, offsets = self.encoder.embed(_texts([d[self.text_field] for d in docs], 'documents'),
+        vectors, offsets = self.encoder.embed(as_texts([d[self.text_field] for d in docs], 'documents'),
                                               verbose=self.verbose)
         return MaxSimIndex.write(self.path, docnos, vectors, offsets, self.encoder, overwrite=self.overwrite)
 
@@ -541,7 +532,7 @@ class _Retriever(pt.Transformer):
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         check_query_frame(inp, ['query'])
-        texts = _texts(inp['query'], 'column "query"')
+        texts = as_texts(inp['query'], 'column "query"')
         queries = _query_embeddings(self.index.encoder, list(dict.fromkeys(texts)))
         rows = []
         for position, query in enumerate(texts):
@@ -558,5 +549,5 @@ class _StoredScorer(pt.Transformer):
         check_result_frame(inp, ['query'])
         if not len(inp):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
-        texts = _texts(inp['query'], 'column "query"')
+        texts = as_texts(inp['query'], 'column "query"')
         return self.index.rescore(inp, texts, _query_embeddings(self.index.encoder, list(dict.fromkeys(texts))))

@@ -33,7 +33,8 @@ import torch
 
 from . import storage
 from .checks import check_choice, check_docnos, check_int, check_matrix, check_query_frame
-from .multivector import TokenStore, _load_npy, _result_frame, _texts
+from .encoding import as_texts
+from .multivector import TokenStore, _load_npy, _result_frame
 from .ssr import QUERY_SIDES, SSR, pool_codes
 
 INDEX_KIND = 'ssr_index'
@@ -207,7 +208,7 @@ class SSRIndex(TokenStore):
         """The input's queries embedded once and searched: ``(result frame, each row's input position, the
         embeddings (vectors, offsets) by input position)``."""
         check_query_frame(inp, ['query'])
-        vectors, offsets = self.ssr.encoder.embed(_texts(inp['query'], 'column "query"'), query=True)
+        vectors, offsets = self.ssr.encoder.embed(as_texts(inp['query'], 'column "query"'), query=True)
         found = self.search(vectors, offsets, num_results, mode, query, query_latents)
         rows = [(position, self.docnos[d], s) for position, (docs, scores) in enumerate(found)
                 for d, s in zip(docs.tolist(), scores)]
@@ -279,7 +280,7 @@ class SSRIndexer(pt.Indexer):
             if missing:
                 raise KeyError(f'documents must have columns {missing}; got {sorted(doc)}')
         docnos = check_docnos([d['docno'] for d in docs], f'the documents indexed into {self.path}')
-        vectors, offsets = self.ssr.encoder.embed(_texts([d[self.text_field] for d in docs], 'documents'),
+        vectors, offsets = self.ssr.encoder.embed(as_texts([d[self.text_field] for d in docs], 'documents'),
                                                   verbose=self.verbose)
         return SSRIndex.write(self.path, docnos, vectors, offsets, self.ssr, overwrite=self.overwrite)
 

@@ -12,14 +12,8 @@ import pyterrier as pt
 import torch
 
 from ..checks import check_float, check_int, check_max_length, check_result_frame
-from ..encoding import as_text, autocast, length_sorted_batches, resolve_device, resolve_precision
+from ..encoding import as_texts, autocast, length_sorted_batches, resolve_device, resolve_precision
 from ..offline import resolve_model
-
-
-def _texts(column: pd.Series) -> list:
-    """The column's texts, missing ones as ``''``; a non-``str`` value is a ``TypeError`` (``astype(str)`` scored
-    ``"b'...'"`` or ``"5"`` as text)."""
-    return [as_text(value, i) for i, value in enumerate(column)]
 
 
 class DenseScorer(pt.Transformer):
@@ -54,7 +48,7 @@ class DenseScorer(pt.Transformer):
         check_result_frame(inp, ['query', 'text'], 'the frame DenseScorer re-ranks')
         if not len(inp):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
-        queries, texts = _texts(inp['query']), _texts(inp['text'])
+        queries, texts = as_texts(inp['query'], 'column "query"'), as_texts(inp['text'], 'column "text"')
         q, d = self._embedded(queries), self._embedded(texts)
         return pt.model.add_ranks(inp.assign(score=[float(q[a] @ d[b]) for a, b in zip(queries, texts)]))
 
@@ -79,7 +73,7 @@ class RetrieverScorer(pt.Transformer):
         check_result_frame(inp, ['query', 'text'], 'the frame RetrieverScorer re-ranks')
         if not len(inp):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
-        texts = _texts(inp['text'])
+        texts = as_texts(inp['text'], 'column "text"')
         queries = inp[['qid', 'query']].drop_duplicates('qid')  # one text per qid: checked above
         res = (self.retriever % self.depth)(queries)
         found = {
