@@ -241,22 +241,48 @@ def test_bmp_scores_never_wrap(tmp_path):
     assert_exact(ask(index, queries, 'bmp'), vectors, queries, 100., 10)
 
 
-@pytest.mark.parametrize('heavy_min', [64, 0])
-def test_bmp_long_documents_and_queries_stay_exact(tmp_path, monkeypatch, heavy_min):
-    # A document of 2,100 terms was refused (its levels could pass BMP's 16-bit sums); now documents whose levels may
-    # wrap are kept aside and re-scored for every query. With none allowed aside (0), the levels are lowered for the
-    # others and the 2,100-term document (heavy at any level) is still kept aside.
+def test_bmp_long_documents_and_queries_stay_exact(tmp_path, monkeypatch):
+    # A document of 2,100 terms was refused (its levels could pass BMP's 16-bit sums), then kept aside and re-scored
+    # for every query, with coarser levels for all: now the levels stay fine (the largest impact at 127) and each query
+    # gets the most levels that cannot wrap; the 2,100-term query on the 2,100-term document is scored exhaustively.
     from pyterrier_lsr.index.engines import bmp
-    monkeypatch.setattr(bmp, 'HEAVY_MIN', heavy_min)
     vectors = [{f't{j}': 3.0 for j in range(2100)}, {f't{j}': 2.9 for j in range(300)}, {'t0': 3.0, 't1': 3.0},
                {'t5': 0.5, 'x': 1.0}] + [{f't{j}': 0.3 for j in range(i, i + 30)} for i in range(40)]
     index = build(tmp_path / 'long.lsr', vectors)
-    settings = index.meta['engines']['bmp']
-    assert settings['heavy_documents'] == (2 if heavy_min else 1)
-    assert (settings['impact_factor'] < 127 / 300) == (heavy_min == 0)
+    assert index.meta['engines']['bmp']['impact_factor'] == 127 / 300
+    asked = []
+    search = bmp._query_levels
+    monkeypatch.setattr(bmp, '_query_levels', lambda *a: asked.append(search(*a)) or asked[-1])
     queries = [{f't{j}': 1.0 for j in range(300)}, {f't{j}': 0.5 + j / 300 for j in range(300)},
                {f't{j}': 1.0 for j in range(2100)}, {'t0': 1.0, 't5': 0.2, 'x': 0.01}, {'t35': 1.0, 't40': 0.5}]
     assert_exact(ask(index, queries, 'bmp'), vectors, queries, 100., 10)
+    most = [chosen and chosen[0] for chosen in asked]
+    assert most[2] is None and most[3:] == [32, 32] and 1 <= most[0] < 32 and 1 <= most[1] < 32
+
+
+def test_bmp_query_levels_cannot_wrap():
+    # Every document, scored by BMP at the levels chosen, stays within 16 bits; one level more would not be safe.
+    from pyterrier_lsr.index.engines import bmp
+    rng = np.random.default_rng(5)
+    lengths = rng.integers(0, 900, 60)
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    levels = rng.integers(1, 128, indptr[-1]).astype(np.uint8)
+    ids = np.concatenate([rng.choice(1000, n, replace=False) for n in lengths]).astype(np.int64)
+    frontier = bmp._wrap_frontier(indptr, levels)
+    matrix = np.zeros((len(lengths), 1000))
+    for row in range(len(lengths)):
+        matrix[row, ids[indptr[row]:indptr[row + 1]]] = levels[indptr[row]:indptr[row + 1]]
+    for size in (5, 50, 400, 1000):
+        terms = rng.choice(1000, size, replace=False)
+        weights = rng.integers(1, 5000, size)
+        most, query = bmp._query_levels(weights, frontier)
+        dense = np.zeros(1000)
+        dense[terms] = query
+        assert (matrix @ dense).max() <= bmp.MAX_SCORE and query.max() == most
+        if most < bmp.MAX_QUERY_LEVEL:  # one level more: some document's bound passes 16 bits
+            wider = -(-weights * (most + 1) // weights.max())
+            bounds = np.minimum((most + 1) * matrix.sum(axis=1), matrix.max(axis=1) * wider.sum())
+            assert bounds.max() > bmp.MAX_SCORE
 
 
 def test_bmp_kth_levels_match_a_sort():

@@ -9,17 +9,17 @@ k-th, so the top-k equals PISA's (up to the order of equal scores).
 BMP's integers (bmp 0.2.8):
 
 * document: BMP level ``l = max(1, rint(i * f))`` of PISA's impact ``i = int(w * scale)``, with
-  ``f = min(1, max_impact / M)`` (``M``: the largest impact).  BMP sums scores in 16 bits and wraps past 65,535
-  without an error; a query level is at most 32, so a document whose levels sum to at most 2047 (``65535 // 32``)
-  cannot wrap.  The few documents whose levels sum to more (at most :data:`HEAVY_SHARE` of them, ``f`` is lowered by
-  bisection until so; a document with 2,047 terms or more is always one) are kept in a list and re-scored exactly for
-  every query, whatever BMP makes of them (``impact_factor`` and ``heavy_documents`` are recorded).
-* query: level ``L_t = ceil(32 * q_t / max_t q_t)`` of ``q_t = int(w_t * scale)`` (BMP maps the largest query weight
-  to 32; it is given the levels themselves, which it keeps as they are).  Terms the index lacks and weights that
-  quantize to 0 are dropped.
-* bound: ``q <= L * max_q / 32`` and ``i <= (l + 1/2) / f``, so a document BMP scores ``s'`` (not a heavy one: its
-  score is right) has an exact score of at most ``max_q / (32 f) * (s' + sum_t L_t / 2)``: that is the bound on the
-  documents BMP did not return.
+  ``f = min(1, max_impact / M)`` (``M``: the largest impact).
+* query: level ``L_t = ceil(Q * q_t / max_t q_t)`` of ``q_t = int(w_t * scale)``, with ``Q`` at most 32 (BMP's
+  searcher maps its largest weight to 32, so a term no document has is added at 32: the levels are kept as they are).
+  Terms the index lacks and weights that quantize to 0 are dropped.  BMP sums scores in 16 bits and wraps past 65,535
+  without an error, so ``Q`` is the largest for which no document can pass 65,535: a document scores at most
+  ``min(Q * sum_t l_t, max_t l_t * sum_t L_t)``, and the build records, for the documents whose levels sum past
+  ``65535 // 32``, the largest level among those of each level sum or more (``wrap.npy``); most queries keep
+  ``Q = 32``.  A query no ``Q >= 1`` keeps below the wrap (hundreds of terms, each matched at the top levels by a
+  document of thousands of terms) is scored exhaustively from the forward index.
+* bound: ``q <= L * max_q / Q`` and ``i <= (l + 1/2) / f``, so a document BMP scores ``s'`` has an exact score of at
+  most ``max_q / (Q f) * (s' + sum_t L_t / 2)``: that is the bound on the documents BMP did not return.
 
 ``alpha < 1`` stops once the best remaining block bound is below ``1/alpha`` times the k-th score; ``beta < 1`` keeps
 only that fraction of the (highest-weighted) query terms for BMP's traversal (done here, as BMP does it); both return
@@ -43,21 +43,21 @@ from ..reorder import bisection_order, permute_rows
 from .glue import (Forward, Timer, ToksSearcher, certified_top, check_depth, check_threads, engine_settings,
                    quantized_csr, ranked, require)
 
-# 2: documents numbered by row, forward index kept; 3: the heavy documents kept (finer levels for the others)
-FORMAT = 3
+# 2: documents numbered by row, forward index kept; 3: heavy documents kept aside; 4: query levels kept below the wrap
+FORMAT = 4
 INDEX_FILE = 'index.bmp'
 KTH_FILE = 'kth.npy'  # [terms, 3]: each term's 10th, 100th and 1000th largest BMP level
-HEAVY_FILE = 'heavy.npy'  # rows of the documents whose levels may wrap BMP's 16-bit sums
+WRAP_FILE = 'wrap.npy'  # [n, 2]: level sums (descending) and the largest level of any document of that sum or more
 # Names no document can have: terms never contain whitespace, docnos here are row numbers.
 SENTINEL_DOCNO = ' bmp sentinel'
 # Sentinel terms and levels: with query levels 0-32 they sum to any bound 1..65535 (see _sentinel_levels).
 SENTINEL_ONE, SENTINEL_32 = 'bmp sentinel 1', 'bmp sentinel 32'
 SENTINEL_255 = [f'bmp sentinel 255 {i}' for i in range(9)]
 SENTINEL_DOC = {SENTINEL_ONE: 1, SENTINEL_32: 32, **{t: 255 for t in SENTINEL_255}}
+SCALE_TERM = 'bmp scale'  # in no document: asked at MAX_QUERY_LEVEL, so that BMP keeps the other levels as given
 MAX_QUERY_LEVEL = 32  # bmp.query.MAX_TERM_WEIGHT: the searcher maps the largest query weight to it
-MAX_LEVEL_SUM = (2 ** 16 - 1) // MAX_QUERY_LEVEL  # a document's levels may sum to this: 32 times it fits in 16 bits
-# At most this share of the documents (and at least HEAVY_MIN of them) may be heavy: each is re-scored for every query.
-HEAVY_SHARE, HEAVY_MIN = 0.001, 64
+MAX_SCORE = 2 ** 16 - 1  # BMP's scores are 16-bit sums
+MAX_LEVEL_SUM = MAX_SCORE // MAX_QUERY_LEVEL  # documents of smaller level sums cannot wrap: 32 times it fits
 KTH = (10, 100, 1000)  # the depths whose k-th levels BMP keeps per term
 # Exact mode asks BMP first for START * k candidates, and at least FIRST_DEPTH: its levels are coarser than PISA's
 # impacts, so the exact top-k is rarely certain from BMP's own top-k alone (see certified_top), and a second, deeper
@@ -88,35 +88,40 @@ def _sentinel_levels(bound: int) -> dict:
     return {t: level for t, level in levels.items() if level}
 
 
-def _levels(indptr, impacts, max_impact: int):
-    """``(factor, levels, heavy rows)``: BMP's levels (uint8) of PISA's impacts, the largest factor (at most
-    ``max_impact / M``) that leaves at most ``max(HEAVY_MIN, HEAVY_SHARE * n)`` documents whose levels sum past
-    :data:`MAX_LEVEL_SUM`, and those documents (see the module notes)."""
-    lengths = np.diff(indptr)
-    filled = lengths > 0
-    # Documents of more terms than MAX_LEVEL_SUM are heavy at any factor (every level is at least 1): not counted.
-    allowed = max(HEAVY_MIN, int(HEAVY_SHARE * len(lengths))) + int((lengths > MAX_LEVEL_SUM).sum())
-
-    def at(factor):
-        levels = np.empty(len(impacts), dtype=np.uint8)
-        for start in range(0, len(impacts), CHUNK):  # the float64 products of a chunk at a time
-            levels[start:start + CHUNK] = np.maximum(1, np.rint(impacts[start:start + CHUNK] * factor))
-        sums = np.zeros(len(lengths), dtype=np.int64)
-        if filled.any():
-            sums[filled] = np.add.reduceat(levels, indptr[:-1][filled], dtype=np.int64)
-        return levels, np.flatnonzero(sums > MAX_LEVEL_SUM)
-
+def _levels(impacts, max_impact: int):
+    """``(factor, levels)``: BMP's levels (uint8) of PISA's impacts (see the module notes)."""
     factor = min(1., max_impact / int(impacts.max()))
-    levels, heavy = at(factor)
-    if len(heavy) > allowed:
-        # Near factor 0 every level is 1: only the documents counted out of `allowed` are heavy.
-        low, high = 0., factor
-        for _ in range(30):
-            middle = (low + high) / 2
-            low, high = (middle, high) if len(at(middle)[1]) <= allowed else (low, middle)
-        factor = low
-        levels, heavy = at(factor)
-    return factor, levels, heavy
+    levels = np.empty(len(impacts), dtype=np.uint8)
+    for start in range(0, len(impacts), CHUNK):  # the float64 products of a chunk at a time
+        levels[start:start + CHUNK] = np.maximum(1, np.rint(impacts[start:start + CHUNK] * factor))
+    return factor, levels
+
+
+def _wrap_frontier(indptr, levels) -> np.ndarray:
+    """``[n, 2]``: the level sums past :data:`MAX_LEVEL_SUM` of the documents (descending) and, for each, the largest
+    level of any document whose levels sum to it or more (:func:`_query_levels` reads it)."""
+    lengths = np.diff(indptr)
+    filled = np.flatnonzero(lengths > 0)
+    sums, tops = np.zeros(len(lengths), np.int64), np.zeros(len(lengths), np.int64)
+    if len(filled):
+        sums[filled] = np.add.reduceat(levels, indptr[:-1][filled], dtype=np.int64)
+        tops[filled] = np.maximum.reduceat(levels, indptr[:-1][filled])
+    over = np.flatnonzero(sums > MAX_LEVEL_SUM)
+    order = over[np.argsort(-sums[over], kind='stable')]
+    return np.stack([sums[order], np.maximum.accumulate(tops[order])], axis=1)
+
+
+def _query_levels(weights: np.ndarray, frontier: np.ndarray):
+    """``(Q, levels)``: the query's levels (int64, of ``weights``, PISA's query impacts) at the largest ``Q <= 32``
+    whose BMP scores cannot wrap (see the module notes), or ``None`` when no ``Q >= 1`` is safe."""
+    top = int(weights.max())
+    for most in range(MAX_QUERY_LEVEL, 0, -1):
+        levels = -(-weights * most // top)
+        # Documents whose levels sum past MAX_SCORE // most could wrap but for their largest level: the largest one.
+        at_risk = int(np.searchsorted(-frontier[:, 0], -(MAX_SCORE // most), side='left'))
+        if not at_risk or int(frontier[at_risk - 1, 1]) * int(levels.sum()) <= MAX_SCORE:
+            return most, levels
+    return None
 
 
 class BmpEngine:
@@ -128,7 +133,7 @@ class BmpEngine:
     def build(self, index, folder, block_size: int = 32, compress_range: bool = False, max_impact: int = 127,
               reorder: bool = False, verbose: bool = False) -> dict:
         """``block_size`` documents per block (1-256); ``compress_range`` compresses the per-block maxima;
-        ``max_impact`` (1-255) is the largest BMP level (lower when 16-bit sums require it); ``reorder`` numbers the
+        ``max_impact`` (1-255) is the largest BMP level; ``reorder`` numbers the
         documents by recursive graph bisection first (:mod:`..reorder`: tighter blocks; results map back to the
         docnos as always, through the forward index); ``verbose`` shows its progress."""
         bmp = require('bmp', 'bmp')
@@ -145,13 +150,13 @@ class BmpEngine:
             if len(terms) > MAX_TERMS:
                 raise ValueError(f'BMP numbers terms in 16 bits: the index has {len(terms)} terms, at most '
                                  f'{MAX_TERMS} fit')
-            factor, levels, heavy = _levels(indptr, impacts, max_impact)
+            factor, levels = _levels(impacts, max_impact)
             largest = int(impacts.max())
             # Written before BMP is fed, which holds its whole index in memory: the impacts are not needed then.
             Forward.write(folder, docnos, terms, indptr, ids, impacts)
             del impacts
             storage.write_array(folder / KTH_FILE, _kth_levels(ids, levels, len(terms)))
-            storage.write_array(folder / HEAVY_FILE, heavy.astype(np.int64))
+            storage.write_array(folder / WRAP_FILE, _wrap_frontier(indptr, levels))
             names = np.array(terms, dtype=object)
             indexer = bmp.Indexer(str(folder / INDEX_FILE), bsize=block_size, compress_range=compress_range)
             for row in range(len(docnos)):
@@ -166,7 +171,6 @@ class BmpEngine:
         return {'format': FORMAT, 'block_size': block_size, 'compress_range': compress_range,
                 'max_impact': max_impact, 'reorder': reorder, 'largest_impact': largest,
                 'impact_factor': factor,
-                'heavy_documents': len(heavy),
                 'bmp_documents': len(docnos) + pads + 1, 'build_seconds': round(timer.seconds, 3)}
 
     def retriever(self, index, folder, num_results: int, alpha: float = 1., beta: float = 1., threads: int = 1,
@@ -186,14 +190,11 @@ class BmpEngine:
         limit = max(settings['bmp_documents'], KTH[-1] + 1)
         forward = Forward(folder)
         kth = np.load(folder / KTH_FILE, allow_pickle=False)
-        heavy = np.load(folder / HEAVY_FILE, allow_pickle=False)
-        is_heavy = np.zeros(len(forward.docnos), dtype=bool)
-        is_heavy[heavy] = True
-        # Heavy documents are scored for every query: by term, a query reads only its own terms' columns of them.
-        heavy_by_term = forward.matrix[heavy].tocsc()
+        frontier = np.load(folder / WRAP_FILE, allow_pickle=False)
         searcher = bmp.Searcher(str(folder / INDEX_FILE))
         scale = index.scale
         exact = alpha == 1 and beta == 1
+        every = np.arange(len(forward.docnos))
 
         def search_one(toks):
             full = query = forward.query(toks, scale)
@@ -202,11 +203,15 @@ class BmpEngine:
                 query = {t: query[t] for t in kept}
             if not query:
                 return np.zeros(0, np.int64), np.zeros(0)
-            top = max(query.values())
-            levels = {t: -(-q * MAX_QUERY_LEVEL // top) for t, q in query.items()}
+            chosen = _query_levels(np.array(list(query.values()), dtype=np.int64), frontier)
+            if chosen is None:  # BMP could wrap for this query: every document scored exactly instead
+                return ranked(every, forward.rescore(full, every), k)
+            most, levels = chosen
+            levels = dict(zip(query, levels.tolist()))
             named = {forward.terms[t]: float(level) for t, level in levels.items()}
+            named[SCALE_TERM] = float(MAX_QUERY_LEVEL)
             slack = sum(levels.values()) / 2
-            heavy_scores = heavy_by_term[:, list(full)] @ np.array(list(full.values()), dtype=np.float64)
+            top = max(query.values())
 
             def candidates(depth):
                 column = sum(depth > d for d in KTH)  # the k-th level BMP's initial threshold uses
@@ -214,14 +219,12 @@ class BmpEngine:
                 asked = dict(named, **{t: float(v) for t, v in _sentinel_levels(threshold + 1).items()})
                 docnos, scores = searcher.search(asked, k=depth, alpha=alpha, beta=1.)
                 rows = np.array([int(d) for d in docnos if not d.startswith(' ')], dtype=np.int64)
-                # Heavy documents are always candidates (BMP's scores of them may have wrapped), last.
-                rows = np.concatenate([rows[~is_heavy[rows]], heavy])
                 # Left out: documents BMP scored at most the lowest score kept (when it kept `depth`), or at most T.
                 lowest = max(min(scores), threshold) if len(docnos) == depth else threshold
-                return rows, top / (MAX_QUERY_LEVEL * factor) * (lowest + slack) * (1 + 1e-9) if lowest else 0.
+                return rows, top / (most * factor) * (lowest + slack) * (1 + 1e-9) if lowest else 0.
 
-            def rescore(rows):  # the candidates BMP chose, then the heavy documents (see candidates)
-                return np.concatenate([forward.rescore(full, rows[:len(rows) - len(heavy)]), heavy_scores])
+            def rescore(rows):
+                return forward.rescore(full, rows)
 
             if exact:
                 rows, scores = certified_top(candidates, rescore, k, limit, start=max(START * k, FIRST_DEPTH))
