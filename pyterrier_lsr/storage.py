@@ -29,14 +29,19 @@ from typing import Callable, Dict, Iterator, Optional, Union
 from .checks import check_bool
 
 MARKER = '.lsr-artifact.json'
+# Cache folders that several writers share (the course kit gives every system one cache_dir): a domain adaptation's
+# (BM25 index, examples, teacher scores) and the embeddings of Latent Terms, SAE-SPLADE and the dense baseline.  Each
+# writer names its files by their inputs, so a cache that one of them marked is the others' to write into too.
+DOMAIN_CACHE, EMBEDDINGS_CACHE = 'domain_adaptation.cache', 'embeddings.cache'
+SHARED_CACHES = (DOMAIN_CACHE, EMBEDDINGS_CACHE)
 
 PathLike = Union[str, Path]
 
-__all__ = ['MARKER', 'artifact_type', 'is_artifact', 'write_file', 'write_bytes', 'write_text', 'write_json',
-           'write_array', 'read_json', 'build_folder', 'replace_folder', 'remove_artifact', 'mark', 'read_marker',
-           'move_file', 'temporary_sibling', 'remove_temporary', 'link_tree', 'file_digest', 'model_digest',
-           'check_replaceable', 'CHEAP_DIGEST_BYTES', 'record_files', 'check_files', 'check_claimable',
-           'claim_folder']
+__all__ = ['MARKER', 'DOMAIN_CACHE', 'EMBEDDINGS_CACHE', 'SHARED_CACHES', 'artifact_type', 'is_artifact',
+           'write_file', 'write_bytes', 'write_text', 'write_json', 'write_array', 'read_json', 'build_folder',
+           'replace_folder', 'remove_artifact', 'mark', 'read_marker', 'move_file', 'temporary_sibling',
+           'remove_temporary', 'link_tree', 'file_digest', 'model_digest', 'check_replaceable', 'CHEAP_DIGEST_BYTES',
+           'record_files', 'check_files', 'check_claimable', 'claim_folder']
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -176,13 +181,14 @@ def check_replaceable(path: PathLike, kind: str, overwrite: bool, what: Optional
 
 
 def check_claimable(folder: PathLike, kind: str, what: str) -> bool:
-    """Whether ``folder`` is already ours (marked as ``kind``); raises the error :func:`claim_folder` would, writing
-    nothing, for callers that must refuse a folder long before they write into it (a report's output, after
-    indexing)."""
+    """Whether ``folder`` is already ours (marked as ``kind``, or as another of :data:`SHARED_CACHES` when ``kind`` is
+    one); raises the error :func:`claim_folder` would, writing nothing, for callers that must refuse a folder long
+    before they write into it (a report's output, after indexing)."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise FileExistsError(f'{folder} exists and is not a folder; choose a new or empty folder')
-    if is_artifact(folder, kind):
+    found = artifact_type(folder) if folder.is_dir() else None
+    if found == kind or (kind in SHARED_CACHES and found in SHARED_CACHES):
         return True
     if folder.is_dir() and any(folder.iterdir()):
         raise FileExistsError(f'{folder} is not a pyterrier-lsr {what} (no {MARKER} naming {kind!r}); refusing to '
