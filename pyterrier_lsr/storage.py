@@ -356,9 +356,11 @@ def record_files(folder: Path, leave_out=()) -> Dict[str, dict]:
     return out
 
 
-def check_files(folder: Path, files: Dict[str, dict], full: bool = False, prefix: str = '') -> None:
-    """Raises a ``ValueError`` naming the damaged files (missing, another size, other bytes) among ``files`` whose
-    name starts with ``prefix``; digests are compared for every file with ``full``, else for small ones only."""
+def check_files(folder: Path, files: Dict[str, dict], what: str, full: bool = False, prefix: str = '',
+                remedy: str = 'rebuild it') -> None:
+    """Raises a ``ValueError`` saying that ``what`` (``'the index'``, ``'the k-means cell folder'``) is damaged, naming
+    the damaged files (missing, another size, other bytes) among ``files`` whose name starts with ``prefix``, and the
+    ``remedy``; digests are compared for every file with ``full``, else for small ones only."""
     damaged = []
     for name, record in files.items():
         if not name.startswith(prefix):
@@ -372,8 +374,7 @@ def check_files(folder: Path, files: Dict[str, dict], full: bool = False, prefix
             damaged.append(f'{name} (content differs from the recorded digest)')
     if damaged:
         more = f' and {len(damaged) - 5} more' if len(damaged) > 5 else ''
-        raise ValueError(f'the index at {folder} is damaged: {", ".join(damaged[:5])}{more}; '
-                         'rebuild it')
+        raise ValueError(f'{what} at {folder} is damaged: {", ".join(damaged[:5])}{more}; {remedy}')
 
 
 def file_digest(path: PathLike) -> str:
