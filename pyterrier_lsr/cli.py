@@ -195,7 +195,7 @@ def main(argv=None):
         except (ValueError, TypeError) as e:
             _fail('train', str(e).replace('could not convert string to float', '--rescale-head: not a number or auto'))
         try:  # a run it cannot continue (changed settings, no checkpoint that loads) is refused before the model loads
-            resume_state(args.output_dir, config, args.resume)
+            resumed = resume_state(args.output_dir, config, args.resume)  # loaded once: train() continues from it
         except ValueError as e:
             _fail('train', f'--resume: {e}')
         if args.irds_cache:
@@ -241,7 +241,7 @@ def main(argv=None):
         sample = [ex.positive for ex, _ in zip(examples, range(64))] if isinstance(examples, list) else ()
         rescale_head(splade.model, rescale, splade.tokenizer, sample)
     try:
-        train(splade.model, splade.tokenizer, examples, args.output_dir, config, resume=args.resume)
+        train(splade.model, splade.tokenizer, examples, args.output_dir, config, resume=args.resume, resumed=resumed)
     except ValueError as e:  # e.g. a checkpoint of another --model, or fewer examples than a batch
         _fail('train', e)
     if is_main():

@@ -21,6 +21,7 @@ the documents contributes (almost) nothing.  Query weights: PISA repeats a query
 """
 import hashlib
 import json
+import re
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Sequence
 
@@ -42,8 +43,15 @@ DENSE_FOLDER = 'dense'
 KIND = 'latent-terms'
 DEFAULT_MAX_LENGTH = 256  # for a dense model whose folder declares no max_seq_length
 CHECKPOINT_BATCHES = 20  # an interrupted embedding pass loses at most this many batches
+# the marked kind of an embedding cache folder (Latent Terms', SAE-SPLADE's token states, the dense baseline's),
+# which may also be a domain adaptation's cache (see storage.SHARED_CACHES)
+CACHE_KIND = storage.EMBEDDINGS_CACHE
+# the names cached_embeddings writes (and its atomic writes' temporaries): a folder of these only is an embedding
+# cache made before caches were marked, and is adopted
+_CACHE_FILE = re.compile(r'[^/]+\.(single|multi)\.[0-9a-f]{16}\.(vectors|offsets|vectors\.partial)\.npy'
+                         r'(\.progress\.json)?(\.tmp-[0-9a-f]{8})?')
 
-__all__ = ['LatentTerms', 'cache_key', 'cached_embeddings', 'MODES']
+__all__ = ['LatentTerms', 'cache_key', 'cached_embeddings', 'claim_cache', 'MODES']
 
 
 class LatentTerms(TorchSparseModel):
@@ -233,12 +241,26 @@ def cache_key(latent_terms: LatentTerms, texts: Sequence, mode: Optional[str] = 
     return f'{Path(latent_terms.dense_name).name}.{mode}.{digest.hexdigest()[:16]}'
 
 
+def claim_cache(cache_dir) -> Path:
+    """``cache_dir`` as an embedding cache of ours (see :func:`pyterrier_lsr.storage.claim_folder`), before any work:
+    a user's folder is refused (its files are never replaced or removed), naming ``cache_dir``."""
+    cache_dir = Path(cache_dir)
+    if cache_dir.is_dir() and not storage.is_artifact(cache_dir, CACHE_KIND):
+        names = [p.name for p in cache_dir.iterdir()]
+        if names and all(_CACHE_FILE.fullmatch(name) for name in names):
+            storage.mark(cache_dir, CACHE_KIND)
+    try:
+        return storage.claim_folder(cache_dir, CACHE_KIND, 'embedding cache')
+    except FileExistsError as ex:
+        raise FileExistsError(f'cache_dir: {ex}') from None
+
+
 def cached_embeddings(latent_terms: LatentTerms, texts: Sequence, cache_dir, verbose: bool = True):
     """:meth:`LatentTerms.embed` of ``texts``, stored as ``<key>.vectors.npy`` + ``<key>.offsets.npy`` in
-    ``cache_dir`` and memory-mapped from there on later calls; an interrupted pass resumes (see :meth:`embed`).
-    A ``multi``-mode pass stores the ``single``-mode (pooled) embeddings of the same texts too, from the same pass."""
-    cache_dir = Path(cache_dir)
-    cache_dir.mkdir(parents=True, exist_ok=True)
+    ``cache_dir`` (a folder of ours, see :func:`claim_cache`) and memory-mapped from there on later calls; an
+    interrupted pass resumes (see :meth:`embed`).  A ``multi``-mode pass stores the ``single``-mode (pooled)
+    embeddings of the same texts too, from the same pass."""
+    cache_dir = claim_cache(cache_dir)
 
     def files(mode):
         key = cache_key(latent_terms, texts, mode)

@@ -256,7 +256,7 @@ class TokenStore:
         if not isinstance(self.files, dict):
             raise ValueError(f'{self.label} {self.path}: its {storage.MARKER} records no files (written by an older '
                              'pyterrier-lsr, or edited); write it again')
-        storage.check_files(self.path, self.files)
+        storage.check_files(self.path, self.files, f'the {self.label}')
         self.meta = storage.read_json(self.path / self.meta_file, f'{self.label} settings')
         self.docnos: List[str] = storage.read_json(self.path / DOCNOS_FILE, f'{self.label} docnos', expect=list)
         self.offsets = _load_npy(self.path / OFFSETS_FILE)
@@ -294,7 +294,7 @@ class TokenStore:
     def verify(self) -> 'TokenStore':
         """Checks the digest of every file (a full read); raises a ``ValueError`` naming the damaged files.  Opening
         checks sizes and small files only."""
-        storage.check_files(self.path, self.files, full=True)
+        storage.check_files(self.path, self.files, f'the {self.label}', full=True)
         return self
 
     def num_docs(self) -> int:
@@ -461,7 +461,8 @@ class MaxSimIndex(TokenStore):
         """As :meth:`TokenStore.verify`, and every file of the k-means cells when they are built."""
         super().verify()
         if (self.path / IVF_FOLDER).exists():
-            storage.check_files(self.path / IVF_FOLDER, self._ivf_files(), full=True)
+            storage.check_files(self.path / IVF_FOLDER, self._ivf_files(), 'the k-means cell folder', full=True,
+                                remedy='rebuild it with build_ivf()')
         return self
 
     def ivf_retriever(self, ncells: int = 2, ndocs: int = 1024, num_results: int = 1000) -> pt.Transformer:
@@ -500,7 +501,9 @@ def _layout_problem(docnos: list, offsets: np.ndarray, num_docs: int, num_tokens
 class _Ivf:
     def __init__(self, index: MaxSimIndex):
         folder = index.path / IVF_FOLDER
-        storage.check_files(folder, index._ivf_files())  # sizes, and the digests of small files
+        # sizes, and the digests of small files
+        storage.check_files(folder, index._ivf_files(), 'the k-means cell folder',
+                            remedy='rebuild it with build_ivf()')
         self.index = index
         centroids, codes = _load_npy(folder / 'centroids.npy'), _load_npy(folder / 'codes.npy').astype(np.int64)
         if codes.shape != (index.meta['num_tokens'],) or codes.min(initial=0) < 0 or \

@@ -123,7 +123,8 @@ class SSRIndex(TokenStore):
         if self._ssr is None:
             if not (self.path / MODEL_FOLDER).is_dir():
                 raise ValueError(f'{self.path} holds no model (written with save_model=False); pass ssr= to SSRIndex')
-            storage.check_files(self.path, self.files, full=True, prefix=f'{MODEL_FOLDER}/')  # weights edited in place
+            storage.check_files(self.path, self.files, 'the model copy of the SSR index', full=True,
+                                prefix=f'{MODEL_FOLDER}/')  # weights edited in place
             self._ssr = self._matching(SSR.from_pretrained(self.path / MODEL_FOLDER))
         return self._ssr
 

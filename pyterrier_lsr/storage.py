@@ -29,14 +29,19 @@ from typing import Callable, Dict, Iterator, Optional, Union
 from .checks import check_bool
 
 MARKER = '.lsr-artifact.json'
+# Cache folders that several writers share (the course kit gives every system one cache_dir): a domain adaptation's
+# (BM25 index, examples, teacher scores) and the embeddings of Latent Terms, SAE-SPLADE and the dense baseline.  Each
+# writer names its files by their inputs, so a cache that one of them marked is the others' to write into too.
+DOMAIN_CACHE, EMBEDDINGS_CACHE = 'domain_adaptation.cache', 'embeddings.cache'
+SHARED_CACHES = (DOMAIN_CACHE, EMBEDDINGS_CACHE)
 
 PathLike = Union[str, Path]
 
-__all__ = ['MARKER', 'artifact_type', 'is_artifact', 'write_file', 'write_bytes', 'write_text', 'write_json',
-           'write_array', 'read_json', 'build_folder', 'replace_folder', 'remove_artifact', 'mark', 'read_marker',
-           'move_file', 'temporary_sibling', 'remove_temporary', 'link_tree', 'file_digest', 'model_digest',
-           'check_replaceable', 'CHEAP_DIGEST_BYTES', 'record_files', 'check_files', 'check_claimable',
-           'claim_folder']
+__all__ = ['MARKER', 'DOMAIN_CACHE', 'EMBEDDINGS_CACHE', 'SHARED_CACHES', 'artifact_type', 'is_artifact',
+           'write_file', 'write_bytes', 'write_text', 'write_json', 'write_array', 'read_json', 'build_folder',
+           'replace_folder', 'remove_artifact', 'mark', 'read_marker', 'move_file', 'temporary_sibling',
+           'remove_temporary', 'link_tree', 'file_digest', 'model_digest', 'check_replaceable', 'CHEAP_DIGEST_BYTES',
+           'record_files', 'check_files', 'check_claimable', 'claim_folder']
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -176,13 +181,14 @@ def check_replaceable(path: PathLike, kind: str, overwrite: bool, what: Optional
 
 
 def check_claimable(folder: PathLike, kind: str, what: str) -> bool:
-    """Whether ``folder`` is already ours (marked as ``kind``); raises the error :func:`claim_folder` would, writing
-    nothing, for callers that must refuse a folder long before they write into it (a report's output, after
-    indexing)."""
+    """Whether ``folder`` is already ours (marked as ``kind``, or as another of :data:`SHARED_CACHES` when ``kind`` is
+    one); raises the error :func:`claim_folder` would, writing nothing, for callers that must refuse a folder long
+    before they write into it (a report's output, after indexing)."""
     folder = Path(folder)
     if folder.exists() and not folder.is_dir():
         raise FileExistsError(f'{folder} exists and is not a folder; choose a new or empty folder')
-    if is_artifact(folder, kind):
+    found = artifact_type(folder) if folder.is_dir() else None
+    if found == kind or (kind in SHARED_CACHES and found in SHARED_CACHES):
         return True
     if folder.is_dir() and any(folder.iterdir()):
         raise FileExistsError(f'{folder} is not a pyterrier-lsr {what} (no {MARKER} naming {kind!r}); refusing to '
@@ -350,9 +356,11 @@ def record_files(folder: Path, leave_out=()) -> Dict[str, dict]:
     return out
 
 
-def check_files(folder: Path, files: Dict[str, dict], full: bool = False, prefix: str = '') -> None:
-    """Raises a ``ValueError`` naming the damaged files (missing, another size, other bytes) among ``files`` whose
-    name starts with ``prefix``; digests are compared for every file with ``full``, else for small ones only."""
+def check_files(folder: Path, files: Dict[str, dict], what: str, full: bool = False, prefix: str = '',
+                remedy: str = 'rebuild it') -> None:
+    """Raises a ``ValueError`` saying that ``what`` (``'the index'``, ``'the k-means cell folder'``) is damaged, naming
+    the damaged files (missing, another size, other bytes) among ``files`` whose name starts with ``prefix``, and the
+    ``remedy``; digests are compared for every file with ``full``, else for small ones only."""
     damaged = []
     for name, record in files.items():
         if not name.startswith(prefix):
@@ -366,8 +374,7 @@ def check_files(folder: Path, files: Dict[str, dict], full: bool = False, prefix
             damaged.append(f'{name} (content differs from the recorded digest)')
     if damaged:
         more = f' and {len(damaged) - 5} more' if len(damaged) > 5 else ''
-        raise ValueError(f'the index at {folder} is damaged: {", ".join(damaged[:5])}{more}; '
-                         'rebuild it')
+        raise ValueError(f'{what} at {folder} is damaged: {", ".join(damaged[:5])}{more}; {remedy}')
 
 
 def file_digest(path: PathLike) -> str:

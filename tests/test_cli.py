@@ -119,10 +119,14 @@ def test_resume_without_a_checkpoint_that_loads_is_one_line_before_the_model_loa
     assert "--resume: no intact checkpoint to resume from" in err and "checkpoint-1" in err, err
 
 
-def test_resume_from_a_checkpoint_of_another_model_is_one_line(tiny, tmp_path, capsys):
+def test_resume_from_a_checkpoint_of_another_model_is_one_line(tiny, tmp_path, capsys, monkeypatch):
     # the tiny model's checkpoint, resumed with splade-tiny: torch's multi-line size-mismatch traceback before
-    err = _one_line_error(capsys, _run_folder(tiny, tmp_path))
+    from pyterrier_lsr.train import loop
+    argv, loads, load_state = _run_folder(tiny, tmp_path), [], loop._load_state
+    monkeypatch.setattr(loop, '_load_state', lambda checkpoint: (loads.append(checkpoint), load_state(checkpoint))[1])
+    err = _one_line_error(capsys, argv)
     assert 'checkpoint-1 holds the weights of another model' in err and 'tensors missing, extra or of another' in err
+    assert [p.name for p in loads] == ['checkpoint-1']  # checked before the model loads, and not read again to resume
 
 
 @pytest.mark.parametrize('flag', ['--output-dir', '--cache-dir'])

@@ -15,7 +15,8 @@ from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
 from pyterrier_lsr.models.sae_splade import SaeSpladeModel, structural_token_ids
 from pyterrier_lsr.ssr_index import SSRIndexer
 from pyterrier_lsr.systems.dense import dense_retriever
-from pyterrier_lsr.train import DenseScorer
+from pyterrier_lsr.index.bm25 import bm25_index
+from pyterrier_lsr.train import DenseScorer, RetrieverScorer, ZScoreFusion
 
 
 def idf(splade):
@@ -35,6 +36,12 @@ def sae_splade(tiny):
 def ssr():
     encoder = MultiVector.from_backbone('all-MiniLM-L6-v2', dim=16, device='cpu', batch_size=2)
     return SSR(encoder, SparseAutoencoder(SAEConfig(d_in=16, n_latents=32, k=4, seed=1)))
+
+
+def retriever_scorer(folder):
+    # BM25 over the conformance corpus, candidates matched by text (each text is in the corpus, so scores are real)
+    corpus = [{'docno': f'd{i}', 'text': text} for i, text in enumerate(TEXTS)]
+    return RetrieverScorer(bm25_index(folder / 'bm25.pisa', corpus).bm25(), {d['docno']: d['text'] for d in corpus})
 
 
 def latent_terms():
@@ -70,6 +77,9 @@ CASES = {  # name -> (fixtures, factory, inputs kind)
     'MaxSimScorer': (None, lambda: MultiVector.from_backbone('all-MiniLM-L6-v2', dim=16, device='cpu').scorer(),
                      'result'),
     'DenseScorer (teacher)': (None, lambda: DenseScorer('all-MiniLM-L6-v2', batch_size=2, device='cpu'), 'result'),
+    'RetrieverScorer (teacher)': ('tmp_path', retriever_scorer, 'result'),
+    'ZScoreFusion (teacher)': ('tmp_path', lambda folder: ZScoreFusion(
+        [retriever_scorer(folder), DenseScorer('all-MiniLM-L6-v2', batch_size=2, device='cpu')], [1., 0.5]), 'result'),
     'MaxSimIndex.scorer': ('token_stores', lambda stores: stores[1].scorer(), 'stored_result'),
 }
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from pyterrier_lsr import latent_terms, offline
+from pyterrier_lsr import latent_terms, offline, storage
 from pyterrier_lsr.latent_terms import LatentTerms, cached_embeddings
 from pyterrier_lsr.offline import OfflineModel, resolve_model
 
@@ -140,7 +140,8 @@ def test_an_interrupted_embedding_pass_resumes_where_it_stopped(tmp_path, monkey
     assert len(calls) == len(TEXTS) - 4  # only the batches after the last checkpoint ran again
     assert np.array_equal(offsets, expected_offsets) and np.allclose(vectors, expected, atol=1e-6)
     # the token vectors and the pooled ones, no progress file left
-    assert sorted(p.name.split('.')[-2] for p in tmp_path.iterdir()) == ['offsets', 'offsets', 'vectors', 'vectors']
+    assert sorted(p.name.split('.')[-2] for p in tmp_path.iterdir() if p.name != storage.MARKER) == \
+        ['offsets', 'offsets', 'vectors', 'vectors']
 
 
 def test_the_token_pass_caches_the_pooled_embeddings_a_single_mode_pass_gives(tmp_path, monkeypatch):
@@ -155,6 +156,34 @@ def test_the_token_pass_caches_the_pooled_embeddings_a_single_mode_pass_gives(tm
     monkeypatch.setattr(LatentTerms, 'embed', no_pass)
     vectors, offsets = cached_embeddings(single, texts, tmp_path, verbose=False)
     assert np.array_equal(offsets, expected_offsets) and np.allclose(vectors, expected, atol=1e-6)
+
+
+def test_an_embedding_cache_is_a_folder_of_ours(tmp_path, monkeypatch):
+    # cached_embeddings wrote into (and removed progress files from) any folder: a user's own is refused, untouched
+    lt = LatentTerms('all-MiniLM-L6-v2', mode='single', batch_size=2)
+    mine = tmp_path / 'mine'
+    mine.mkdir()
+    (mine / 'notes.txt').write_text('my notes')
+    with pytest.raises(FileExistsError, match='cache_dir: .*mine is not a pyterrier-lsr embedding cache'):
+        cached_embeddings(lt, TEXTS, mine, verbose=False)
+    assert [p.name for p in mine.iterdir()] == ['notes.txt']
+    # a new folder becomes ours; a domain adaptation's cache is shared (one cache_dir for a course's systems)
+    expected = cached_embeddings(lt, TEXTS, tmp_path / 'new', verbose=False)
+    assert storage.artifact_type(tmp_path / 'new') == latent_terms.CACHE_KIND
+    from pyterrier_lsr.train.domain import claim_cache
+    claim_cache(tmp_path / 'new')
+    (claim_cache(tmp_path / 'domain') / 'domain-data-x.json').write_text('{}')
+    cached_embeddings(lt, TEXTS, tmp_path / 'domain', verbose=False)
+    # a cache written before caches were marked (our file names only) is adopted and reused, not embedded again
+    old = tmp_path / 'old'
+    old.mkdir()
+    for path in (tmp_path / 'new').iterdir():
+        if path.name != storage.MARKER:
+            path.rename(old / path.name)
+    monkeypatch.setattr(LatentTerms, 'embed', lambda *args, **kwargs: pytest.fail('embedded again'))
+    vectors, offsets = cached_embeddings(lt, TEXTS, old, verbose=False)
+    assert np.array_equal(offsets, expected[1]) and np.array_equal(vectors, expected[0])
+    assert storage.artifact_type(old) == latent_terms.CACHE_KIND
 
 
 def test_the_course_kit_takes_mpnet_when_its_packages_are_installed(monkeypatch):

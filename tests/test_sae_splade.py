@@ -181,6 +181,13 @@ def test_stage1_and_bad_inputs(tiny, tmp_path):
     assert sae.config.d_in == 32 and log[-1]['l0'] <= 2
     splade = SaeSplade.from_backbone(str(tmp_path / 'backbone'), sae)  # the MLM head is dropped
     assert all(len(v) > 0 for v in splade.encode(TEXTS))
+    # the token cache is a folder of ours: a user's folder is refused, naming the argument, before any pass
+    (tmp_path / 'mine').mkdir()
+    (tmp_path / 'mine' / 'states.npy').write_bytes(b'mine')
+    with pytest.raises(FileExistsError, match='cache_dir: .*mine is not a pyterrier-lsr embedding cache'):
+        train_token_sae(str(tmp_path / 'backbone'), TEXTS, {'n_latents': 32, 'k': 2}, cache_dir=tmp_path / 'mine',
+                        verbose=False)
+    assert (tmp_path / 'mine' / 'states.npy').read_bytes() == b'mine'
     with pytest.raises(ValueError, match='16-d vectors but the backbone gives 32-d'):
         SaeSplade.from_backbone(str(tmp_path / 'backbone'), SparseAutoencoder(SAEConfig(d_in=16, n_latents=8, k=2)))
     with pytest.raises(ValueError, match='per-token TopK'):

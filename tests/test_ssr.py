@@ -457,7 +457,8 @@ def test_token_stores_notice_edited_swapped_and_shortened_files(kind, random_ssr
         shutil.rmtree(tmp_path / 'c', ignore_errors=True)
         shutil.copytree(a.path, tmp_path / 'c')
         edit(tmp_path / 'c')
-        with pytest.raises(ValueError, match=f'{re.escape(name)} \\((content differs|[0-9]+ bytes)'):
+        with pytest.raises(ValueError, match=f'^the {a.label} at .* is damaged: {re.escape(name)} '
+                                             '\\((content differs|[0-9]+ bytes)'):
             reopen(tmp_path / 'c')
     with open(tmp_path / 'c' / 'docnos.json', 'w') as f:  # shortened
         f.write('["a"]')
@@ -491,12 +492,15 @@ def test_the_k_means_cells_are_recorded_and_checked_like_the_store(random_ssr, t
                 'codes.npy': lambda: np.where(codes == 0, 1, 0).astype(codes.dtype)}[name]()
     for name in original:
         storage.write_array(cells / name, edited(name))  # same shape, same size, other cells
-        with pytest.raises(ValueError, match=f'{re.escape(name)} \\(content differs'):
+        # named as the cells, with their remedy (the message said "the index" for every store)
+        damaged = f'^the k-means cell folder at {re.escape(str(cells))} is damaged: {re.escape(name)} ' \
+            '\\(content differs.*; rebuild it with build_ivf'
+        with pytest.raises(ValueError, match=damaged):
             MaxSimIndex(a.path, random_ssr.encoder).ivf_retriever()
         with monkeypatch.context() as large:  # every file "large": opening checks sizes, verify() the digests
             large.setattr(storage, 'CHEAP_DIGEST_BYTES', 0)
             MaxSimIndex(a.path, random_ssr.encoder).ivf_retriever()
-            with pytest.raises(ValueError, match=f'{re.escape(name)} \\(content differs'):
+            with pytest.raises(ValueError, match=damaged):
                 MaxSimIndex(a.path, random_ssr.encoder).verify()
         (cells / name).write_bytes(original[name])
     shutil.rmtree(cells)

@@ -168,7 +168,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
                 raise ValueError(f'{file}: format version {meta.get("version")!r}; this version of pyterrier-lsr '
                                  f'reads version {FORMAT_VERSION}: rebuild the index')
             check_meta(meta, file, ENGINES)
-            storage.check_files(self.path, meta['files'])
+            storage.check_files(self.path, meta['files'], 'the index')
             rebuilt = self._stamp is not None and marker.get('build') != self._stamp.get('build')
             if rebuilt and self._model_from_index:  # a model loaded from the previous build is not this build's
                 self._model, self._model_from_index = None, False
@@ -178,7 +178,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
     def verify(self) -> 'LsrIndex':
         """Checks the digest of every file of the index (a full read); raises a ``ValueError`` naming the damaged
         files. Opening an index checks sizes and small files only."""
-        storage.check_files(self.path, self.meta['files'], full=True)
+        storage.check_files(self.path, self.meta['files'], 'the index', full=True)
         return self
 
     @property
@@ -222,7 +222,8 @@ class LsrIndex(pta.Artifact, pt.Indexer):
             if self.path.resolve() not in folder.parents:
                 raise ValueError(f'{self.path / META_FILE}: the model path {recorded["path"]!r} leads outside the '
                                  'index')
-            storage.check_files(self.path, meta['files'], full=True, prefix=recorded['path'].rstrip('/') + '/')
+            storage.check_files(self.path, meta['files'], 'the model copy of the index', full=True,
+                                prefix=recorded['path'].rstrip('/') + '/')
             model = load_model(folder, **({'precision': 'int8'} if recorded.get('precision') == 'int8' else {}))
             if recorded.get('name'):  # the name it was indexed under, not the copy's folder ('model'), in reprs
                 model.name = recorded['name']

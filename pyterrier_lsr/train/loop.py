@@ -360,6 +360,7 @@ def train(
     extra_parameters: Sequence[torch.nn.Parameter] = (),
     query_encoder=None,
     verbose: bool = True,
+    resumed: Optional[Tuple[Optional[Path], Optional[dict]]] = None,
 ) -> List[dict]:
     """Trains ``model`` in place and returns the metrics log (one row per ``log_every`` steps and per evaluation).
 
@@ -372,6 +373,8 @@ def train(
             optimizer's moments are kept, its learning rates, schedule and weight decay are the new config's).
         extra_parameters, query_encoder: trainable parameters and query side outside ``model`` (inference-free
             training); see :func:`batch_loss`.
+        resumed: what :func:`resume_state` returned for these ``output_dir``, ``config`` and ``resume``, when the
+            caller checked it already (the command line, before loading the model): the checkpoint is read once.
     """
     config = config or TrainConfig()
     config.check_lengths(tokenizer)
@@ -388,6 +391,7 @@ def train(
         resume=resume,
         extra_parameters=extra_parameters,
         verbose=verbose,
+        resumed=resumed,
     )
 
 
@@ -403,6 +407,7 @@ def run_loop(
     extra_parameters: Sequence[torch.nn.Parameter] = (),
     verbose: bool = True,
     desc: str = 'training',
+    resumed: Optional[Tuple[Optional[Path], Optional[dict]]] = None,
 ) -> List[dict]:
     """The optimization machinery shared by every objective: runs ``loss_fn(batch, step) -> (loss, logs)`` over
     ``batches`` for ``config.steps`` optimizer steps (only the optimization, logging and checkpoint fields of
@@ -413,14 +418,14 @@ def run_loop(
     ``tokenizer`` + ``trainer_state.pt``) and exact resume: the batch iterator is replayed up to the checkpoint and
     torch's RNG restored, so ``batches`` must be deterministic and any randomness in ``loss_fn`` must come from
     torch's global RNG (reseeded every step).
-    ``resume``: see :func:`train`.
+    ``resume``, ``resumed``: see :func:`train`.
 
     Under ``torchrun`` (see :mod:`.distributed`) every process runs this same loop: parameters start from rank 0's,
     gradients are averaged over processes once per optimizer step, and only rank 0 evaluates and writes metrics and
     checkpoints (a shared ``output_dir`` for multi-node runs).
     """
     output_dir = Path(output_dir)
-    checkpoint, state = resume_state(output_dir, config, resume)
+    checkpoint, state = resumed if resumed is not None else resume_state(output_dir, config, resume)
     dist.setup()
     if dist.is_main():  # rank 0 writes here; the others only read checkpoints
         claim_output(output_dir)

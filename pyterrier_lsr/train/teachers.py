@@ -3,6 +3,7 @@
 Combine them with PyTerrier's operators, e.g. ``DenseScorer(...) + 0.02 * RetrieverScorer(bm25)``.
 """
 
+import unicodedata
 from collections.abc import Mapping
 from typing import Optional, Sequence
 
@@ -74,7 +75,11 @@ class RetrieverScorer(pt.Transformer):
         if not len(inp):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         texts = as_texts(inp['text'], 'column "text"')
-        queries = inp[['qid', 'query']].drop_duplicates('qid')  # one text per qid: checked above
+        # one text per qid (checked above); control characters are no words (and PISA refuses a NUL), and a query of
+        # none matches nothing: no retriever is asked it
+        queries = inp[['qid']].assign(query=[''.join(' ' if unicodedata.category(c) == 'Cc' else c for c in query)
+                                             for query in as_texts(inp['query'], 'column "query"')])
+        queries = queries.drop_duplicates('qid')[lambda q: q['query'].str.strip().astype(bool)]
         res = (self.retriever % self.depth)(queries)
         found = {
             (qid, self.docs_text.get(docno)): score for qid, docno, score in zip(res['qid'], res['docno'], res['score'])

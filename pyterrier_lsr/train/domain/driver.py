@@ -40,7 +40,7 @@ from .heldout import heldout_scores
 DONE_FILE = 'domain_adapt.json'
 # the marked kinds of the output folder (model/, train/, the log) and of the cache folder (reused across runs)
 OUTPUT_KIND = 'domain_adaptation'
-CACHE_KIND = 'domain_adaptation.cache'
+CACHE_KIND = storage.DOMAIN_CACHE  # shared with the embedding caches (see storage.SHARED_CACHES)
 # kinds whose query side can adapt alone: a copy of the query encoder trains, or an inference-free model's table
 QUERY_SIDE_CLASSES = (Splade, SaeSplade, AsymmetricSplade, InferenceFreeSplade)
 
