@@ -34,6 +34,8 @@ block above ``T``, visited last, and it is the one left out (also when the index
 Queries with no term in the index retrieve nothing without calling BMP.  Documents are numbered in BMP by their row,
 so results map back to docnos through the forward index.
 """
+from functools import partial
+
 import numpy as np
 import pyterrier as pt
 
@@ -59,10 +61,11 @@ MAX_QUERY_LEVEL = 32  # bmp.query.MAX_TERM_WEIGHT: the searcher maps the largest
 MAX_SCORE = 2 ** 16 - 1  # BMP's scores are 16-bit sums
 MAX_LEVEL_SUM = MAX_SCORE // MAX_QUERY_LEVEL  # documents of smaller level sums cannot wrap: 32 times it fits
 KTH = (10, 100, 1000)  # the depths whose k-th levels BMP keeps per term
-# Exact mode asks BMP first for START * k candidates, and at least FIRST_DEPTH: its levels are coarser than PISA's
-# impacts, so the exact top-k is rarely certain from BMP's own top-k alone (see certified_top), and a second, deeper
-# call costs more than a first one a little deeper (measured: benchmarks/claims/engine-exactness.md).
-START, FIRST_DEPTH = 4, 128
+# Exact mode asks BMP first for 2 * START * k candidates up to WIDE, START * k beyond, and at least FIRST_DEPTH: its
+# levels are coarser than PISA's impacts, so the exact top-k is rarely certain from BMP's own top-k alone (see
+# certified_top; small k need relatively more candidates), and a second, deeper call costs more than a first one a
+# little deeper (BMP's cost grows slowly with the depth; measured: benchmarks/claims/engine-exactness.md).
+START, WIDE, FIRST_DEPTH = 4, 1000, 128
 MAX_TERMS = 2 ** 16 - len(SENTINEL_DOC)  # term ids are 16-bit
 CHUNK = 2 ** 22  # postings converted at a time: the temporaries of a build stay small beside its arrays
 
@@ -77,6 +80,10 @@ def _kth_levels(ids: np.ndarray, levels: np.ndarray, num_terms: int) -> np.ndarr
     # at_least[t, l]: postings of term t with a level of l or more (falls with l; every posting's level is >= 1).
     at_least = np.cumsum(counts.reshape(num_terms, 256)[:, ::-1], axis=1)[:, ::-1]
     return np.stack([np.maximum(0, (at_least >= k).sum(axis=1) - 1) for k in KTH], axis=1)
+
+
+def _first_depth(k: int) -> int:
+    return max(FIRST_DEPTH, START * k, min(2 * START * k, WIDE))
 
 
 def _sentinel_levels(bound: int) -> dict:
@@ -205,7 +212,7 @@ class BmpEngine:
                 return np.zeros(0, np.int64), np.zeros(0)
             chosen = _query_levels(np.array(list(query.values()), dtype=np.int64), frontier)
             if chosen is None:  # BMP could wrap for this query: every document scored exactly instead
-                return ranked(every, forward.rescore(full, every), k)
+                return ranked(every, forward.rescore(full), k)
             most, levels = chosen
             levels = dict(zip(query, levels.tolist()))
             named = {forward.terms[t]: float(level) for t, level in levels.items()}
@@ -223,11 +230,9 @@ class BmpEngine:
                 lowest = max(min(scores), threshold) if len(docnos) == depth else threshold
                 return rows, top / (most * factor) * (lowest + slack) * (1 + 1e-9) if lowest else 0.
 
-            def rescore(rows):
-                return forward.rescore(full, rows)
-
+            rescore = partial(forward.rescore, full)
             if exact:
-                rows, scores = certified_top(candidates, rescore, k, limit, start=max(START * k, FIRST_DEPTH))
+                rows, scores = certified_top(candidates, rescore, k, limit, start=_first_depth(k))
             else:
                 rows = candidates(k)[0]
                 rows, scores = ranked(rows, rescore(rows), k)

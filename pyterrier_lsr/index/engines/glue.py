@@ -120,15 +120,16 @@ class Forward:
                 out[self.term_ids[term]] = q
         return out
 
-    def rescore(self, query: Dict[int, int], rows: np.ndarray) -> np.ndarray:
-        """PISA's exact scores (float64, exact integers) of documents ``rows`` for ``query``."""
-        rows = np.asarray(rows, dtype=np.int64)
-        if not len(rows) or not query:
-            return np.zeros(len(rows))
+    def rescore(self, query: Dict[int, int], rows: Optional[np.ndarray] = None) -> np.ndarray:
+        """PISA's exact scores (float64, exact integers) of documents ``rows`` (default: every document) for
+        ``query``."""
+        matrix = self.matrix if rows is None else self.matrix[np.asarray(rows, dtype=np.int64)]
+        if not matrix.shape[0] or not query:
+            return np.zeros(matrix.shape[0])
         dense = np.zeros(len(self.terms))  # per call: retrievers are shared between threads
         dense[list(query)] = list(query.values())
         # Sums of exact integers in float64 (below 2**53): any order gives the same.
-        return self.matrix[rows] @ dense
+        return matrix @ dense
 
 
 def certified_tops(search: Callable[[List[int], int], List[Tuple[np.ndarray, float]]],
