@@ -21,7 +21,6 @@ the documents contributes (almost) nothing.  Query weights: PISA repeats a query
 """
 import hashlib
 import json
-import re
 from pathlib import Path
 from typing import Dict, Iterable, Optional, Sequence
 
@@ -46,10 +45,6 @@ CHECKPOINT_BATCHES = 20  # an interrupted embedding pass loses at most this many
 # the marked kind of an embedding cache folder (Latent Terms', SAE-SPLADE's token states, the dense baseline's),
 # which may also be a domain adaptation's cache (see storage.SHARED_CACHES)
 CACHE_KIND = storage.EMBEDDINGS_CACHE
-# the names cached_embeddings writes (and its atomic writes' temporaries): a folder of these only is an embedding
-# cache made before caches were marked, and is adopted
-_CACHE_FILE = re.compile(r'[^/]+\.(single|multi)\.[0-9a-f]{16}\.(vectors|offsets|vectors\.partial)\.npy'
-                         r'(\.progress\.json)?(\.tmp-[0-9a-f]{8})?')
 
 __all__ = ['LatentTerms', 'cache_key', 'cached_embeddings', 'claim_cache', 'MODES']
 
@@ -244,11 +239,6 @@ def cache_key(latent_terms: LatentTerms, texts: Sequence, mode: Optional[str] = 
 def claim_cache(cache_dir) -> Path:
     """``cache_dir`` as an embedding cache of ours (see :func:`pyterrier_lsr.storage.claim_folder`), before any work:
     a user's folder is refused (its files are never replaced or removed), naming ``cache_dir``."""
-    cache_dir = Path(cache_dir)
-    if cache_dir.is_dir() and not storage.is_artifact(cache_dir, CACHE_KIND):
-        names = [p.name for p in cache_dir.iterdir()]
-        if names and all(_CACHE_FILE.fullmatch(name) for name in names):
-            storage.mark(cache_dir, CACHE_KIND)
     try:
         return storage.claim_folder(cache_dir, CACHE_KIND, 'embedding cache')
     except FileExistsError as ex:
