@@ -66,6 +66,9 @@ KTH = (10, 100, 1000)  # the depths whose k-th levels BMP keeps per term
 # certified_top; small k need relatively more candidates), and a second, deeper call costs more than a first one a
 # little deeper (BMP's cost grows slowly with the depth; measured: benchmarks/claims/engine-exactness.md).
 START, WIDE, FIRST_DEPTH = 4, 1000, 128
+# Exact mode lets BMP stop as its alpha does (at a block bound below 1 / EXACT_ALPHA times its k-th score): the
+# documents it did not score are then bounded by that, and certified_top deepens where it is not enough.
+EXACT_ALPHA = 1.
 MAX_TERMS = 2 ** 16 - len(SENTINEL_DOC)  # term ids are 16-bit
 CHUNK = 2 ** 22  # postings converted at a time: the temporaries of a build stay small beside its arrays
 
@@ -105,8 +108,8 @@ def _levels(impacts, max_impact: int):
 
 
 def _wrap_frontier(indptr, levels) -> np.ndarray:
-    """``[n, 2]``: the level sums past :data:`MAX_LEVEL_SUM` of the documents (descending) and, for each, the largest
-    level of any document whose levels sum to it or more (:func:`_query_levels` reads it)."""
+    """``[n, 2]``, n <= 255: level sums past :data:`MAX_LEVEL_SUM` (descending) and the largest level of any document
+    whose levels sum to that or more, at each sum where that largest level grows (:func:`_query_levels` reads it)."""
     lengths = np.diff(indptr)
     filled = np.flatnonzero(lengths > 0)
     sums, tops = np.zeros(len(lengths), np.int64), np.zeros(len(lengths), np.int64)
@@ -115,7 +118,9 @@ def _wrap_frontier(indptr, levels) -> np.ndarray:
         tops[filled] = np.maximum.reduceat(levels, indptr[:-1][filled])
     over = np.flatnonzero(sums > MAX_LEVEL_SUM)
     order = over[np.argsort(-sums[over], kind='stable')]
-    return np.stack([sums[order], np.maximum.accumulate(tops[order])], axis=1)
+    largest = np.maximum.accumulate(tops[order])
+    grows = np.flatnonzero(np.diff(largest, prepend=0) > 0)
+    return np.stack([sums[order][grows], largest[grows]], axis=1)
 
 
 def _query_levels(weights: np.ndarray, frontier: np.ndarray):
@@ -201,6 +206,7 @@ class BmpEngine:
         searcher = bmp.Searcher(str(folder / INDEX_FILE))
         scale = index.scale
         exact = alpha == 1 and beta == 1
+        stop = EXACT_ALPHA if exact else alpha  # the alpha BMP is given
         every = np.arange(len(forward.docnos))
 
         def search_one(toks):
@@ -224,10 +230,11 @@ class BmpEngine:
                 column = sum(depth > d for d in KTH)  # the k-th level BMP's initial threshold uses
                 threshold = max(int(kth[t, column]) * level for t, level in levels.items()) if column < len(KTH) else 0
                 asked = dict(named, **{t: float(v) for t, v in _sentinel_levels(threshold + 1).items()})
-                docnos, scores = searcher.search(asked, k=depth, alpha=alpha, beta=1.)
+                docnos, scores = searcher.search(asked, k=depth, alpha=stop, beta=1.)
                 rows = np.array([int(d) for d in docnos if not d.startswith(' ')], dtype=np.int64)
-                # Left out: documents BMP scored at most the lowest score kept (when it kept `depth`), or at most T.
-                lowest = max(min(scores), threshold) if len(docnos) == depth else threshold
+                # Left out: documents BMP scored at most the lowest score kept (when it kept `depth`), or at most T, and
+                # the blocks it did not visit, bounded by that over `stop`.
+                lowest = (max(min(scores), threshold) if len(docnos) == depth else threshold) / stop
                 return rows, top / (most * factor) * (lowest + slack) * (1 + 1e-9) if lowest else 0.
 
             rescore = partial(forward.rescore, full)
