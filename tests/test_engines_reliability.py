@@ -364,3 +364,19 @@ def test_a_forward_index_altered_in_place_is_refused_before_it_is_read(tmp_path,
     np.save(path, array)
     with pytest.raises(ValueError, match='forward index .* inconsistent'):
         ask(index, [{'a': 1.0}], engine)
+
+
+def test_bounded_rescore_skips_only_candidates_that_cannot_reach_the_kth():
+    from pyterrier_lsr.index.engines.glue import bounded_rescore, ranked
+    exact = np.array([50., 40., 45., 10., 30., 5.])
+    bounds = np.array([60., 55., 50., 40., 31., 20.])  # descending, each at least its row's exact score
+    asked = []
+
+    def rescore(rows):
+        asked.extend(rows.tolist())
+        return exact[rows]
+
+    scores = bounded_rescore(rescore, np.arange(6), bounds, 2)
+    assert asked == [0, 1, 2, 3]  # the k-th of the first two is 40: rows 2 and 3 may reach it (3 exactly), 4, 5 not
+    rows, top = ranked(np.arange(6), scores, 2)
+    assert rows.tolist() == [0, 2] and top.tolist() == [50., 45.]

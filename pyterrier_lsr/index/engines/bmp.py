@@ -42,8 +42,8 @@ import pyterrier as pt
 from ... import storage
 from ...checks import check_bool, check_float, check_int
 from ..reorder import bisection_order, permute_rows
-from .glue import (Forward, Timer, ToksSearcher, certified_top, check_depth, check_threads, engine_settings,
-                   quantized_csr, ranked, require)
+from .glue import (Forward, Timer, ToksSearcher, bounded_rescore, certified_top, check_depth, check_threads,
+                   engine_settings, quantized_csr, ranked, require)
 
 # 2: documents numbered by row, forward index kept; 3: heavy documents kept aside; 4: query levels kept below the wrap
 FORMAT = 4
@@ -66,9 +66,6 @@ KTH = (10, 100, 1000)  # the depths whose k-th levels BMP keeps per term
 # certified_top; small k need relatively more candidates), and a second, deeper call costs more than a first one a
 # little deeper (BMP's cost grows slowly with the depth; measured: benchmarks/claims/engine-exactness.md).
 START, WIDE, FIRST_DEPTH = 4, 1000, 128
-# Exact mode lets BMP stop as its alpha does (at a block bound below 1 / EXACT_ALPHA times its k-th score): the
-# documents it did not score are then bounded by that, and certified_top deepens where it is not enough.
-EXACT_ALPHA = 1.
 MAX_TERMS = 2 ** 16 - len(SENTINEL_DOC)  # term ids are 16-bit
 CHUNK = 2 ** 22  # postings converted at a time: the temporaries of a build stay small beside its arrays
 
@@ -206,7 +203,6 @@ class BmpEngine:
         searcher = bmp.Searcher(str(folder / INDEX_FILE))
         scale = index.scale
         exact = alpha == 1 and beta == 1
-        stop = EXACT_ALPHA if exact else alpha  # the alpha BMP is given
         every = np.arange(len(forward.docnos))
 
         def search_one(toks):
@@ -226,23 +222,35 @@ class BmpEngine:
             slack = sum(levels.values()) / 2
             top = max(query.values())
 
+            bound = top / (most * factor)  # exact score <= bound * (BMP's score + slack) (see the module notes)
+            last = {}  # the bounds of the candidates candidates() returned last, for rescore()
+
             def candidates(depth):
                 column = sum(depth > d for d in KTH)  # the k-th level BMP's initial threshold uses
                 threshold = max(int(kth[t, column]) * level for t, level in levels.items()) if column < len(KTH) else 0
                 asked = dict(named, **{t: float(v) for t, v in _sentinel_levels(threshold + 1).items()})
-                docnos, scores = searcher.search(asked, k=depth, alpha=stop, beta=1.)
-                rows = np.array([int(d) for d in docnos if not d.startswith(' ')], dtype=np.int64)
-                # Left out: documents BMP scored at most the lowest score kept (when it kept `depth`), or at most T, and
-                # the blocks it did not visit, bounded by that over `stop`.
-                lowest = (max(min(scores), threshold) if len(docnos) == depth else threshold) / stop
-                return rows, top / (most * factor) * (lowest + slack) * (1 + 1e-9) if lowest else 0.
+                docnos, scores = searcher.search(asked, k=depth, alpha=alpha, beta=1.)
+                scores = np.asarray(scores, dtype=np.float64)
+                try:
+                    rows = np.fromiter(map(int, docnos), dtype=np.int64, count=len(docnos))
+                    found = scores
+                except ValueError:  # the sentinel (or a padding document) is among them
+                    real = np.array([not d.startswith(' ') for d in docnos], dtype=bool)
+                    rows = np.array([int(d) for d in np.array(docnos)[real]], dtype=np.int64)
+                    found = scores[real]
+                order = np.argsort(-found, kind='stable')
+                rows, last['bounds'] = rows[order], bound * (found[order] + slack) * (1 + 1e-9)
+                # Left out: documents BMP scored at most the lowest score kept (when it kept `depth`), or at most T.
+                lowest = max(scores.min(), threshold) if len(docnos) == depth else threshold
+                return rows, bound * (lowest + slack) * (1 + 1e-9) if lowest else 0.
 
-            rescore = partial(forward.rescore, full)
+            exact_scores = partial(forward.rescore, full)
             if exact:
+                rescore = lambda rows: bounded_rescore(exact_scores, rows, last['bounds'], k)  # noqa: E731
                 rows, scores = certified_top(candidates, rescore, k, limit, start=_first_depth(k))
-            else:
+            else:  # the bounds are of the terms BMP traversed, not of the whole query when beta < 1: all re-scored
                 rows = candidates(k)[0]
-                rows, scores = ranked(rows, rescore(rows), k)
+                rows, scores = ranked(rows, exact_scores(rows), k)
             return rows, scores
 
         return ToksSearcher(lambda queries: [search_one(q) for q in queries], forward.docnos,

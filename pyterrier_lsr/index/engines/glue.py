@@ -22,7 +22,7 @@ from ...checks import check_int, check_term
 from ...storage import read_json, write_array, write_json
 
 __all__ = ['require', 'check_threads', 'check_depth', 'engine_settings', 'quantized_csr', 'Forward',
-           'certified_top', 'certified_tops', 'ranked', 'ToksSearcher', 'Timer']
+           'certified_top', 'certified_tops', 'bounded_rescore', 'ranked', 'ToksSearcher', 'Timer']
 
 TERMS_FILE = 'terms.json'
 DOCNOS_FILE = 'docnos.json'
@@ -160,6 +160,19 @@ def certified_top(search: Callable[[int], Tuple[np.ndarray, float]], rescore: Ca
                   k: int, limit: int, start: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
     """:func:`certified_tops` of one query: ``search(depth)``, ``rescore(rows)``."""
     return certified_tops(lambda _, depth: [search(depth)], lambda _, rows: rescore(rows), k, limit, 1, start)[0]
+
+
+def bounded_rescore(rescore: Callable[[np.ndarray], np.ndarray], rows: np.ndarray, bounds: np.ndarray,
+                    k: int) -> np.ndarray:
+    """Exact scores of candidates ``rows`` whose exact scores are at most ``bounds`` (descending), 0 for those that
+    cannot reach the top-``k`` (:func:`ranked` drops them): the ``k`` first are re-scored, then only the others whose
+    bound reaches the k-th of those (deep candidate lists are mostly below it)."""
+    scores = np.zeros(len(rows))
+    scores[:k] = rescore(rows[:k])
+    if len(rows) > k:
+        reach = k + int(np.searchsorted(-bounds[k:], -scores[:k].min(), side='right'))
+        scores[k:reach] = rescore(rows[k:reach])
+    return scores
 
 
 def ranked(rows: np.ndarray, scores: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
