@@ -93,7 +93,9 @@ def summary(args):
             b, a = (statistics.median(r[figure] for r in side) for side in (before, after))
             row[figure] = {'before': b, 'after': a, 'after/before': a / b}
             cells.append(f'{b:.2f} / {a:.2f} ({a / b:.2f})')
-        row['same_top10'] = all(r['top10'] == before[0]['top10'] for r in before + after)
+        # None for runs kept without their top-10 (result files of the repository)
+        row['same_top10'] = (all(r['top10'] == before[0]['top10'] for r in before + after)
+                             if all('top10' in r for r in before + after) else None)
         report.append(row)
         print(f"| {params} | {k} | {len(before)} / {len(after)} | {' | '.join(cells)} | {row['same_top10']} |")
     if args.output:
