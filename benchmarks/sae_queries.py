@@ -17,7 +17,10 @@ AP and postings per query (:func:`pyterrier_lsr.report.report`). ``--query-stage
 stages: SPLADE-tiny and SAE-SPLADE two-sided, and SAE-SPLADE two-sided with idf queries, judged on the two-sided
 recipe's held-out pseudo-queries. ``--sae-latents`` sets stage 1's width (a smaller SAE for a small corpus: issue
 #29 item 4); ``--without-splade`` builds and measures the SAE-SPLADE arms only (SPLADE-tiny's figures are then those
-recorded from a run with it: the build is seeded).
+recorded from a run with it: the build is seeded). ``--sae-k`` sets stage 1's latents per token state,
+``--sae-seed`` its seed; ``--sae-extra-collection`` adds another collection's token states to stage 1's sample
+(``--sae-train-vectors`` of them, drawn from the union), the corpus alone still training stage 2 and filling the
+index.
 
     OMP_NUM_THREADS=1 python benchmarks/sae_queries.py --collection path/to/cisi --workdir runs/sae_cisi \\
         --cache-dir runs/cache/cisi --output benchmarks/results/sae_queries_cisi.json
@@ -39,6 +42,15 @@ def main():
                    help='epochs of the stage-1 SAE (default: systems.SAE_SPLADE\'s)')
     p.add_argument('--sae-latents', type=int, default=None,
                    help='latents of the stage-1 SAE (default: systems.SAE_SPLADE\'s)')
+    p.add_argument('--sae-k', type=int, default=None,
+                   help='latents per token state of the stage-1 SAE (TopK k; default: systems.SAE_SPLADE\'s)')
+    p.add_argument('--sae-seed', type=int, default=None,
+                   help='seed of the stage-1 SAE: its initialisation and sample (default: SAEConfig\'s)')
+    p.add_argument('--sae-extra-collection', nargs='+', default=[], metavar='COLLECTION',
+                   help='collections (irds:<id> or folders) whose token states join the corpus\'s in stage 1\'s '
+                        'sample only (sae_splade\'s stage1_extra)')
+    p.add_argument('--sae-train-vectors', type=int, default=200_000,
+                   help='token states in stage 1\'s seeded sample (sae_splade\'s max_train_vectors)')
     p.add_argument('--without-splade', action='store_true',
                    help='neither build nor measure SPLADE-tiny (the SAE-SPLADE arms only)')
     p.add_argument('--build', choices=['splade', 'sae'],
@@ -92,9 +104,11 @@ def main():
                                                            config, cache, documents=splade_index))
     if args.build == 'splade':
         return
-    stage1 = {**SAE_SPLADE, **({} if args.sae_epochs is None else {'epochs': args.sae_epochs}),
-              **({} if args.sae_latents is None else {'n_latents': args.sae_latents})}
-    sae = timed('sae', lambda: sae_splade(corpus, work / 'sae', two_sided, base, stage1, cache_dir=cache))
+    given = {'epochs': args.sae_epochs, 'n_latents': args.sae_latents, 'k': args.sae_k, 'seed': args.sae_seed}
+    stage1 = {**SAE_SPLADE, **{name: value for name, value in given.items() if value is not None}}
+    extra = [doc for name in args.sae_extra_collection for doc in load_collection(name).corpus]
+    sae = timed('sae', lambda: sae_splade(corpus, work / 'sae', two_sided, base, stage1, args.sae_train_vectors,
+                                          cache_dir=cache, stage1_extra=extra))
     sae_index = timed('sae.lsr', lambda: sparse_index(work / 'sae.lsr', sae, corpus))
     df, n = sae_index.document_frequencies(), sae_index.num_docs()
     if args.query_stages != 'none':
@@ -140,6 +154,7 @@ def main():
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps({
         'collection': collection.name, 'set': args.set, 'query_stages': args.query_stages, 'stage1': stage1,
+        'stage1_extra': args.sae_extra_collection, 'stage1_train_vectors': args.sae_train_vectors,
         # latents that some document of the index uses (the rest died in stage 1 or never fire on this corpus)
         'latents_in_index': sum(1 for count in df.values() if count > 0),
         'heldout': heldout, 'seconds': seconds,

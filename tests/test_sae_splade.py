@@ -194,3 +194,33 @@ def test_stage1_and_bad_inputs(tiny, tmp_path):
         SaeSpladeModel(mlm.bert, SparseAutoencoder(SAEConfig(d_in=32, n_latents=8, k=2, batch_topk=True)))
     with pytest.raises(ValueError, match='not an SAE-SPLADE folder'):
         SaeSplade.from_pretrained(str(tmp_path / 'backbone'))
+
+
+def test_builder_trains_stage1_on_extra_documents_and_records_them(tiny, tmp_path, monkeypatch):
+    from pyterrier_lsr.systems import builders
+    mlm, tokenizer = tiny[0].mlm, tiny[1]
+    mlm.save_pretrained(tmp_path / 'backbone')
+    tokenizer.save_pretrained(tmp_path / 'backbone')
+    stage1_texts = []
+
+    def recording(backbone, texts, *args, **kwargs):
+        stage1_texts.append(list(texts))
+        return train_token_sae(backbone, texts, *args, **kwargs)
+    monkeypatch.setattr(builders, 'train_token_sae', recording)
+    monkeypatch.setattr(builders, 'domain_adapt', lambda start, *args, **kwargs: (start, None))  # stage 2 not run
+    corpus = [{'docno': f'c{i}', 'text': t} for i, t in enumerate(TEXTS[:3])]
+    extra = [{'docno': f'e{i}', 'text': t} for i, t in enumerate(TEXTS[3:])]
+    stage1 = {'n_latents': 32, 'k': 2, 'batch_size': 64, 'epochs': 1}
+    build = dict(backbone=str(tmp_path / 'backbone'), sae=stage1, cache_dir=tmp_path / 'cache')
+    model = builders.sae_splade(corpus, tmp_path / 'mixed', stage1_extra=extra, **build)
+    assert stage1_texts == [TEXTS] and isinstance(model, SaeSplade)
+    system = json.loads((tmp_path / 'mixed' / builders.SYSTEM_FILE).read_text())
+    assert system['stage1_extra'] and system['sae'] == stage1
+    builders.sae_splade(corpus, tmp_path / 'own', **build)
+    assert stage1_texts[-1] == TEXTS[:3]  # by default the corpus alone
+    assert 'stage1_extra' not in json.loads((tmp_path / 'own' / builders.SYSTEM_FILE).read_text())
+    # a folder whose stage 1 saw other documents is never reused as if it had not
+    with pytest.raises(ValueError, match='other settings \\(stage1_extra\\)'):
+        builders.sae_splade(corpus, tmp_path / 'mixed', **build)
+    with pytest.raises(ValueError, match='other settings \\(stage1_extra\\)'):
+        builders.sae_splade(corpus, tmp_path / 'mixed', stage1_extra=extra[:1], **build)

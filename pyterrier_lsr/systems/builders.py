@@ -24,6 +24,7 @@ from ..quiet import quiet_native
 from ..sae_splade import SaeSplade
 from ..storage import read_json, write_json
 from ..train.domain import DONE_FILE, DomainConfig, claim_output, domain_adapt, logged_config
+from ..train.domain.teacher import corpus_key
 from ..train.sae import LATENT_TERMS, build_latent_terms, train_token_sae
 
 __all__ = ['BM25', 'bm25', 'sparse_index', 'latent_terms_index', 'best_dense', 'adapted', 'new_head_splade',
@@ -184,17 +185,23 @@ def vt_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = N
 
 def sae_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = None, backbone: str = 'splade-tiny',
                sae: Optional[dict] = None, max_train_vectors: Optional[int] = 200_000, cache_dir=None,
-               verbose: bool = False) -> SaeSplade:
+               verbose: bool = False, stage1_extra: Sequence[dict] = ()) -> SaeSplade:
     """SAE-SPLADE: stage 1 a TopK SAE on ``backbone``'s token states of the corpus (:func:`train_token_sae`,
     ``sae``: :class:`~pyterrier_lsr.models.sae.SAEConfig` settings, default :data:`SAE_SPLADE`; token states cached in
     ``<folder>/token_cache``), stage 2 :meth:`SaeSplade.from_backbone` trained by :func:`adapted` (``config``: default
-    :meth:`DomainConfig.two_sided`); a query-side stage can follow (:func:`adapted`'s example)."""
+    :meth:`DomainConfig.two_sided`); a query-side stage can follow (:func:`adapted`'s example).
+
+    ``stage1_extra``: more documents (``docno``, ``text``) whose token states join the corpus's in stage 1's sample
+    only, e.g. a related collection for a small corpus; stage 2 and the index see ``corpus`` alone."""
     config = _two_sided(config, 'sae_splade')
     sae = sae or dict(SAE_SPLADE)
+    system = {'method': 'sae-splade', 'backbone': backbone, 'sae': sae, 'max_train_vectors': max_train_vectors}
+    if stage1_extra:  # recorded only when given, so that folders built before this option still match
+        system['stage1_extra'] = corpus_key({str(d['docno']): d['text'] for d in stage1_extra})
 
     def start():
-        stage1, _ = train_token_sae(backbone, _texts(corpus), sae, cache_dir=Path(folder) / 'token_cache',
-                                    max_train_vectors=max_train_vectors, verbose=verbose)
+        stage1, _ = train_token_sae(backbone, _texts(corpus) + _texts(stage1_extra), sae,
+                                    cache_dir=Path(folder) / 'token_cache', max_train_vectors=max_train_vectors,
+                                    verbose=verbose)
         return SaeSplade.from_backbone(backbone, stage1)
-    return adapted(start, corpus, folder, config, cache_dir, verbose,
-                   {'method': 'sae-splade', 'backbone': backbone, 'sae': sae, 'max_train_vectors': max_train_vectors})
+    return adapted(start, corpus, folder, config, cache_dir, verbose, system)
