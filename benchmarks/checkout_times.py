@@ -29,13 +29,13 @@ def encode_queries(args):
     from pyterrier_lsr import Splade
     from pyterrier_lsr.collections import load_collection
     from pyterrier_lsr.offline import resolve_model, use_irds_cache
+    from pyterrier_lsr.storage import write_json
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
     model = Splade.from_pretrained(resolve_model(args.model), batch_size=32)
     collections = [load_collection(c) for c in args.collections]
     frame = pd.concat([model.query_encoder()(c.topics) for c in collections], ignore_index=True)
-    with open(args.output, 'w') as f:
-        json.dump([dict(toks) for toks in frame['query_toks']], f)
+    write_json(args.output, [dict(toks) for toks in frame['query_toks']], indent=None)
     print(f'{len(frame)} queries written to {args.output}')
 
 
@@ -73,6 +73,7 @@ def time_checkout(args):
 
 
 def summary(args):
+    from pyterrier_lsr.storage import write_json
     runs = defaultdict(list)
     for path in args.runs:
         with open(path) as f:
@@ -99,8 +100,7 @@ def summary(args):
         report.append(row)
         print(f"| {params} | {k} | {len(before)} / {len(after)} | {' | '.join(cells)} | {row['same_top10']} |")
     if args.output:
-        with open(args.output, 'w') as f:
-            json.dump(report, f, indent=1)
+        write_json(args.output, report)
 
 
 def main():

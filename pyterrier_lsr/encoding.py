@@ -63,7 +63,6 @@ def is_blank(text) -> bool:
     return not as_text(text).strip()
 
 
-
 def as_texts(values, what: str) -> List[str]:
     """``values`` as texts (see :func:`as_text`): missing values are ``''``; bytes, lists and numbers are a
     ``TypeError`` naming ``what`` and the row rather than their ``repr`` encoded as text."""
@@ -71,6 +70,7 @@ def as_texts(values, what: str) -> List[str]:
         return [as_text(v, i) for i, v in enumerate(values)]
     except TypeError as ex:
         raise TypeError(f'{what}: {ex}') from None
+
 
 def to_dicts(weights: torch.Tensor, terms: Sequence[str]) -> List[Dict[str, float]]:
     """Rows of a (batch x vocab) tensor to ``{term: weight}`` dicts of the non-zero entries."""

@@ -219,10 +219,11 @@ class BmpEngine:
             levels = dict(zip(query, levels.tolist()))
             named = {forward.terms[t]: float(level) for t, level in levels.items()}
             named[SCALE_TERM] = float(MAX_QUERY_LEVEL)
-            slack = sum(levels.values()) / 2
-            top = max(query.values())
+            slack, top = sum(levels.values()) / 2, max(query.values())
 
-            bound = top / (most * factor)  # exact score <= bound * (BMP's score + slack) (see the module notes)
+            def at_most(bmp_scores):  # the exact scores of documents BMP scores so, at most (see the module notes)
+                return top / (most * factor) * (bmp_scores + slack) * (1 + 1e-9)
+
             last = {}  # the bounds of the candidates candidates() returned last, for rescore()
 
             def candidates(depth):
@@ -232,17 +233,16 @@ class BmpEngine:
                 docnos, scores = searcher.search(asked, k=depth, alpha=alpha, beta=1.)
                 scores = np.asarray(scores, dtype=np.float64)
                 try:
-                    rows = np.fromiter(map(int, docnos), dtype=np.int64, count=len(docnos))
-                    found = scores
+                    rows, found = np.fromiter(map(int, docnos), dtype=np.int64, count=len(docnos)), scores
                 except ValueError:  # the sentinel (or a padding document) is among them
                     real = np.array([not d.startswith(' ') for d in docnos], dtype=bool)
-                    rows = np.array([int(d) for d in np.array(docnos)[real]], dtype=np.int64)
+                    rows = np.fromiter((int(d) for d, keep in zip(docnos, real) if keep), dtype=np.int64)
                     found = scores[real]
                 order = np.argsort(-found, kind='stable')
-                rows, last['bounds'] = rows[order], bound * (found[order] + slack) * (1 + 1e-9)
+                rows, last['bounds'] = rows[order], at_most(found[order])
                 # Left out: documents BMP scored at most the lowest score kept (when it kept `depth`), or at most T.
                 lowest = max(scores.min(), threshold) if len(docnos) == depth else threshold
-                return rows, bound * (lowest + slack) * (1 + 1e-9) if lowest else 0.
+                return rows, at_most(lowest) if lowest else 0.
 
             exact_scores = partial(forward.rescore, full)
             if exact:
