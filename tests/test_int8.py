@@ -7,7 +7,7 @@ from torch import nn
 
 from pyterrier_lsr import Splade
 from pyterrier_lsr.encoding import resolve_precision
-from pyterrier_lsr.int8 import Int8Linear, Int8MaxPool, Int8Module
+from pyterrier_lsr.int8 import Int8Linear, Int8MaxPool, Int8Module, packing_engine
 from pyterrier_lsr.offline import resolve_model
 
 
@@ -37,6 +37,23 @@ def test_int8_keeps_the_top_terms_of_fp32(pair, texts):
     assert sum(overlaps) / len(overlaps) >= 9.5
     # ... and it is int8: the weights are not fp32's
     assert sum(a != b for a, b in zip(fp32, int8)) > len(texts) // 2
+
+
+@pytest.mark.parametrize('amx', [False, True])
+def test_int8_packs_for_onednn_on_amx_cpus_and_leaves_the_engine_setting_alone(monkeypatch, amx):
+    monkeypatch.setattr(torch.cpu, '_is_amx_tile_supported', lambda: amx, raising=False)
+    setting = torch.backends.quantized.engine
+    assert packing_engine() == ('onednn' if amx else setting)
+    torch.manual_seed(0)
+    linear, decoder = nn.Linear(64, 48), nn.Linear(64, 5000)
+    hidden, mask = torch.randn(2, 7, 64), torch.tensor([[1] * 7, [1] * 4 + [0] * 3])
+    int8_linear, pool = Int8Linear(linear), Int8MaxPool(decoder)
+    assert torch.backends.quantized.engine == setting
+    # either engine's kernels (both run on any x86 CPU) compute the fp32 products to int8's precision
+    expected = linear(hidden)
+    assert (int8_linear(hidden) - expected).abs().max() < 0.02 * expected.abs().max()
+    logits = decoder(hidden).masked_fill(~mask.bool()[..., None], float('-inf')).amax(dim=1)
+    assert (pool(hidden, mask) - logits).abs().max() < 0.02 * logits.abs().max()
 
 
 def test_int8_quantizes_a_copy_once_and_leaves_the_fp32_module_alone():
