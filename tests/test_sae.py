@@ -80,9 +80,9 @@ def forced_dead_run(aux_coef, seed):
         model.since_fired[7] = config.dead_after
     fired, update_dead = [], model.update_dead
 
-    def record(z):
-        fired.append((z[:, 7] > 0).sum().item())
-        update_dead(z)
+    def record(counts, n_vectors):
+        fired.append(counts[7].item())
+        update_dead(counts, n_vectors)
 
     model.update_dead = record
     train_sae(x, config, model=model, verbose=False)

@@ -136,15 +136,21 @@ class SparseAutoencoder(nn.Module):
         return nn.functional.embedding_bag(indices, self.W_dec, per_sample_weights=values, mode='sum')
 
     def losses(self, x: torch.Tensor) -> dict:
-        """One training step's quantities: ``loss`` (MSE + aux_coef x AuxK), ``mse``, ``aux``, ``z``."""
+        """One training step's quantities: ``loss`` (MSE + aux_coef x AuxK), ``mse``, ``aux``, ``fired`` (how many
+        of the vectors each latent fired for) and ``l0`` (mean active latents per vector)."""
         xc = x - self.b_dec
         if self.config.batch_topk:  # a varying number of latents per vector: dense path
             z = self.sparsify(xc @ self.W_enc + self.b_enc)
             recon = self.decode(z)
+            active = z.detach() > 0
+            fired, l0 = active.sum(0), active.sum(-1).float().mean()
         else:
             indices, values = self._active(xc, torch.arange(self.n_latents, device=x.device), self.config.k)
             recon = self._decode_sparse(indices, values) + self.b_dec
-            z = torch.zeros(len(x), self.n_latents, device=x.device).scatter(-1, indices, values.detach())
+            # counted from the k chosen latents: a dense batch x latents copy would cost more than the step's product
+            active = values.detach() > 0
+            fired = torch.bincount(indices[active], minlength=self.n_latents)
+            l0 = active.sum(-1).float().mean()
         mse = (recon - x).pow(2).sum(-1).mean()
         dead = (self.since_fired >= self.config.dead_after).nonzero().squeeze(1)
         aux = x.new_zeros(())
@@ -152,12 +158,12 @@ class SparseAutoencoder(nn.Module):
             # The dead latents' top-k_aux activations reconstruct what the live ones missed.
             indices, values = self._active(xc, dead, min(self.config.k_aux, len(dead)))
             aux = (self._decode_sparse(indices, values) - (x - recon).detach()).pow(2).sum(-1).mean()
-        return {'loss': mse + self.config.aux_coef * aux, 'mse': mse, 'aux': aux, 'z': z}
+        return {'loss': mse + self.config.aux_coef * aux, 'mse': mse, 'aux': aux, 'fired': fired, 'l0': l0}
 
     @torch.no_grad()
-    def update_dead(self, z: torch.Tensor):
-        fired = (z > 0).any(0)
-        self.since_fired.add_(z.shape[0]).masked_fill_(fired, 0)
+    def update_dead(self, fired: torch.Tensor, n_vectors: int):
+        """``fired``: per latent, how many of the step's ``n_vectors`` it fired for."""
+        self.since_fired.add_(n_vectors).masked_fill_(fired > 0, 0)
 
     @torch.no_grad()
     def project_decoder_grad(self):
@@ -278,12 +284,12 @@ def train_sae(vectors: Vectors, config: SAEConfig, model: Optional[SparseAutoenc
             model.project_decoder_grad()
             optimizer.step()
             model.normalize_decoder()
-            model.update_dead(out['z'])
+            model.update_dead(out['fired'], len(x))
             seen += len(x)
             with torch.no_grad():
                 variance = (x - x.mean(0)).pow(2).sum(-1).mean()
                 window.append((out['mse'].item(), (1 - out['mse'] / variance).item(),
-                               (out['z'] > 0).sum(-1).float().mean().item(), out['aux'].item()))
+                               out['l0'].item(), out['aux'].item()))
             if step % log_every == 0:
                 flush(step)
             pbar.update(1)
