@@ -28,8 +28,9 @@
    log) for the same SAE arguments, so a run that changes only the index (``--doc-k``) or the query side does not
    retrain it.  ``--doc-k``: latents per document token in the token-level index (``SSR(doc_k=)``; the pooled PISA
    rows keep the SAE's k).
-   nDCG@10, R@100 and mean response time (pt.Experiment's ``mrt``, after one warm-up pass; every row encodes its
-   queries with the transformer) and index sizes on disk.
+   Postings accumulated per query by the token-level first stage (per query side), nDCG@10, R@100 and mean
+   response time (pt.Experiment's ``mrt``, after one warm-up pass; every row encodes its queries with the
+   transformer) and index sizes on disk.
 
 Prints a table and writes JSON (``--output``). One CPU thread (``--threads``).  Run with ``PYTHONPATH=.``.
 """
@@ -92,6 +93,7 @@ def main():
         from pyterrier_lsr.offline import use_irds_cache
         use_irds_cache(args.irds_cache)
     import faiss
+    import numpy as np
     import pandas as pd
     import pyterrier as pt
     import pyterrier_pisa
@@ -208,6 +210,16 @@ def main():
         if decoder_names:
             names.update({'decoder': decoder_names[0], 'decoder+': decoder_names[1]})
         topics = collection.topics
+        # the work of the token-level first stage: postings accumulated per query (positive weights only, as scored)
+        lengths = np.diff(tokens.indptr)
+        q_vectors, q_offsets = encoder.embed(topics['query'].tolist(), query=True)
+        sides = [('codes', None)] + [('decoder', m) for m in (args.query_latents or [args.k])
+                                     if args.query == 'decoder']
+        info['ssr']['postings_per_query'] = {}
+        for side, m in sides:
+            indices, values = ssr.query_codes(q_vectors, side, m)
+            read = np.add.reduceat((lengths[indices] * (values > 0)).sum(1), q_offsets[:-1])
+            info['ssr']['postings_per_query'][side if m is None else f'{side} m={m}'] = float(read.mean())
         for system in systems.values():
             system(topics.head(5))  # warm-up: index loading, first-call costs
         res = pt.Experiment(list(systems.values()), topics, collection.qrels, [nDCG @ 10, R @ 100, 'mrt'],
