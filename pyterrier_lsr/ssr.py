@@ -101,9 +101,9 @@ class SSR(SparseModel):
         doc_pooling, query_pooling: ``'max'`` or ``'sum'`` of token codes per latent (defaults: max for documents,
             sum for queries).
         doc_k: latents kept per document token in the token-level index (:meth:`doc_codes`; default: the SAE's
-            ``k``).  A TopK SAE reconstructs better with a somewhat larger k at inference than it was trained with,
-            and with the query side through the decoder a document token scores by its reconstruction; queries and
-            the pooled codes (:meth:`encode_vectors`) keep the SAE's ``k``.
+            ``k``; ``SSRIndex``'s ``mode='pooled'`` pools these codes).  More than the trained ``k`` lets a document
+            token share more latents with a query token's top ones, at more postings per query (measured in
+            benchmarks/claims/ssr.md); queries and :meth:`encode_vectors` (pooled PISA codes) keep the SAE's ``k``.
     """
 
     kind = 'ssr'
