@@ -23,9 +23,14 @@
      + assignment; search probes ``--ncells`` cells per query token, keeps ``--ndocs`` by centroid interaction, then
      exact MaxSim; indexing = k-means + assignment + inverted lists;
    * BM25 (PISA) as a reference.
-   A store from an earlier run with the same encoder and corpus is reused (no second transformer pass).
-   nDCG@10, R@100 and mean response time (pt.Experiment's ``mrt``, after one warm-up pass; every row encodes its
-   queries with the transformer) and index sizes on disk.
+   A store from an earlier run with the same encoder and corpus is reused (no second transformer pass); with
+   ``--reuse-sae``, so is the SAE that run trained and saved (``ssr-model/`` and ``sae.json``: its seconds and final
+   log) for the same SAE arguments, so a run that changes only the index (``--doc-k``) or the query side does not
+   retrain it.  ``--doc-k``: latents per document token in the token-level index (``SSR(doc_k=)``; the pooled PISA
+   rows keep the SAE's k).
+   Postings accumulated per query by the token-level first stage (per query side), nDCG@10, R@100 and mean
+   response time (pt.Experiment's ``mrt``, after one warm-up pass; every row encodes its queries with the
+   transformer) and index sizes on disk.
 
 Prints a table and writes JSON (``--output``). One CPU thread (``--threads``).  Run with ``PYTHONPATH=.``.
 """
@@ -68,6 +73,9 @@ def main():
     parser.add_argument('--k', type=int, default=16)
     parser.add_argument('--sae-epochs', type=int, default=1)
     parser.add_argument('--sae-seed', type=int, default=0, help="the SAE's initialisation and sample seed")
+    parser.add_argument('--doc-k', type=int, help="latents per document token in the token-level index (default: k)")
+    parser.add_argument('--reuse-sae', action='store_true',
+                        help='reuse the SAE an earlier run saved in --work-dir for the same store and SAE arguments')
     parser.add_argument('--doc-pooling', default='max')
     parser.add_argument('--query-pooling', default='sum')
     parser.add_argument('--max-train-vectors', type=int, default=200_000, help='SAE training sample; 0: all')
@@ -85,6 +93,7 @@ def main():
         from pyterrier_lsr.offline import use_irds_cache
         use_irds_cache(args.irds_cache)
     import faiss
+    import numpy as np
     import pandas as pd
     import pyterrier as pt
     import pyterrier_pisa
@@ -93,8 +102,9 @@ def main():
 
     from pyterrier_lsr import SpladeIndexer
     from pyterrier_lsr.collections import load_collection
+    from pyterrier_lsr.models.sae import SparseAutoencoder
     from pyterrier_lsr.multivector import MaxSimIndex, MultiVector
-    from pyterrier_lsr.ssr import SSR, train_ssr_sae
+    from pyterrier_lsr.ssr import SAE_FOLDER, SSR, train_ssr_sae
     from pyterrier_lsr.ssr_index import SSRIndex
     from pyterrier_lsr.train import TrainConfig, self_supervised
     from pyterrier_lsr.train.multivector import train_multivector
@@ -124,7 +134,8 @@ def main():
         name = collection.name
         docs = collection.corpus
         store_path, embed_file = work / name / 'store', work / name / 'embed.json'
-        if reusable(store_path, encoder_dir, docs):
+        store_reused = reusable(store_path, encoder_dir, docs)
+        if store_reused:
             store = MaxSimIndex(store_path, encoder)
             vectors, offsets = store.vectors.numpy(), store.offsets
             embed_s = json.loads(embed_file.read_text())['embed_s'] if embed_file.exists() else None
@@ -136,12 +147,21 @@ def main():
             embed_file.write_text(json.dumps({'embed_s': embed_s}))
         info = {'docs': len(docs), 'tokens': int(offsets[-1]), 'embed_s': embed_s}
 
-        start = time.perf_counter()
-        sae, sae_log = train_ssr_sae(vectors, {'n_latents': args.latents, 'k': args.k, 'epochs': args.sae_epochs,
-                                                      'seed': args.sae_seed},
-                                     args.max_train_vectors or None, verbose=False)
-        sae_s = time.perf_counter() - start
-        ssr = SSR(encoder, sae, args.doc_pooling, args.query_pooling)
+        sae_run = {'encoder': str(encoder_dir), 'latents': args.latents, 'k': args.k, 'sae_epochs': args.sae_epochs,
+                   'sae_seed': args.sae_seed, 'max_train_vectors': args.max_train_vectors}
+        model_dir, sae_file = work / name / 'ssr-model', work / name / 'sae.json'
+        earlier = json.loads(sae_file.read_text()) if args.reuse_sae and sae_file.exists() else {}
+        info['sae_reused'] = store_reused and earlier.get('run') == sae_run and (model_dir / SAE_FOLDER).is_dir()
+        if info['sae_reused']:
+            sae = SparseAutoencoder.from_pretrained(model_dir / SAE_FOLDER)
+            sae_s, sae_log = earlier['sae_s'], earlier['log']
+        else:
+            start = time.perf_counter()
+            sae, sae_log = train_ssr_sae(vectors, {'n_latents': args.latents, 'k': args.k, 'epochs': args.sae_epochs,
+                                                   'seed': args.sae_seed},
+                                         args.max_train_vectors or None, verbose=False)
+            sae_s = time.perf_counter() - start
+        ssr = SSR(encoder, sae, args.doc_pooling, args.query_pooling, doc_k=args.doc_k)
         start = time.perf_counter()
         tokens = SSRIndex.write(work / name / 'ssr.tokens', [d['docno'] for d in docs], vectors, offsets, ssr,
                                 overwrite=True, save_model=False)
@@ -153,7 +173,8 @@ def main():
         index = SpladeIndexer(work / name / 'ssr.lsr', ssr, overwrite=True, verbose=False).index(
             {'docno': d['docno'], 'toks': t} for d, t in zip(docs, toks))
         pisa_s = time.perf_counter() - start
-        ssr.save_pretrained(work / name / 'ssr-model')
+        ssr.save_pretrained(model_dir)
+        sae_file.write_text(json.dumps({'run': sae_run, 'sae_s': sae_s, 'log': sae_log[-1:]}, default=float))
         info['ssr'] = {'sae_s': sae_s, 'token_index_s': tokens_s, 'codes_s': codes_s, 'pisa_s': pisa_s,
                        'sae_final': sae_log[-1], 'pooled_postings_per_doc': sum(map(len, toks)) / len(toks),
                        'token_postings_per_token': len(tokens.tokens) / len(vectors)}
@@ -189,6 +210,16 @@ def main():
         if decoder_names:
             names.update({'decoder': decoder_names[0], 'decoder+': decoder_names[1]})
         topics = collection.topics
+        # the work of the token-level first stage: postings accumulated per query (positive weights only, as scored)
+        lengths = np.diff(tokens.indptr)
+        q_vectors, q_offsets = encoder.embed(topics['query'].tolist(), query=True)
+        sides = [('codes', None)] + [('decoder', m) for m in (args.query_latents or [args.k])
+                                     if args.query == 'decoder']
+        info['ssr']['postings_per_query'] = {}
+        for side, m in sides:
+            indices, values = ssr.query_codes(q_vectors, side, m)
+            read = np.add.reduceat((lengths[indices] * (values > 0)).sum(1), q_offsets[:-1])
+            info['ssr']['postings_per_query'][side if m is None else f'{side} m={m}'] = float(read.mean())
         for system in systems.values():
             system(topics.head(5))  # warm-up: index loading, first-call costs
         res = pt.Experiment(list(systems.values()), topics, collection.qrels, [nDCG @ 10, R @ 100, 'mrt'],

@@ -17,8 +17,14 @@ unless given, ``all`` for every vector), by ``--scorings`` of
 * ``pooled max:sum`` / ``pooled max:max``: the pooled dot product (documents max-pooled per latent, queries summed or
   max-pooled), the single stage of earlier versions.
 
+``--doc-k``: each SAE's documents indexed with these numbers of latents per token (``SSR(doc_k=)``, one index and
+set of rows each; the queries keep the SAE's k); ``--models``: score the SAEs of SSR model folders (e.g. the
+``ssr-model`` that ``benchmarks/ssr.py`` saves per collection) instead of training ``--settings``, so a choice is made
+for the very SAE a retrieval run uses.
+
 Reported per row: overlap@10 of its top 10 with exact MaxSim's, recall of exact MaxSim's top 10 within its top 100,
-MRR@10 of the document each pseudo-query came from, and ms/query of the scoring alone (embeddings given).  A setting
+MRR@10 of the document each pseudo-query came from, ms/query of the scoring alone (embeddings given), postings per
+document token, and the corpus's fraction of variance explained by its reconstruction with ``doc_k`` latents.  A setting
 is chosen from this table, never from test topics.  Prints a table and writes JSON (``--output``). One CPU thread.
 """
 import argparse
@@ -42,6 +48,11 @@ def main():
                         help='n_latents:k[:epochs[:vectors]] of each SAE (vectors: a number or all)')
     parser.add_argument('--scorings', nargs='+', default=list(SCORINGS), choices=SCORINGS)
     parser.add_argument('--query-latents', nargs='+', type=int, help='m of the query-decoder rows (default: k)')
+    parser.add_argument('--doc-k', nargs='+', type=int,
+                        help="latents per document token (SSR's doc_k), one index per value (default: each SAE's k)")
+    parser.add_argument('--models', nargs='+', default=[],
+                        help='SSR model folders (e.g. ssr.py\'s work/<collection>/ssr-model): their SAEs are scored '
+                             'as they are, instead of training --settings')
     parser.add_argument('--max-train-vectors', type=int, default=100_000)
     parser.add_argument('--work-dir', default='runs/ssr_fidelity')
     parser.add_argument('--output', default='benchmarks/results/ssr_fidelity.json')
@@ -54,8 +65,9 @@ def main():
     import torch
 
     from pyterrier_lsr.collections import load_collection
+    from pyterrier_lsr.models.sae import SparseAutoencoder
     from pyterrier_lsr.multivector import MaxSimIndex, MultiVector, maxsim_rows
-    from pyterrier_lsr.ssr import SSR, train_ssr_sae
+    from pyterrier_lsr.ssr import SAE_FOLDER, SSR, train_ssr_sae
     from pyterrier_lsr.ssr_index import SSRIndex
     from pyterrier_lsr.train.data import pseudo_query
     torch.set_num_threads(1)
@@ -96,38 +108,56 @@ def main():
 
     rows = [row('exact MaxSim', '', exact, exact_ms)]
     vectors = store.vectors
-    for setting in args.settings:
-        n_latents, k, epochs, sample = (setting.split(':') + ['1', str(args.max_train_vectors)])[:4]
-        n_latents, k, epochs = int(n_latents), int(k), int(epochs)
-        start = time.perf_counter()
-        sae, log = train_ssr_sae(vectors.numpy(), {'n_latents': n_latents, 'k': k, 'epochs': epochs},
-                                 None if sample == 'all' else int(sample), verbose=False)
-        sae_s = time.perf_counter() - start
-        ssr = SSR(store.encoder, sae, query_pooling='sum')
-        index = SSRIndex.write(Path(args.work_dir) / setting.replace(':', '-'), store.docnos, vectors.numpy(),
-                               store.offsets, ssr, overwrite=True, save_model=False)
-        q_codes = by_query(ssr.token_codes(q_vectors))
-        name = f'{n_latents} latents, k={k}, {epochs} epoch(s), {sample} vectors'
-        info = {'fve': log[-1]['fve'], 'sae s': sae_s, 'postings/token': len(index.tokens) / len(vectors)}
-        if 'codes' in args.scorings:
-            rows.append(row(name, 'tokens (codes)', *timed_scores(lambda i: index.score_tokens(*q_codes[i])),
-                            **info))
-        for m in (args.query_latents or [k]) if 'query-decoder' in args.scorings else []:
-            w_rows = by_query(ssr.query_codes(q_vectors, 'decoder', m))
-            rows.append(row(name, f'tokens (query decoder, m={m})',
-                            *timed_scores(lambda i: index.score_tokens(*w_rows[i])), **info))
-        if 'decoder' in args.scorings:
-            with torch.inference_mode():
-                recon = torch.cat([sae._decode_sparse(*sae.encode_topk(vectors[s:s + 65536]))
+    variance = (vectors - vectors.mean(0)).pow(2).sum(-1).mean().item()
+
+    def saes():
+        """``(folder name, row name, SAE, its info)`` of each SAE: loaded from ``--models``, else trained per
+        ``--settings``."""
+        for i, folder in enumerate(args.models):
+            sae = SparseAutoencoder.from_pretrained(Path(folder) / SAE_FOLDER)
+            c = sae.config
+            yield (f'model{i}', f'{c.n_latents} latents, k={c.k}, {c.epochs} epoch(s), seed {c.seed} (model {i})',
+                   sae, {})
+        for setting in [] if args.models else args.settings:
+            n_latents, k, epochs, sample = (setting.split(':') + ['1', str(args.max_train_vectors)])[:4]
+            n_latents, k, epochs = int(n_latents), int(k), int(epochs)
+            start = time.perf_counter()
+            sae, log = train_ssr_sae(vectors.numpy(), {'n_latents': n_latents, 'k': k, 'epochs': epochs},
+                                     None if sample == 'all' else int(sample), verbose=False)
+            yield (setting.replace(':', '-'), f'{n_latents} latents, k={k}, {epochs} epoch(s), {sample} vectors',
+                   sae, {'fve': log[-1]['fve'], 'sae s': time.perf_counter() - start})
+
+    for folder, sae_name, sae, sae_info in saes():
+        k = sae.config.k
+        for doc_k in args.doc_k or [k]:
+            ssr = SSR(store.encoder, sae, query_pooling='sum', doc_k=doc_k)
+            index = SSRIndex.write(Path(args.work_dir) / f'{folder}-doc{doc_k}', store.docnos, vectors.numpy(),
+                                   store.offsets, ssr, overwrite=True, save_model=False)
+            q_codes = by_query(ssr.token_codes(q_vectors))
+            name = sae_name if doc_k == k else f'{sae_name}, doc_k={doc_k}'
+            with torch.inference_mode():  # the corpus's reconstruction with doc_k latents (the training fve: k)
+                recon = torch.cat([sae._decode_sparse(*sae.encode_topk(vectors[s:s + 65536], doc_k))
                                    for s in range(0, len(vectors), 65536)])
-                q_recon = sae._decode_sparse(*sae.encode_topk(q_tensor))
-            rows.append(row(name, 'tokens (decoder)', *timed_scores(
-                lambda i: maxsim_rows(q_recon[q_offsets[i]:q_offsets[i + 1]], recon, store.lengths).numpy()),
-                **info))
-        for pooling in ('sum', 'max') if 'pooled' in args.scorings else ():
-            ssr.query_pooling = pooling
-            rows.append(row(name, f'pooled max:{pooling}', *timed_scores(lambda i: index.score_pooled(*q_codes[i])),
-                            **info))
+                error = (vectors - recon - sae.b_dec).pow(2).sum(-1).mean().item()
+            info = {**sae_info, 'doc_k': doc_k, 'corpus fve at doc_k': 1 - error / variance,
+                    'postings/token': len(index.tokens) / len(vectors)}
+            if 'codes' in args.scorings:
+                rows.append(row(name, 'tokens (codes)', *timed_scores(lambda i: index.score_tokens(*q_codes[i])),
+                                **info))
+            for m in (args.query_latents or [k]) if 'query-decoder' in args.scorings else []:
+                w_rows = by_query(ssr.query_codes(q_vectors, 'decoder', m))
+                rows.append(row(name, f'tokens (query decoder, m={m})',
+                                *timed_scores(lambda i: index.score_tokens(*w_rows[i])), **info))
+            if 'decoder' in args.scorings:
+                with torch.inference_mode():
+                    q_recon = sae._decode_sparse(*sae.encode_topk(q_tensor))
+                rows.append(row(name, 'tokens (decoder)', *timed_scores(
+                    lambda i: maxsim_rows(q_recon[q_offsets[i]:q_offsets[i + 1]], recon, store.lengths).numpy()),
+                    **info))
+            for pooling in ('sum', 'max') if 'pooled' in args.scorings else ():
+                ssr.query_pooling = pooling
+                rows.append(row(name, f'pooled max:{pooling}',
+                                *timed_scores(lambda i: index.score_pooled(*q_codes[i])), **info))
     table = pd.DataFrame(rows)
     print(table.round(3).to_string(index=False))
     Path(args.output).parent.mkdir(parents=True, exist_ok=True)

@@ -59,15 +59,16 @@ def pool_codes(indices: torch.Tensor, values: torch.Tensor, owner: torch.Tensor,
 
 
 @torch.inference_mode()
-def token_codes(sae: SparseAutoencoder, vectors: np.ndarray, rows_per_batch: int = 65536
+def token_codes(sae: SparseAutoencoder, vectors: np.ndarray, k: Optional[int] = None, rows_per_batch: int = 65536
                 ) -> Tuple[np.ndarray, np.ndarray]:
     """Each row's sparse code: ``(indices, values)``, ``rows x k`` int64 latent ids and float32 activations (relu'd,
-    so some may be 0), as :meth:`SparseAutoencoder.encode_topk` gives them, computed on the SAE's device."""
-    k, device = sae.config.k, sae.W_enc.device
+    so some may be 0), as :meth:`SparseAutoencoder.encode_topk` gives them (``k``: default the SAE's), computed on the
+    SAE's device."""
+    k, device = sae.config.k if k is None else k, sae.W_enc.device
     indices, values = np.zeros((len(vectors), k), np.int64), np.zeros((len(vectors), k), np.float32)
     for start in range(0, len(vectors), rows_per_batch):
         rows = torch.as_tensor(np.asarray(vectors[start:start + rows_per_batch]), dtype=torch.float32, device=device)
-        idx, val = sae.encode_topk(rows)
+        idx, val = sae.encode_topk(rows, k)
         indices[start:start + len(rows)], values[start:start + len(rows)] = idx.cpu().numpy(), val.cpu().numpy()
     return indices, values
 
@@ -99,6 +100,10 @@ class SSR(SparseModel):
         sae: a per-token TopK :class:`~pyterrier_lsr.models.sae.SparseAutoencoder` with ``d_in`` = the encoder's dim.
         doc_pooling, query_pooling: ``'max'`` or ``'sum'`` of token codes per latent (defaults: max for documents,
             sum for queries).
+        doc_k: latents kept per document token in the token-level index (:meth:`doc_codes`; default: the SAE's
+            ``k``; ``SSRIndex``'s ``mode='pooled'`` pools these codes).  More than the trained ``k`` lets a document
+            token share more latents with a query token's top ones, at more postings per query (measured in
+            benchmarks/claims/ssr.md); queries and :meth:`encode_vectors` (pooled PISA codes) keep the SAE's ``k``.
     """
 
     kind = 'ssr'
@@ -106,23 +111,31 @@ class SSR(SparseModel):
     terms_namespace = 'latent'
 
     def __init__(self, encoder: MultiVector, sae: SparseAutoencoder, doc_pooling: str = 'max',
-                 query_pooling: str = 'sum', name: Optional[str] = None):
+                 query_pooling: str = 'sum', name: Optional[str] = None, doc_k: Optional[int] = None):
         if sae.config.d_in != encoder.dim:
             raise ValueError(f'the SAE reads {sae.config.d_in}-d vectors, the encoder gives {encoder.dim}-d')
         if sae.config.batch_topk:
             raise ValueError('SSR needs a per-token TopK SAE (batch_topk=False)')
         check_choice('doc_pooling', doc_pooling, POOLINGS)
         check_choice('query_pooling', query_pooling, POOLINGS)
+        if doc_k is not None:
+            check_int('doc_k', doc_k, 1, sae.n_latents)
         self.encoder = encoder
         self.sae = sae.to(encoder.device).eval()
         self.doc_pooling = doc_pooling
         self.query_pooling = query_pooling
+        self.doc_k = doc_k
         self.terms = latent_term_names(sae.n_latents)
         self.name = name
 
     def token_codes(self, vectors: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """Each token embedding's sparse code (see :func:`token_codes`)."""
         return token_codes(self.sae, vectors)
+
+    def doc_codes(self, vectors: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+        """Each document token embedding's sparse code for the token-level index: :func:`token_codes` with
+        ``doc_k`` latents (default: the SAE's ``k``)."""
+        return token_codes(self.sae, vectors, self.doc_k)
 
     def query_codes(self, vectors: np.ndarray, query: str = 'decoder', query_latents: Optional[int] = None
                     ) -> Tuple[np.ndarray, np.ndarray]:
@@ -182,10 +195,12 @@ class SSR(SparseModel):
         return _TwoStage(index, store, first)
 
     def settings(self) -> dict:
-        return dict(super().settings(), doc_pooling=self.doc_pooling, query_pooling=self.query_pooling)
+        return dict(super().settings(), doc_pooling=self.doc_pooling, query_pooling=self.query_pooling,
+                    doc_k=self.doc_k)
 
     def write_folder(self, folder: Path):
-        """The encoder's folder + ``sae/``; the settings (kind, poolings) go into its ``config.json`` under ``lsr``."""
+        """The encoder's folder + ``sae/``; the settings (kind, poolings, doc_k) go into its ``config.json`` under
+        ``lsr``."""
         self.encoder.write_folder(folder)
         self.sae.save_pretrained(folder / SAE_FOLDER)
 
@@ -197,11 +212,13 @@ class SSR(SparseModel):
             raise ValueError(f'{folder} is not an SSR folder ({CONFIG_FILE} has no {CONFIG_KEY}.kind = "ssr")')
         encoder = MultiVector.from_pretrained(folder, **kwargs)
         sae = SparseAutoencoder.from_pretrained(folder / SAE_FOLDER, device=encoder.device)
-        return cls(encoder, sae, settings.get('doc_pooling', 'max'), settings.get('query_pooling', 'sum'))
+        return cls(encoder, sae, settings.get('doc_pooling', 'max'), settings.get('query_pooling', 'sum'),
+                   doc_k=settings.get('doc_k'))
 
     def __repr__(self):
         return (f'SSR({self.name or "<model>"!r}, latents={self.sae.n_latents}, k={self.sae.config.k}, '
-                f'doc={self.doc_pooling}, query={self.query_pooling})')
+                f'doc={self.doc_pooling}, query={self.query_pooling}'
+                + ('' if self.doc_k is None else f', doc_k={self.doc_k}') + ')')
 
 
 class _TwoStage(pt.Transformer):

@@ -1,7 +1,7 @@
 """Token-level SSR: an inverted index whose postings keep token identity, scored by exact MaxSim over the codes.
 
-Each document token ``t``'s sparse code ``z_t`` (:meth:`SSR.token_codes`) is indexed as postings
-``latent -> (document token, value)``; a query scores a document by
+Each document token ``t``'s sparse code ``z_t`` (:meth:`SSR.doc_codes`: ``doc_k`` latents, default the SAE's k) is
+indexed as postings ``latent -> (document token, value)``; a query scores a document by
 
     ``sum_i max_{t in d} <z_i, z_t>``
 
@@ -107,10 +107,10 @@ class SSRIndex(TokenStore):
         path = Path(path)
         vectors = check_matrix('vectors', vectors)
         docnos, offsets = cls._checked(path, docnos, offsets, len(vectors))
-        indices, values = ssr.token_codes(vectors)
+        indices, values = ssr.doc_codes(vectors)
         indptr, tokens, weights = token_postings(indices, values, ssr.sae.n_latents)
         meta = {'num_tokens': int(len(vectors)), 'n_latents': ssr.sae.n_latents, 'k': ssr.sae.config.k,
-                'model': ssr.name}
+                'doc_k': indices.shape[1], 'model': ssr.name}
         with cls._building(path, docnos, offsets, meta, overwrite) as tmp:
             for name, array in zip(POSTINGS_FILES, (indptr, tokens, weights)):
                 storage.write_array(tmp / name, array)

@@ -316,6 +316,42 @@ def test_decoder_query_side_equals_brute_force(random_ssr, tmp_path):
     assert np.allclose(scores, np.sort(expected)[::-1][:3], rtol=1e-5)
 
 
+def test_doc_k_indexes_more_latents_per_document_token_and_round_trips(random_ssr, tmp_path):
+    with torch.no_grad():  # untie the encoder from the decoder, so codes differ from the query's decoder weights
+        random_ssr.sae.W_enc.add_(torch.randn_like(random_ssr.sae.W_enc))
+    rng = np.random.default_rng(3)
+    vectors = rng.standard_normal((40, 8)).astype(np.float32)
+    offsets = np.array([0, 12, 12, 25, 40])
+    docnos = [f'd{i}' for i in range(4)]
+    wide = SSR(random_ssr.encoder, random_ssr.sae, doc_k=7, name='wide')
+    index = SSRIndex.write(tmp_path / 'ssr', docnos, vectors, offsets, wide)
+    with torch.no_grad():  # the top 7 pre-activations of each token, relu'd, by the SAE's dense path
+        pre = wide.sae.pre_activations(torch.from_numpy(vectors))
+        top = pre.topk(7, dim=-1)
+        d_codes = torch.zeros_like(pre).scatter(-1, top.indices, top.values.relu())
+    per_token = np.bincount(index.tokens, minlength=len(vectors))
+    assert per_token.tolist() == (d_codes > 0).sum(1).tolist() and per_token.max() == 7
+    assert index.meta['k'] == 3 and index.meta['doc_k'] == 7
+    queries = rng.standard_normal((5, 8)).astype(np.float32)
+    indices, values = wide.query_codes(queries, 'codes')  # the query side keeps the SAE's k
+    assert indices.shape == (5, 3)
+    assert np.allclose(index.score_tokens(*wide.query_codes(queries, 'decoder', 32)),
+                       brute_force(decoder_weights(wide.sae, queries, 32), d_codes, offsets), rtol=1e-5, atol=1e-6)
+    # the default is the SAE's k
+    narrow = SSRIndex.write(tmp_path / 'narrow', docnos, vectors, offsets, random_ssr)
+    assert np.bincount(narrow.tokens).max() == 3 and narrow.meta['doc_k'] == 3
+    # doc_k is a setting of the model: it survives the saved folder, the index's copy and load_model
+    assert SSRIndex(tmp_path / 'ssr').ssr.doc_k == 7
+    wide.save_pretrained(tmp_path / 'model')
+    assert SSR.from_pretrained(tmp_path / 'model').doc_k == 7 and load_model(tmp_path / 'model').doc_k == 7
+    assert 'doc_k=7' in repr(wide)
+    random_ssr.save_pretrained(tmp_path / 'default')
+    assert SSR.from_pretrained(tmp_path / 'default').doc_k is None
+    for bad, error in [(0, ValueError), (33, ValueError), (2.5, TypeError), ('8', TypeError)]:
+        with pytest.raises(error, match='doc_k'):
+            SSR(random_ssr.encoder, random_ssr.sae, doc_k=bad)
+
+
 def test_decoder_query_side_retriever_reranked_and_checks(random_ssr, tmp_path):
     docs = [{'docno': f'd{i}', 'text': t} for i, t in enumerate(SHORT_DOCS)]
     index = SSRIndexer(tmp_path / 'ssr', random_ssr, verbose=False).index(docs)

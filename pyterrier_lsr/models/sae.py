@@ -106,13 +106,15 @@ class SparseAutoencoder(nn.Module):
         """Latent activations (``... x n_latents``, dense tensor with at most k non-zeros per vector under TopK)."""
         return self.sparsify(self.pre_activations(x))
 
-    def encode_topk(self, x: torch.Tensor):
-        """Per-vector TopK in sparse form: ``(indices, values)``, both ``n x k`` (values relu'd, so some may be 0).
+    def encode_topk(self, x: torch.Tensor, k: Optional[int] = None):
+        """Per-vector TopK in sparse form: ``(indices, values)``, both ``n x k`` (values relu'd, so some may be 0);
+        ``k`` defaults to the trained ``config.k`` (a larger one keeps more latents at inference).
 
         Equals :meth:`encode` of a (non-batch) TopK SAE without the dense ``n x n_latents`` output; under autograd
         only the k chosen latents are differentiated (see :meth:`_active`), which keeps fine-tuning the encoder cheap.
         """
-        return self._active(x - self.b_dec, torch.arange(self.n_latents, device=x.device), self.config.k)
+        k = self.config.k if k is None else check_int('k', k, 1, self.n_latents)
+        return self._active(x - self.b_dec, torch.arange(self.n_latents, device=x.device), k)
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
         return z @ self.W_dec + self.b_dec
