@@ -49,6 +49,35 @@ def test_decoder_rows_unit_norm_and_gradient_orthogonal():
     torch.testing.assert_close((sae.W_dec.grad * sae.W_dec).sum(-1), torch.zeros(64), atol=1e-6, rtol=0)
 
 
+def test_sparse_gradients_equal_autograd_through_the_dense_encoder():
+    # The top-k's hand-written backward (k encoder columns per vector) against autograd over the dense activations,
+    # for every parameter and the input (a fine-tuned backbone below the SAE), over all latents and a subset (AuxK).
+    sae = SparseAutoencoder(SAEConfig(d_in=16, n_latents=64, k=4))
+    with torch.no_grad():
+        sae.b_dec.normal_()
+        sae.b_enc.normal_()
+    x, weights = torch.randn(50, 16), torch.randn(50, 4)
+    subset = torch.tensor([3, 9, 10, 30, 41, 63])
+    for latents in (None, subset):
+        grads = []
+        for sparse in (True, False):
+            sae.zero_grad()
+            xg = x.clone().requires_grad_()
+            if sparse:
+                indices, values = sae._active(xg, latents, 4)
+            else:
+                pre = sae.pre_activations(xg)
+                pool = torch.arange(64) if latents is None else latents
+                top = pre[:, pool].topk(4, dim=-1)
+                indices, values = pool[top.indices], top.values.relu()
+            (values * weights).sum().backward()
+            grads.append([indices, values.detach(), xg.grad] + [p.grad for p in (sae.W_enc, sae.b_enc, sae.b_dec)])
+        assert torch.equal(grads[0][0], grads[1][0])
+        assert grads[0][4].abs().sum() > 0 and (grads[0][4] == 0).sum() > 0  # only the chosen latents get one
+        for got, want in zip(grads[0][1:], grads[1][1:]):
+            torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+
+
 def test_reconstruction_improves_on_sparse_data():
     x = sparse_data()
     config = SAEConfig(d_in=16, n_latents=64, k=4, batch_size=256, epochs=10, lr=1e-2)
