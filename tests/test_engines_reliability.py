@@ -380,3 +380,30 @@ def test_bounded_rescore_skips_only_candidates_that_cannot_reach_the_kth():
     assert asked == [0, 1, 2, 3]  # the k-th of the first two is 40: rows 2 and 3 may reach it (3 exactly), 4, 5 not
     rows, top = ranked(np.arange(6), scores, 2)
     assert rows.tolist() == [0, 2] and top.tolist() == [50., 45.]
+
+
+def test_forward_rescore_equals_the_dense_product_for_any_rows(tmp_path):
+    # The exact scores every engine returns: the dot product, for empty documents, repeated and unsorted rows, and
+    # terms the query lacks.
+    from pyterrier_lsr.index.engines.glue import Forward
+    rng = np.random.default_rng(0)
+    num_docs, num_terms = 400, 50
+    lengths = rng.integers(0, 12, num_docs) * (rng.random(num_docs) < 0.8)
+    ids = np.concatenate([np.sort(rng.choice(num_terms, n, replace=False)) for n in lengths])
+    impacts = rng.integers(1, 2 ** 20, len(ids))
+    indptr = np.concatenate([[0], np.cumsum(lengths)])
+    Forward.write(tmp_path, [f'd{i}' for i in range(num_docs)], [f't{i}' for i in range(num_terms)], indptr, ids,
+                  impacts)
+    forward = Forward(tmp_path)
+    dense = np.zeros((num_docs, num_terms))
+    dense[np.repeat(np.arange(num_docs), lengths), ids] = impacts
+    query = {3: 7, 10: 1, 49: 2 ** 20}
+    weights = np.zeros(num_terms)
+    weights[list(query)] = list(query.values())
+    for count in (0, 1, 5, 1000):
+        rows = rng.integers(0, num_docs, count)
+        assert np.array_equal(forward.rescore(query, rows), dense[rows] @ weights)
+    empty = np.flatnonzero(lengths == 0)[:3]
+    assert np.array_equal(forward.rescore(query, empty), np.zeros(len(empty)))
+    assert np.array_equal(forward.rescore(query), dense @ weights)
+    assert np.array_equal(forward.rescore({}, np.arange(3)), np.zeros(3))
