@@ -35,7 +35,7 @@ from .base import SparseModel
 from .checks import check_choice, check_int, check_matrix
 from .encoding import to_dicts
 from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
-from .models.sae import SAEConfig, SparseAutoencoder, latent_term_names, train_sae
+from .models.sae import ENCODE_ROWS, SAEConfig, SparseAutoencoder, latent_term_names, train_sae
 from .multivector import MaxSimIndex, MultiVector
 
 SAE_FOLDER = 'sae'
@@ -59,8 +59,8 @@ def pool_codes(indices: torch.Tensor, values: torch.Tensor, owner: torch.Tensor,
 
 
 @torch.inference_mode()
-def token_codes(sae: SparseAutoencoder, vectors: np.ndarray, k: Optional[int] = None, rows_per_batch: int = 65536
-                ) -> Tuple[np.ndarray, np.ndarray]:
+def token_codes(sae: SparseAutoencoder, vectors: np.ndarray, k: Optional[int] = None,
+                rows_per_batch: int = ENCODE_ROWS) -> Tuple[np.ndarray, np.ndarray]:
     """Each row's sparse code: ``(indices, values)``, ``rows x k`` int64 latent ids and float32 activations (relu'd,
     so some may be 0), as :meth:`SparseAutoencoder.encode_topk` gives them (``k``: default the SAE's), computed on the
     SAE's device."""
@@ -74,7 +74,7 @@ def token_codes(sae: SparseAutoencoder, vectors: np.ndarray, k: Optional[int] = 
 
 
 @torch.inference_mode()
-def decoder_codes(sae: SparseAutoencoder, vectors: np.ndarray, m: int, rows_per_batch: int = 65536
+def decoder_codes(sae: SparseAutoencoder, vectors: np.ndarray, m: int, rows_per_batch: int = ENCODE_ROWS
                   ) -> Tuple[np.ndarray, np.ndarray]:
     """Each row's ``m`` largest weights ``<e, D_a>`` (the embedding itself against the decoder's unit rows ``D_a``)
     as ``(indices, values)`` like :func:`token_codes`; non-positive weights are set to 0 (not scored).  Against a
