@@ -169,3 +169,21 @@ def test_pipeline_caches_embeddings_and_indexes_like_the_encoder(tmp_path, monke
         LatentTerms('all-MiniLM-L6-v2').encode(TEXTS)
     with pytest.raises(ValueError, match='384'):
         LatentTerms('all-MiniLM-L6-v2', SparseAutoencoder(SAEConfig(d_in=16, n_latents=8, k=2)))
+
+
+@pytest.mark.parametrize('batch_topk', [False, True])
+def test_pooling_sums_the_dense_activations_of_each_text(monkeypatch, batch_topk):
+    # The term frequencies are each text's sum of its token vectors' activations, whether the SAE's k activations per
+    # vector are added as such (TopK) or densely (BatchTopK's threshold), over several products of ENCODE_ROWS rows.
+    from pyterrier_lsr.models import features
+    monkeypatch.setattr(features, 'ENCODE_ROWS', 7)
+    sae = SparseAutoencoder(SAEConfig(d_in=16, n_latents=64, k=4, batch_topk=batch_topk)).eval()
+    with torch.no_grad():
+        sae.b_enc.normal_(0, 0.5)
+        sae.threshold.fill_(0.3)
+    vectors, owner = torch.randn(40, 16), torch.tensor([0] * 9 + [2] * 20 + [3] * 11)
+    for sqrt_tf in (False, True):
+        tf = features.LatentTermsModel(None, sae, sqrt_tf=sqrt_tf).pool(vectors, owner, 5)
+        expected = torch.zeros(5, 64).index_add_(0, owner, sae.encode(vectors))
+        assert torch.equal(tf, expected.sqrt() if sqrt_tf else expected)
+        assert not tf[[1, 4]].any() and tf[0].count_nonzero() > 4
