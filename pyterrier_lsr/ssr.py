@@ -59,8 +59,8 @@ def pool_codes(indices: torch.Tensor, values: torch.Tensor, owner: torch.Tensor,
 
 
 @torch.inference_mode()
-def token_codes(sae: SparseAutoencoder, vectors: np.ndarray, k: Optional[int] = None,
-                rows_per_batch: int = ENCODE_ROWS) -> Tuple[np.ndarray, np.ndarray]:
+def token_codes(sae: SparseAutoencoder, vectors: np.ndarray, k: Optional[int] = None, rows_per_batch: int = 65536
+                ) -> Tuple[np.ndarray, np.ndarray]:
     """Each row's sparse code: ``(indices, values)``, ``rows x k`` int64 latent ids and float32 activations (relu'd,
     so some may be 0), as :meth:`SparseAutoencoder.encode_topk` gives them (``k``: default the SAE's), computed on the
     SAE's device."""

@@ -174,9 +174,9 @@ def test_pipeline_caches_embeddings_and_indexes_like_the_encoder(tmp_path, monke
 @pytest.mark.parametrize('batch_topk', [False, True])
 def test_pooling_sums_the_dense_activations_of_each_text(monkeypatch, batch_topk):
     # The term frequencies are each text's sum of its token vectors' activations, whether the SAE's k activations per
-    # vector are added as such (TopK) or densely (BatchTopK's threshold), over several products of ENCODE_ROWS rows.
-    from pyterrier_lsr.models import features
-    monkeypatch.setattr(features, 'ENCODE_ROWS', 7)
+    # vector are added as such (TopK, over several products of ENCODE_ROWS rows) or densely (BatchTopK's threshold).
+    from pyterrier_lsr.models import features, sae as sae_module
+    monkeypatch.setattr(sae_module, 'ENCODE_ROWS', 7)
     sae = SparseAutoencoder(SAEConfig(d_in=16, n_latents=64, k=4, batch_topk=batch_topk)).eval()
     with torch.no_grad():
         sae.b_enc.normal_(0, 0.5)

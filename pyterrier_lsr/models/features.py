@@ -15,7 +15,7 @@ from torch import nn
 from .. import storage
 from ..checks import check_int
 from ..offline import resolve_model
-from .sae import ENCODE_ROWS, SparseAutoencoder
+from .sae import SparseAutoencoder
 
 MODES = ('single', 'multi')
 POOLINGS = ('mean', 'cls')
@@ -85,18 +85,13 @@ class LatentTermsModel(nn.Module):
 
     def pool(self, vectors: torch.Tensor, owner: torch.Tensor, n_texts: int) -> torch.Tensor:
         """Sums each text's latent activations (its term frequencies)."""
-        n_latents = self.sae.n_latents
-        tf = vectors.new_zeros(n_texts * n_latents, dtype=torch.float32)
-        # A TopK SAE's k activations per vector are added as such, ENCODE_ROWS vectors at a time: no dense vectors x
-        # latents copy, and the selection's product stays in cache.
-        for start in range(0, len(vectors), ENCODE_ROWS):
-            rows, texts = vectors[start:start + ENCODE_ROWS].float(), owner[start:start + ENCODE_ROWS]
-            if self.sae.config.batch_topk:  # a threshold at inference: any number of latents per vector
-                tf.view(n_texts, n_latents).index_add_(0, texts, self.sae.encode(rows))
-            else:
-                indices, values = self.sae.encode_topk(rows)
-                tf.index_add_(0, (texts[:, None] * n_latents + indices).flatten(), values.flatten())
-        tf = tf.view(n_texts, n_latents)
+        vectors, n_latents = vectors.float(), self.sae.n_latents
+        if self.sae.config.batch_topk:  # a threshold at inference: any number of latents per vector
+            tf = vectors.new_zeros(n_texts, n_latents).index_add_(0, owner, self.sae.encode(vectors))
+        else:  # the k activations per vector added as such: no dense vectors x latents copy
+            indices, values = self.sae.encode_topk(vectors)
+            tf = vectors.new_zeros(n_texts * n_latents).index_add_(
+                0, (owner[:, None] * n_latents + indices).flatten(), values.flatten()).view(n_texts, n_latents)
         return tf.sqrt() if self.sqrt_tf else tf
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:

@@ -24,7 +24,7 @@ from ..checks import check_bool, check_float, check_int
 
 CONFIG_FILE = 'sae_config.json'
 WEIGHTS_FILE = 'sae.safetensors'
-# Vectors per encoder product when coding many: the product's output (rows x latents) then stays in cache for the
+# Vectors per encoder product in encode_topk: the product's output (rows x latents) then stays in cache for the
 # top-k; 1.6x faster than 65,536 rows at a time for 4,096 latents on a CPU (benchmarks/claims/ssr.md).
 ENCODE_ROWS = 1024
 
@@ -164,7 +164,10 @@ class SparseAutoencoder(nn.Module):
         only the k chosen latents are differentiated (see :meth:`_active`), which keeps fine-tuning the encoder cheap.
         """
         k = self.config.k if k is None else check_int('k', k, 1, self.n_latents)
-        return self._active(x, None, k)
+        if len(x) <= ENCODE_ROWS:
+            return self._active(x, None, k)
+        parts = [self._active(rows, None, k) for rows in x.split(ENCODE_ROWS)]
+        return torch.cat([i for i, _ in parts]), torch.cat([v for _, v in parts])
 
     def decode(self, z: torch.Tensor) -> torch.Tensor:
         return z @ self.W_dec + self.b_dec
