@@ -10,7 +10,8 @@ setup(
     python_requires='>=3.10',
     install_requires=[
         'pyterrier>=1.1', 'pyterrier-pisa>=0.4.9', 'pyterrier-alpha>=0.16', 'transformers>=4.40', 'torch>=2.1',
-        'ir_datasets', 'pandas', 'numpy', 'scipy', 'pyarrow', 'tqdm', 'more-itertools', 'pyyaml', 'matplotlib',
+        'ir_datasets', 'pandas', 'numpy', 'scipy', 'numba>=0.59', 'pyarrow', 'tqdm', 'more-itertools', 'pyyaml',
+        'matplotlib',
     ],
     entry_points={
         'console_scripts': ['pyterrier-lsr = pyterrier_lsr.cli:main'],

@@ -412,6 +412,20 @@ def test_token_index_bad_parameters_and_files(random_ssr, tmp_path):
         SSRIndex.write(tmp_path / 'nan', ['a'], np.full((2, 8), np.nan, np.float32), np.array([0, 2]), random_ssr)
     with pytest.raises(FileNotFoundError, match='no SSR index'):
         SSRIndex(tmp_path / 'store')
+    # the compiled kernel reads memory at the latent ids it is given: they are checked first
+    codes = random_ssr.token_codes(vectors[:2])
+    for bad in (codes[0] + 32, -codes[0] - 1):
+        with pytest.raises(ValueError, match=r'latent ids in \[0, 32\)'):
+            index.score_tokens(bad, codes[1])
+    with pytest.raises(ValueError, match='one shape'):
+        index.score_tokens(codes[0][:, :2], codes[1])
+    with pytest.raises(ValueError, match='integer'):
+        index.score_tokens(codes[0].astype(float), codes[1])
+    tokens = index.tokens.copy()
+    np.save(tmp_path / 'ssr' / 'postings-tokens.npy', tokens.astype(np.float32))
+    storage.mark(tmp_path / 'ssr', 'ssr_index', files=storage.record_files(tmp_path / 'ssr'))
+    with pytest.raises(ValueError, match='types int64 / float32 / float32; rebuild'):
+        SSRIndex(tmp_path / 'ssr')
     np.save(tmp_path / 'ssr' / 'postings-tokens.npy', np.full(len(index.tokens), 99, dtype=np.int32))
     with pytest.raises(ValueError, match='postings-tokens.npy .content differs'):
         SSRIndex(tmp_path / 'ssr')
