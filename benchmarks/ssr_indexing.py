@@ -9,8 +9,8 @@ duplicates); without ``--store``, seeded unit-norm Gaussian vectors of ``--dim``
 ``--work-dir``:
 
 * **SSR**: a TopK SAE (``--latents``, ``--k``, ``--sae-epochs``) on a seeded sample of ``--sample`` vectors, the
-  codes of every token (:meth:`SSR.token_codes`), and the token postings (:class:`~pyterrier_lsr.ssr_index.SSRIndex`,
-  ``latent -> (token, value)``) written to disk;
+  codes of every token (:meth:`SSR.doc_codes`: ``--doc-k`` latents per token, default ``--k``), and the token
+  postings (:class:`~pyterrier_lsr.ssr_index.SSRIndex`, ``latent -> (token, value)``) written to disk;
 * **k-means**: faiss spherical k-means with ColBERTv2's centroid count ``2^floor(log2(16 sqrt(tokens)))``, 4
   iterations on PLAID's sample (the tokens of ``16 sqrt(120 x documents)`` documents), the assignment of every token
   to its nearest centroid, and the inverted lists (cell -> documents) written to disk.  One iteration and the
@@ -34,6 +34,7 @@ def main():
     parser.add_argument('--doc-tokens', type=int, default=48)
     parser.add_argument('--latents', type=int, default=4096)
     parser.add_argument('--k', type=int, default=8)
+    parser.add_argument('--doc-k', type=int, help="latents kept per token in the postings (SSR(doc_k=); default: --k)")
     parser.add_argument('--sample', type=int, default=200_000, help='vectors the SAE trains on')
     parser.add_argument('--sae-epochs', type=int, default=1, help='passes of the SAE over its sample')
     parser.add_argument('--kmeans-timed-points', type=int, default=100_000,
@@ -82,7 +83,7 @@ def main():
     sae, log = timed('ssr_sae', lambda: train_ssr_sae(vectors, {'n_latents': args.latents, 'k': args.k,
                                                                 'epochs': args.sae_epochs},
                                                       args.sample, verbose=False))
-    codes = timed('ssr_codes', lambda: token_codes(sae.eval(), vectors))
+    codes = timed('ssr_codes', lambda: token_codes(sae.eval(), vectors, args.doc_k))
 
     def write_postings():
         indptr, tokens, values = token_postings(*codes, args.latents)

@@ -256,6 +256,12 @@ def test_token_postings_keep_token_identity():
     assert indptr.tolist() == [0, 2, 3, 5, 5]
     assert tokens.tolist() == [0, 1, 2, 0, 2]
     assert weights.tolist() == [.25, .75, .125, .5, 1.]
+    empty = token_postings(np.zeros((0, 2), np.int64), np.zeros((0, 2), np.float32), 4)
+    assert empty[0].tolist() == [0] * 5 and len(empty[1]) == len(empty[2]) == 0
+    with pytest.raises(ValueError, match=r'latent ids in \[0, 4\)'):
+        token_postings(indices + 2, values, 4)
+    with pytest.raises(ValueError, match='one shape'):
+        token_postings(indices, values[:, :1], 4)
 
 
 def test_token_scores_equal_brute_force_on_random_codes(random_ssr, tmp_path):
