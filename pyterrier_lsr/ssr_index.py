@@ -50,14 +50,19 @@ __all__ = ['SSRIndex', 'SSRIndexer', 'token_postings', 'maxsim_over_codes', 'MOD
 def token_postings(indices: np.ndarray, values: np.ndarray, n_latents: int):
     """Per-token codes (``tokens x k`` latent ids and values) as postings ``(indptr, tokens, values)``: latent ``j``'s
     tokens, ascending, are ``tokens[indptr[j]:indptr[j + 1]]``; non-positive values are dropped."""
+    return _postings_by_latent(*_checked_codes(indices, values, n_latents), n_latents)
+
+
+def _checked_codes(indices, values, n_latents: int) -> Tuple[np.ndarray, np.ndarray]:
+    """``(indices, values)`` as the compiled loops read them (contiguous int64 / float32), once checked: the loops
+    index memory by these latent ids without bounds checks."""
     indices, values = np.asarray(indices), np.asarray(values)
     if indices.ndim != 2 or indices.shape != values.shape or not np.issubdtype(indices.dtype, np.integer):
-        raise ValueError(f'indices and values must be two integer / float arrays of one shape (tokens x k), got '
+        raise ValueError(f'indices and values must be two integer / float arrays of one shape (rows x latents), got '
                          f'{indices.dtype} {indices.shape} and {values.dtype} {values.shape}')
     if indices.size and (indices.min() < 0 or indices.max() >= n_latents):
         raise ValueError(f'indices must be latent ids in [0, {n_latents}), got {indices.min()}..{indices.max()}')
-    return _postings_by_latent(np.ascontiguousarray(indices, np.int64), np.ascontiguousarray(values, np.float32),
-                               n_latents)
+    return np.ascontiguousarray(indices, np.int64), np.ascontiguousarray(values, np.float32)
 
 
 @numba.njit(nogil=True)
@@ -132,6 +137,7 @@ class SSRIndex(TokenStore):
         self.indptr, self.tokens, self.values = (self.indptr.astype(np.int64, copy=False),
                                                  self.tokens.astype(np.int32, copy=False),
                                                  self.values.astype(np.float32, copy=False))
+        self.offsets = self.offsets.astype(np.int64, copy=False)
         self._owner = np.repeat(np.arange(self.num_docs(), dtype=np.int64), np.diff(self.offsets))
         self._pooled = None
         self._ssr = None if ssr is None else self._matching(ssr)
@@ -197,15 +203,8 @@ class SSRIndex(TokenStore):
         """``sum_i max_{t in d} <w_i, z_t>`` of one query's token weights (``indices``/``values``: query tokens x
         k or m, its codes or decoder weights, :meth:`SSR.query_codes`; values taken as float32) against every document
         (float64, 0 for a document sharing no latent with the query)."""
-        indices, values = np.asarray(indices), np.asarray(values)
-        if indices.ndim != 2 or indices.shape != values.shape or not np.issubdtype(indices.dtype, np.integer):
-            raise ValueError(f'indices and values must be two integer / float arrays of one shape (query tokens x '
-                             f'latents), got {indices.dtype} {indices.shape} and {values.dtype} {values.shape}')
-        if indices.size and (indices.min() < 0 or indices.max() >= self.meta['n_latents']):
-            raise ValueError(f'indices must be latent ids in [0, {self.meta["n_latents"]}), got '
-                             f'{indices.min()}..{indices.max()}')
-        return maxsim_over_codes(self.indptr, self.tokens, self.values, self.offsets.astype(np.int64, copy=False),
-                                 np.ascontiguousarray(indices, np.int64), np.ascontiguousarray(values, np.float32))
+        return maxsim_over_codes(self.indptr, self.tokens, self.values, self.offsets,
+                                 *_checked_codes(indices, values, self.meta['n_latents']))
 
     @property
     def pooled(self):
