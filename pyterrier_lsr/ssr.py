@@ -37,6 +37,7 @@ from .encoding import to_dicts
 from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
 from .models.sae import ENCODE_ROWS, SAEConfig, SparseAutoencoder, latent_term_names, train_sae
 from .multivector import MaxSimIndex, MultiVector
+from .selection import top_k_positive
 
 SAE_FOLDER = 'sae'
 POOLINGS = ('max', 'sum')
@@ -63,13 +64,19 @@ def token_codes(sae: SparseAutoencoder, vectors: np.ndarray, k: Optional[int] = 
                 ) -> Tuple[np.ndarray, np.ndarray]:
     """Each row's sparse code: ``(indices, values)``, ``rows x k`` int64 latent ids and float32 activations (relu'd,
     so some may be 0), as :meth:`SparseAutoencoder.encode_topk` gives them (``k``: default the SAE's), computed on the
-    SAE's device."""
-    k, device = sae.config.k if k is None else k, sae.W_enc.device
+    SAE's device.  On a CPU the selection is :func:`~pyterrier_lsr.selection.top_k_positive` (2-3x faster for large
+    ``k``): the same positive latents, in no particular order, ties kept at lower latent ids, zeros at latent 0."""
+    k = sae.config.k if k is None else check_int('k', k, 1, sae.n_latents)
     indices, values = np.zeros((len(vectors), k), np.int64), np.zeros((len(vectors), k), np.float32)
-    for start in range(0, len(vectors), rows_per_batch):
-        rows = torch.as_tensor(np.asarray(vectors[start:start + rows_per_batch]), dtype=torch.float32, device=device)
-        idx, val = sae.encode_topk(rows, k)
-        indices[start:start + len(rows)], values[start:start + len(rows)] = idx.cpu().numpy(), val.cpu().numpy()
+    on_cpu = sae.W_enc.device.type == 'cpu'
+    step = ENCODE_ROWS if on_cpu else rows_per_batch  # on a CPU, a product's output stays in cache for the selection
+    for start in range(0, len(vectors), step):
+        rows = torch.as_tensor(np.asarray(vectors[start:start + step]), dtype=torch.float32, device=sae.W_enc.device)
+        if on_cpu:
+            idx, val = top_k_positive(sae.pre_activations(rows).numpy(), k)
+        else:
+            idx, val = (t.cpu().numpy() for t in sae.encode_topk(rows, k))
+        indices[start:start + len(rows)], values[start:start + len(rows)] = idx, val
     return indices, values
 
 

@@ -12,7 +12,7 @@ PACKAGE = Path(__file__).resolve().parent.parent / 'pyterrier_lsr'
 
 # Lowest first. A module may import its own layer and lower ones only.
 LAYERS = [
-    ('base', ['offline', 'checks', 'storage', 'encoding', 'quiet', 'collections', 'models', 'int8']),
+    ('base', ['offline', 'checks', 'storage', 'encoding', 'quiet', 'collections', 'models', 'int8', 'selection']),
     ('wrappers', ['base', 'encoders', 'loading', 'query', 'inference_free', 'asymmetric', 'latent_terms', 'sae_splade',
                   'pruning', 'multivector', 'ssr', 'ssr_index']),
     ('index', ['index']),

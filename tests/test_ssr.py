@@ -12,7 +12,7 @@ from pyterrier_lsr import LsrIndex, SpladeIndexer, load_model, storage
 from pyterrier_lsr.models.multivector import MultiVectorModel, maxsim, maxsim_infonce
 from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
 from pyterrier_lsr.multivector import MaxSimIndex, MultiVector, maxsim_rows, segment_max
-from pyterrier_lsr.ssr import SSR, pool_codes, train_ssr_sae
+from pyterrier_lsr.ssr import SSR, pool_codes, token_codes, train_ssr_sae
 from pyterrier_lsr.ssr_index import SSRIndex, SSRIndexer, token_postings
 
 SHORT_DOCS = [
@@ -320,6 +320,20 @@ def test_decoder_query_side_equals_brute_force(random_ssr, tmp_path):
     expected = brute_force(decoder_weights(random_ssr.sae, queries, 32), d_codes, offsets)
     assert docs.tolist() == np.argsort(-expected, kind='stable')[:3].tolist()
     assert np.allclose(scores, np.sort(expected)[::-1][:3], rtol=1e-5)
+
+
+def test_token_codes_keep_the_latents_and_values_of_encode_topk(random_ssr):
+    vectors = np.random.default_rng(5).standard_normal((2500, 8)).astype(np.float32)  # several products of 1,024
+    for k in (3, 12, 32):
+        indices, values = token_codes(random_ssr.sae, vectors, k)
+        with torch.no_grad():
+            expected_i, expected_v = (t.numpy() for t in random_ssr.sae.encode_topk(torch.from_numpy(vectors), k))
+        assert indices.shape == values.shape == (2500, k) and (values > 0).sum() == (expected_v > 0).sum() > 0
+        for row in range(len(vectors)):  # the same latents; values to rounding (two products of one formula)
+            got = {i: v for i, v in zip(indices[row], values[row]) if v > 0}
+            want = {i: v for i, v in zip(expected_i[row], expected_v[row]) if v > 0}
+            assert sorted(got) == sorted(want)
+            assert np.allclose([got[i] for i in sorted(got)], [want[i] for i in sorted(want)], rtol=1e-6, atol=1e-7)
 
 
 def test_doc_k_indexes_more_latents_per_document_token_and_round_trips(random_ssr, tmp_path):
