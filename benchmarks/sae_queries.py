@@ -49,8 +49,9 @@ def main():
     p.add_argument('--sae-extra-collection', nargs='+', default=[], metavar='COLLECTION',
                    help='collections (irds:<id> or folders) whose token states join the corpus\'s in stage 1\'s '
                         'sample only (sae_splade\'s stage1_extra)')
-    p.add_argument('--sae-train-vectors', type=int, default=200_000,
-                   help='token states in stage 1\'s seeded sample (sae_splade\'s max_train_vectors)')
+    p.add_argument('--sae-train-vectors', type=int, default=None,
+                   help='token states in stage 1\'s seeded sample (sae_splade\'s max_train_vectors; default: '
+                        'systems.SAE_SPLADE_STATES)')
     p.add_argument('--without-splade', action='store_true',
                    help='neither build nor measure SPLADE-tiny (the SAE-SPLADE arms only)')
     p.add_argument('--build', choices=['splade', 'sae'],
@@ -77,7 +78,7 @@ def main():
     from pyterrier_lsr.offline import resolve_model
     from pyterrier_lsr.report import System, report
     from pyterrier_lsr.sae_splade import idf_weighted_queries
-    from pyterrier_lsr.systems import SAE_SPLADE, adapted, sae_splade, sparse_index
+    from pyterrier_lsr.systems import SAE_SPLADE, SAE_SPLADE_STATES, adapted, sae_splade, sparse_index
     from pyterrier_lsr.train.domain import DomainConfig, config_from_overrides
     from pyterrier_lsr.train.domain.driver import DomainAdaptation
 
@@ -107,7 +108,8 @@ def main():
     given = {'epochs': args.sae_epochs, 'n_latents': args.sae_latents, 'k': args.sae_k, 'seed': args.sae_seed}
     stage1 = {**SAE_SPLADE, **{name: value for name, value in given.items() if value is not None}}
     extra = [doc for name in args.sae_extra_collection for doc in load_collection(name).corpus]
-    sae = timed('sae', lambda: sae_splade(corpus, work / 'sae', two_sided, base, stage1, args.sae_train_vectors,
+    states = SAE_SPLADE_STATES if args.sae_train_vectors is None else args.sae_train_vectors
+    sae = timed('sae', lambda: sae_splade(corpus, work / 'sae', two_sided, base, stage1, states,
                                           cache_dir=cache, stage1_extra=extra))
     sae_index = timed('sae.lsr', lambda: sparse_index(work / 'sae.lsr', sae, corpus))
     df, n = sae_index.document_frequencies(), sae_index.num_docs()
@@ -154,7 +156,7 @@ def main():
     output.parent.mkdir(parents=True, exist_ok=True)
     output.write_text(json.dumps({
         'collection': collection.name, 'set': args.set, 'query_stages': args.query_stages, 'stage1': stage1,
-        'stage1_extra': args.sae_extra_collection, 'stage1_train_vectors': args.sae_train_vectors,
+        'stage1_extra': args.sae_extra_collection, 'stage1_train_vectors': states,
         # latents that some document of the index uses (the rest died in stage 1 or never fire on this corpus)
         'latents_in_index': sum(1 for count in df.values() if count > 0),
         'heldout': heldout, 'seconds': seconds,

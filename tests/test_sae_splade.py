@@ -201,10 +201,11 @@ def test_builder_trains_stage1_on_extra_documents_and_records_them(tiny, tmp_pat
     mlm, tokenizer = tiny[0].mlm, tiny[1]
     mlm.save_pretrained(tmp_path / 'backbone')
     tokenizer.save_pretrained(tmp_path / 'backbone')
-    stage1_texts = []
+    stage1_texts, samples = [], []
 
     def recording(backbone, texts, *args, **kwargs):
         stage1_texts.append(list(texts))
+        samples.append(kwargs['max_train_vectors'])
         return train_token_sae(backbone, texts, *args, **kwargs)
     monkeypatch.setattr(builders, 'train_token_sae', recording)
     monkeypatch.setattr(builders, 'domain_adapt', lambda start, *args, **kwargs: (start, None))  # stage 2 not run
@@ -218,7 +219,10 @@ def test_builder_trains_stage1_on_extra_documents_and_records_them(tiny, tmp_pat
     assert system['stage1_extra'] and system['sae'] == stage1
     builders.sae_splade(corpus, tmp_path / 'own', **build)
     assert stage1_texts[-1] == TEXTS[:3]  # by default the corpus alone
-    assert 'stage1_extra' not in json.loads((tmp_path / 'own' / builders.SYSTEM_FILE).read_text())
+    own = json.loads((tmp_path / 'own' / builders.SYSTEM_FILE).read_text())
+    assert 'stage1_extra' not in own
+    # stage 1's sample: every state up to SAE_SPLADE_STATES by default, recorded so a folder of another sample is new
+    assert samples == [builders.SAE_SPLADE_STATES] * 2 and own['max_train_vectors'] == builders.SAE_SPLADE_STATES
     # a folder whose stage 1 saw other documents is never reused as if it had not
     with pytest.raises(ValueError, match='other settings \\(stage1_extra\\)'):
         builders.sae_splade(corpus, tmp_path / 'mixed', **build)
