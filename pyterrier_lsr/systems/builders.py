@@ -35,8 +35,8 @@ SYSTEM_FILE = 'system.json'
 # collections (benchmarks/RESULTS.md, "SAE-SPLADE's queries adapt too...")
 SAE_SPLADE = {'n_latents': 16384, 'k': 4, 'epochs': 6}
 # Its sample: every token state of the corpus up to this many.  The held-out pseudo-queries prefer all of Vaswani's
-# 547,792 states to a 200,000 sample (+0.057 first-stage nDCG@10; CISI's 219,115 against 200,000: +0.020); the cap
-# bounds stage 1's time on large corpora (benchmarks/claims/sae-splade.md, "Every token state for stage 1").
+# 547,792 states to a 200,000 sample (+0.057 / +0.029 first-stage nDCG@10, two seeds; CISI's 219,115 against 200,000:
+# level); the cap bounds stage 1's time on large corpora (benchmarks/claims/sae-splade.md, "Every token state").
 SAE_SPLADE_STATES = 800_000
 # Offline dense bases, strongest first (all-mpnet-base-v2 needs the demo extra's five part packages).
 DENSE_BASES = ('all-mpnet-base-v2', 'all-MiniLM-L6-v2')
