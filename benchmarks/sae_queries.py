@@ -78,6 +78,7 @@ def main():
     from pyterrier_lsr.offline import resolve_model
     from pyterrier_lsr.report import System, report
     from pyterrier_lsr.sae_splade import idf_weighted_queries
+    from pyterrier_lsr.storage import write_json
     from pyterrier_lsr.systems import SAE_SPLADE, SAE_SPLADE_STATES, adapted, sae_splade, sparse_index
     from pyterrier_lsr.train.domain import DomainConfig, config_from_overrides
     from pyterrier_lsr.train.domain.driver import DomainAdaptation
@@ -152,16 +153,14 @@ def main():
     print(table[[c for c in columns if c in table]].to_string())
     decisions = {str(log.parent.relative_to(work)): json.loads(log.read_text())['decision']
                  for log in sorted(work.glob('**/domain_adapt.json'))}
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({
+    write_json(args.output, {
         'collection': collection.name, 'set': args.set, 'query_stages': args.query_stages, 'stage1': stage1,
         'stage1_extra': args.sae_extra_collection, 'stage1_train_vectors': states,
         # latents that some document of the index uses (the rest died in stage 1 or never fire on this corpus)
         'latents_in_index': sum(1 for count in df.values() if count > 0),
         'heldout': heldout, 'seconds': seconds,
         'decisions': decisions, 'table': json.loads(table.to_json(orient='records')),
-        'date': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}, indent=1))
+        'date': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})
 
 
 if __name__ == '__main__':

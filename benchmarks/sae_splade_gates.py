@@ -30,7 +30,7 @@ at 64.  One CPU thread.  Prints one JSON line per arm and a table, and writes JS
 import argparse
 import json
 import time
-from pathlib import Path
+from collections import Counter
 
 GATES = ('none', 'self', 'pool', 'max', 'mask', 'idf', 'latent')
 
@@ -64,7 +64,8 @@ def main():
     from pyterrier_lsr import load_model
     from pyterrier_lsr.collections import load_collection
     from pyterrier_lsr.offline import resolve_model
-    from pyterrier_lsr.storage import read_json
+    from pyterrier_lsr.models.sae_splade import latent_idf
+    from pyterrier_lsr.storage import read_json, write_json
     from pyterrier_lsr.train.domain.heldout import rank_measures
     torch.set_num_threads(1)
 
@@ -76,14 +77,10 @@ def main():
     mlm = AutoModelForMaskedLM.from_pretrained(str(resolve_model(args.splade))).eval()
     n_latents = model.sae.n_latents
 
-    def idf(document_frequencies, n):
-        return torch.clamp(torch.log((n - document_frequencies + 0.5) / (document_frequencies + 0.5)), min=0)
-
-    wordpiece_df = torch.zeros(len(tokenizer), dtype=torch.float64)
-    for text in texts.values():
-        wordpiece_df[sorted(set(tokenizer(text, truncation=True, max_length=256)['input_ids']))] += 1
-    wordpiece_idf = idf(wordpiece_df, len(texts)).float()
-    wordpiece_idf /= wordpiece_idf[wordpiece_df > 0].mean()
+    wordpiece_df = Counter(str(i) for text in texts.values()
+                           for i in set(tokenizer(text, truncation=True, max_length=256)['input_ids']))
+    wordpiece_idf = latent_idf(wordpiece_df, len(texts), [str(i) for i in range(len(tokenizer))])
+    wordpiece_idf /= wordpiece_idf[[int(i) for i in wordpiece_df]].mean()  # mean 1 over the corpus's wordpieces
 
     @torch.inference_mode()
     def token_parts(batch_texts, max_length, batch_size=32):
@@ -136,17 +133,19 @@ def main():
     qrels = [ir_measures.Qrel(str(r.qid), str(r.docno), int(r.label)) for r in collection.qrels.itertuples()]
 
     def measure(docs, topics, pseudo):
-        row = {'doc_terms': float((docs > 0).sum(1).float().mean())}
-        n = len(docs)
+        posted = docs > 0
+        row = {'doc_terms': float(posted.sum(1).float().mean())}
+        n, sub = len(docs), docs[[position[d] for d in sub_corpus]]
+        df = {str(j): int(count) for j, count in enumerate(posted.sum(0).tolist())}
         for weighing in ('plain', 'idf'):
-            w = idf((docs > 0).sum(0).double(), n).float() if weighing == 'idf' else torch.ones(docs.shape[1])
+            # the idf query latents of idf_weighted_queries, from this arm's own document frequencies
+            w = latent_idf(df, n, list(df)) if weighing == 'idf' else torch.ones(docs.shape[1])
             scores = (topics * w) @ docs.t()
             top = scores.topk(min(1000, n))
             run = [ir_measures.ScoredDoc(str(qid), docnos[j], s)
                    for qid, values, columns in zip(collection.topics['qid'], top.values.tolist(), top.indices.tolist())
                    for s, j in zip(values, columns)]
             test = ir_measures.calc_aggregate([nDCG @ 10, AP, R @ 100], qrels, run)
-            sub = docs[[position[d] for d in sub_corpus]]
             held = (pseudo * w) @ sub.t()
             rankings = [[sub_corpus[j] for j in torch.argsort(-held[i], stable=True).tolist()]
                         for i in range(len(heldout))]
@@ -154,7 +153,7 @@ def main():
             used = (topics * w) > 0
             row[weighing] = {'heldout_first_ndcg': held_out['ndcg'], 'heldout_first_mrr': held_out['mrr'],
                              'nDCG@10': test[nDCG @ 10], 'AP': test[AP], 'R@100': test[R @ 100],
-                             'postings_per_query': float((used.float() @ (docs > 0).float().t()).sum(1).mean()),
+                             'postings_per_query': float((used.float() @ posted.float().t()).sum(1).mean()),
                              'query_terms': float(used.sum(1).float().mean())}
         return row
 
@@ -179,12 +178,9 @@ def main():
     print(f"{'arm':34} {'queries':7} {'held-out':>8} {'nDCG@10':>8} {'postings':>9} {'doc terms':>9}")
     for arm, weighing, held, ndcg, postings, terms in table:
         print(f'{arm:34} {weighing:7} {held:8.3f} {ndcg:8.3f} {postings:9.0f} {terms:9.1f}')
-    output = Path(args.output)
-    output.parent.mkdir(parents=True, exist_ok=True)
-    output.write_text(json.dumps({'collection': collection.name, 'args': vars(args), 'encode_s': encode_s,
-                                  'heldout_queries': len(heldout), 'heldout_sub_corpus': len(sub_corpus),
-                                  'rows': rows, 'date': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())},
-                                 indent=1))
+    write_json(args.output, {'collection': collection.name, 'args': vars(args), 'encode_s': encode_s,
+                             'heldout_queries': len(heldout), 'heldout_sub_corpus': len(sub_corpus), 'rows': rows,
+                             'date': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())})
 
 
 if __name__ == '__main__':
