@@ -28,8 +28,9 @@ def parse_args():
     parser.add_argument('--workdir', default='runs/latent_terms_flagship')
     parser.add_argument('--bases', nargs='+', default=DEFAULT_BASES)
     parser.add_argument('--candidates', nargs='+', default=['4096:16', '16384:16'],
-                        help='SAE n_latents:k for every base; BASE=n_latents:k[,n_latents:k...] replaces the list '
-                             'for one base (e.g. a shorter grid for a slow one)')
+                        help='SAE n_latents:k[:train] for every base (train: how many token vectors train the SAE, a '
+                             'seeded sample, or "all"; default --max-train); BASE=n_latents:k[,n_latents:k...] '
+                             'replaces the list for one base (e.g. a shorter grid for a slow one)')
     parser.add_argument('--bm25-params', nargs='+', default=['0.9:0.4', '1.5:0.75'], help="Latent Terms' k1:b")
     parser.add_argument('--epochs', type=int, default=3)
     parser.add_argument('--max-train', type=int, default=100_000, help='SAE training vectors (seeded sample)')
@@ -76,6 +77,16 @@ def base_candidates(entries, base):
     """The SAE settings to try for ``base``: its ``BASE=...`` entry if there is one, else the plain entries."""
     own = [e.split('=', 1)[1].split(',') for e in entries if '=' in e and e.split('=', 1)[0] == base]
     return own[0] if own else [e for e in entries if '=' not in e]
+
+
+def sae_setting(setting: str, default_train: int):
+    """``(n_latents, k, max_train_vectors, path tag)`` of a candidate ``n_latents:k[:train]`` (``train``: a number of
+    token vectors or ``all``; the path tag is empty for the default, so earlier work folders are reused)."""
+    n_latents, k, *train = setting.split(':')
+    if not train:
+        return int(n_latents), int(k), default_train, ''
+    max_train = None if train[0] == 'all' else int(train[0])
+    return int(n_latents), int(k), max_train, f'.t{train[0]}'
 
 
 def pseudo_queries(corpus, n, seed):
@@ -165,8 +176,8 @@ def main():
 
         candidates = {}
         for setting in base_candidates(args.candidates, base):
-            n_latents, k = map(int, setting.split(':'))
-            path = workdir / f'lt.{short}.{n_latents}.{k}.e{args.epochs}.len{multi.max_length}'
+            n_latents, k, max_train, train_tag = sae_setting(setting, args.max_train)
+            path = workdir / f'lt.{short}.{n_latents}.{k}.e{args.epochs}.len{multi.max_length}{train_tag}'
             built = LsrIndex(path).built()
 
             def build():
@@ -175,7 +186,7 @@ def main():
                 with quiet_native(False):
                     return build_latent_terms(corpus, path, base, mode='multi', sqrt_tf=True, cache_dir=cache,
                                               sae={'n_latents': n_latents, 'k': k, 'epochs': args.epochs},
-                                              max_train_vectors=args.max_train, batch_size=args.batch_size,
+                                              max_train_vectors=max_train, batch_size=args.batch_size,
                                               **lengths)[1]
             lt_index = timings.run(f'lt:{path.name}', build, built)
             for params in args.bm25_params:
