@@ -21,6 +21,7 @@ DEFAULT_BASES = ['all-MiniLM-L6-v2', 'all-mpnet-base-v2']
 
 
 def parse_args():
+    from pyterrier_lsr.train.sae import LATENT_TERMS
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--collection', required=True, help='irds:<id> or a folder (docs.jsonl, topics.tsv, '
                         'qrels.txt)')
@@ -32,8 +33,10 @@ def parse_args():
                              'seeded sample, or "all"; default --max-train); BASE=n_latents:k[,n_latents:k...] '
                              'replaces the list for one base (e.g. a shorter grid for a slow one)')
     parser.add_argument('--bm25-params', nargs='+', default=['0.9:0.4', '1.5:0.75'], help="Latent Terms' k1:b")
-    parser.add_argument('--epochs', type=int, default=3)
-    parser.add_argument('--max-train', type=int, default=100_000, help='SAE training vectors (seeded sample)')
+    parser.add_argument('--epochs', type=int, default=LATENT_TERMS['sae']['epochs'])
+    parser.add_argument('--max-train', type=int, default=LATENT_TERMS['max_train_vectors'],
+                        help='SAE training vectors: all of them up to this many, above it a seeded sample (the runs '
+                             'before stop 49 used 100000 and 3 epochs)')
     parser.add_argument('--pseudo-queries', type=int, default=200)
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--threads', type=int, default=1, help='torch threads (1 on a shared machine)')
@@ -81,12 +84,10 @@ def base_candidates(entries, base):
 
 def sae_setting(setting: str, default_train: int):
     """``(n_latents, k, max_train_vectors, path tag)`` of a candidate ``n_latents:k[:train]`` (``train``: a number of
-    token vectors or ``all``; the path tag is empty for the default, so earlier work folders are reused)."""
+    token vectors or ``all``, default ``default_train``)."""
     n_latents, k, *train = setting.split(':')
-    if not train:
-        return int(n_latents), int(k), default_train, ''
-    max_train = None if train[0] == 'all' else int(train[0])
-    return int(n_latents), int(k), max_train, f'.t{train[0]}'
+    train = train[0] if train else str(default_train)
+    return int(n_latents), int(k), None if train == 'all' else int(train), f'.t{train}'
 
 
 def pseudo_queries(corpus, n, seed):

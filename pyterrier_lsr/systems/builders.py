@@ -64,15 +64,20 @@ def best_dense() -> str:
 
 def latent_terms_index(path, corpus: Sequence[dict], dense: str = 'all-MiniLM-L6-v2', cache_dir=None,
                        verbose: bool = False, **settings) -> LsrIndex:
-    """A Latent Terms index (:func:`~..train.build_latent_terms`; ``settings`` override :data:`LATENT_TERMS`,
-    embeddings cached in ``cache_dir``, default ``<path>.cache``), built if absent; it records its model."""
+    """A Latent Terms index (:func:`~..train.build_latent_terms`; ``settings`` override :data:`LATENT_TERMS`, and a
+    ``sae`` dict its SAE settings key by key; embeddings cached in ``cache_dir``, default ``<path>.cache``), built if
+    absent; it records its model."""
     index = LsrIndex(path)
     if index.built():
         return index
     cache_dir = cache_dir if cache_dir is not None else f'{path}.cache'
+    sae = settings.pop('sae', None) or {}
+    if not isinstance(sae, dict):
+        raise TypeError(f'sae must be a dict of SAEConfig settings (n_latents, k, epochs...), not {type(sae).__name__}')
+    sae = {**LATENT_TERMS['sae'], **sae}
     with quiet_native(verbose):
         return build_latent_terms(corpus, path, dense, cache_dir=cache_dir, verbose=verbose,
-                                  **{**LATENT_TERMS, **settings})[1]
+                                  **{**LATENT_TERMS, **settings, 'sae': sae})[1]
 
 
 def _finished(folder, config: DomainConfig, system: Optional[dict] = None) -> bool:

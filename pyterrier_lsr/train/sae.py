@@ -11,8 +11,12 @@ from ..models.sae import SAEConfig, train_sae
 __all__ = ['LATENT_TERMS', 'build_latent_terms', 'train_latent_sae', 'train_token_sae']
 
 # Latent Terms as the README builds it (multi-vector, BM25 over square-rooted latent frequencies): the settings of
-# systems.latent_terms_index and of the Latent Terms teacher of domain adaptation.
-LATENT_TERMS = dict(mode='multi', sae={'n_latents': 16384, 'k': 16}, sqrt_tf=True, k1=0.9, b=0.4)
+# systems.latent_terms_index and of the Latent Terms teacher of domain adaptation.  The SAE sees every token vector of
+# the corpus three times: held-out pseudo-queries prefer that to one epoch over a 200,000 sample on Vaswani (571,000
+# vectors) and CISI (219,000) alike; the cap bounds its time and memory on large corpora, above it a seeded sample
+# (benchmarks/claims/latent-terms.md, "Every token vector").
+LATENT_TERMS = dict(mode='multi', sae={'n_latents': 16384, 'k': 16, 'epochs': 3}, sqrt_tf=True, k1=0.9, b=0.4,
+                    max_train_vectors=800_000)
 
 
 def build_latent_terms(docs: Iterable[dict], index_path, dense: str = 'all-MiniLM-L6-v2', mode: str = 'single',
