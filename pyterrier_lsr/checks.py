@@ -88,6 +88,15 @@ def check_bool(name: str, value) -> bool:
     return bool(value)
 
 
+def check_settings(name: str, value, what: str) -> dict:
+    """``value``, a dict of keyword settings (``what`` says whose), or ``{}`` for None."""
+    if value is None:
+        return {}
+    if not isinstance(value, dict):
+        raise TypeError(f'{name} must be a dict of {what} settings, got {type(value).__name__}')
+    return value
+
+
 def check_str(name: str, value, allow_empty: bool = False) -> str:
     if not isinstance(value, str):
         raise TypeError(f'{name} must be a string, got {type(value).__name__} {value!r:.40}')

@@ -32,7 +32,7 @@ import pyterrier as pt
 import torch
 
 from .base import SparseModel
-from .checks import check_choice, check_int, check_matrix
+from .checks import check_choice, check_int, check_matrix, check_settings
 from .encoding import to_dicts
 from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
 from .models.sae import ENCODE_ROWS, SAEConfig, SparseAutoencoder, latent_term_names, train_sae
@@ -258,9 +258,7 @@ def train_ssr_sae(vectors: np.ndarray, sae: Optional[dict] = None, max_train_vec
     vectors = np.asarray(vectors)
     if vectors.ndim != 2:
         raise ValueError(f'vectors must be a 2-d float array (tokens x dim), got shape {vectors.shape}')
-    if not isinstance(sae, (dict, type(None))):
-        raise TypeError(f'sae must be a dict of SAEConfig settings, got {type(sae).__name__}')
-    config = SAEConfig(d_in=vectors.shape[1], **(sae or {}))
+    config = SAEConfig(d_in=vectors.shape[1], **check_settings('sae', sae, 'SAEConfig'))
     if max_train_vectors is not None and len(vectors) > check_int('max_train_vectors', max_train_vectors, 1):
         rows = np.random.default_rng(config.seed).choice(len(vectors), max_train_vectors, replace=False)
         vectors = vectors[np.sort(rows)]

@@ -13,6 +13,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Optional
 
+from ..checks import check_settings
 from ..encoders import Splade
 from ..index import LsrIndex
 from ..index.bm25 import BM25, bm25
@@ -71,10 +72,7 @@ def latent_terms_index(path, corpus: Sequence[dict], dense: str = 'all-MiniLM-L6
     if index.built():
         return index
     cache_dir = cache_dir if cache_dir is not None else f'{path}.cache'
-    sae = settings.pop('sae', None) or {}
-    if not isinstance(sae, dict):
-        raise TypeError(f'sae must be a dict of SAEConfig settings (n_latents, k, epochs...), not {type(sae).__name__}')
-    sae = {**LATENT_TERMS['sae'], **sae}
+    sae = {**LATENT_TERMS['sae'], **check_settings('sae', settings.pop('sae', None), 'SAEConfig')}
     with quiet_native(verbose):
         return build_latent_terms(corpus, path, dense, cache_dir=cache_dir, verbose=verbose,
                                   **{**LATENT_TERMS, **settings, 'sae': sae})[1]
