@@ -41,7 +41,7 @@ def main():
     p.add_argument('--irds-cache')
     p.add_argument('--output', default='benchmarks/results/capacity_probe.json')
     args = p.parse_args()
-    from pyterrier_lsr.offline import resolve_model, use_irds_cache
+    from pyterrier_lsr.core.offline import resolve_model, use_irds_cache
     if args.irds_cache:  # before ir_datasets is imported
         use_irds_cache(args.irds_cache)
 
@@ -50,7 +50,7 @@ def main():
     from pyterrier.measures import nDCG
 
     from pyterrier_lsr import Splade
-    from pyterrier_lsr.collections import load_collection
+    from pyterrier_lsr.core.collection import load_collection
     from pyterrier_lsr.train import TrainConfig, experiment_evaluator, from_qrels, train
     collection = load_collection(args.dataset)
     corpus, topics, qrels = collection.corpus, collection.topics, collection.qrels

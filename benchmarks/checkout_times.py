@@ -27,9 +27,9 @@ def encode_queries(args):
     import pandas as pd
 
     from pyterrier_lsr import Splade
-    from pyterrier_lsr.collections import load_collection
-    from pyterrier_lsr.offline import resolve_model, use_irds_cache
-    from pyterrier_lsr.storage import write_json
+    from pyterrier_lsr.core.collection import load_collection
+    from pyterrier_lsr.core.offline import resolve_model, use_irds_cache
+    from pyterrier_lsr.core.storage import write_json
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
     model = Splade.from_pretrained(resolve_model(args.model), batch_size=32)
@@ -73,7 +73,7 @@ def time_checkout(args):
 
 
 def summary(args):
-    from pyterrier_lsr.storage import write_json
+    from pyterrier_lsr.core.storage import write_json
     runs = defaultdict(list)
     for path in args.runs:
         with open(path) as f:

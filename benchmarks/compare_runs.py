@@ -66,7 +66,7 @@ def main():
                          f"({row[f + '_after/before']:.2f})")
         print('| ' + ' | '.join(cells) + ' |')
     if args.output:
-        from pyterrier_lsr.storage import write_json
+        from pyterrier_lsr.core.storage import write_json
         write_json(args.output, {'kind': args.kind, 'before': args.before, 'after': args.after,
                                  'default_k': args.default_k, 'rows': rows})
 

@@ -4,7 +4,7 @@
 
 Encoding: the Vaswani corpus with SPLADE-tiny, one torch thread everywhere. The in-process encoder is ``model.encode``
 over chunks of ``--chunk-size`` documents (what ``LsrIndex.index`` does); the Ray runs are
-``pyterrier_lsr.distributed.encode`` with 1 and 2 CPU workers on a local Ray session started beforehand (its start-up
+``pyterrier_lsr.scaleout.encode`` with 1 and 2 CPU workers on a local Ray session started beforehand (its start-up
 time is reported apart). Reported: docs/s (wall), docs per CPU-second counting every process of the run (this one, Ray's
 GCS, raylet and workers, model loading included: read from /proc, so Linux only), and docs per CPU-second of the
 workers' encoding alone; then whether the vectors equal the in-process ones exactly, and whether the index built from
@@ -61,8 +61,9 @@ def encoding(args):
     import ray
     import torch
 
-    from pyterrier_lsr import LsrIndex, Splade, distributed
-    from pyterrier_lsr.offline import resolve_model
+    from pyterrier_lsr import LsrIndex, Splade
+    from pyterrier_lsr import scaleout as distributed
+    from pyterrier_lsr.core.offline import resolve_model
     torch.set_num_threads(1)
     docs, topics, _ = load_corpus(args.docs)
     model = Splade.from_pretrained(resolve_model(args.model), device='cpu')
@@ -133,9 +134,9 @@ def train_worker(args):
     import torch
 
     from pyterrier_lsr import Splade
-    from pyterrier_lsr.offline import resolve_model
+    from pyterrier_lsr.core.offline import resolve_model
     from pyterrier_lsr.train import TrainConfig, self_supervised, train
-    from pyterrier_lsr.train import distributed as dist
+    from pyterrier_lsr.train import torchrun as dist
     torch.set_num_threads(1)
     dist.setup()
     docs, _, _ = load_corpus(None)
@@ -170,7 +171,7 @@ def main():
     parser.add_argument('--output', default=str(Path(__file__).parent / 'results' / 'distributed.json'))
     args = parser.parse_args()
     if args.irds_cache:
-        from pyterrier_lsr.offline import use_irds_cache
+        from pyterrier_lsr.core.offline import use_irds_cache
         use_irds_cache(args.irds_cache)
     if args.part == 'train-worker':
         return train_worker(args)

@@ -129,16 +129,15 @@ def main():
     if args.summarize:
         from pyterrier_lsr.train import DomainConfig
         return summarize(args.summarize, args.select_on or DomainConfig.select_on, Path(args.output))
-    from pyterrier_lsr.offline import use_irds_cache
+    from pyterrier_lsr.core.offline import use_irds_cache
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
     import torch
     torch.set_num_threads(args.threads)
     from pyterrier.measures import nDCG
 
-    from pyterrier_lsr import IDFQueryEncoder, InferenceFreeSplade, load_model
-    from pyterrier_lsr.collections import load_collection
-    from pyterrier_lsr import systems
+    from pyterrier_lsr import IDFQueryEncoder, InferenceFreeSplade, load_model, systems
+    from pyterrier_lsr.core.collection import load_collection
     from pyterrier_lsr.train import domain_adapt, experiment_evaluator
     from pyterrier_lsr.train.domain import config_from_overrides
 

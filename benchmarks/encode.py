@@ -138,10 +138,11 @@ def speed(configs, rounds: int):
 
 def output_agreement(model_path: str, n_docs: int, batch_size: int) -> dict:
     """Our fp32 vectors vs pyterrier-splade's fp32 vectors on the same documents."""
-    import pyterrier_lsr
-    from pyterrier_lsr.index import quantize
     import pyterrier_splade
     import torch
+
+    import pyterrier_lsr
+    from pyterrier_lsr.index import quantize
 
     texts = load_docs(n_docs)['text'].tolist()
     ours = pyterrier_lsr.Splade.from_pretrained(model_path, device='cpu', precision='fp32')
@@ -178,8 +179,9 @@ def output_agreement(model_path: str, n_docs: int, batch_size: int) -> dict:
 def effectiveness(model_path: str, batch_size: int, workdir: str) -> dict:
     """nDCG@10 on Vaswani of full-corpus indexes of fp32- and bf16-encoded documents."""
     import pyterrier as pt
-    import pyterrier_lsr
     from pyterrier.measures import nDCG
+
+    import pyterrier_lsr
 
     dataset = pt.get_dataset('irds:vaswani')
     models = {
@@ -276,7 +278,7 @@ def main():
     parser.add_argument('--output', default=str(Path(__file__).parent / 'results' / 'encode.json'))
     args = parser.parse_args()
 
-    from pyterrier_lsr.offline import resolve_model, use_irds_cache
+    from pyterrier_lsr.core.offline import resolve_model, use_irds_cache
 
     if args.irds_cache:
         use_irds_cache(args.irds_cache)  # before anything imports ir_datasets; subprocesses inherit it

@@ -69,9 +69,9 @@ def main():
     torch.set_num_threads(args.threads)
 
     from pyterrier_lsr import LsrIndex, Splade, SpladeIndexer
-    from pyterrier_lsr.collections import load_collection
-    from pyterrier_lsr.offline import resolve_model, use_irds_cache
-    from pyterrier_lsr.storage import write_json
+    from pyterrier_lsr.core.collection import load_collection
+    from pyterrier_lsr.core.offline import resolve_model, use_irds_cache
+    from pyterrier_lsr.core.storage import write_json
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
     workdir = Path(args.workdir)

@@ -36,9 +36,9 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pyterrier_lsr.collections import load_collection
-from pyterrier_lsr.offline import resolve_model, use_irds_cache
-from pyterrier_lsr.storage import read_json, write_json
+from pyterrier_lsr.core.collection import load_collection
+from pyterrier_lsr.core.offline import resolve_model, use_irds_cache
+from pyterrier_lsr.core.storage import read_json, write_json
 
 PISA_SETTINGS = [{'query_algorithm': a} for a in ('maxscore', 'block_max_wand', 'block_max_maxscore')]
 BMP_SETTINGS = [dict(alpha=1., beta=1.), dict(alpha=0.9, beta=1.), dict(alpha=0.8, beta=1.), dict(alpha=0.7, beta=1.),

@@ -6,7 +6,7 @@ with bf16, in process and through one Ray worker, the projected MS MARCO encodin
 For each model (SPLADE-tiny: BERT 2 layers x 128; all-MiniLM-L6-v2 as a SPLADE model: 6 layers x 384, its MLM head
 initialised randomly, which costs what a trained head costs): the Vaswani documents, cycled to ``--docs`` documents
 (fresh docnos), are encoded (1) in process, ``model.encode`` over chunks of 1024, bf16 autocast; (2) by
-``pyterrier_lsr.distributed.encode`` with one Ray worker holding the GPU. docs/s exclude a warm-up chunk in (1) and
+``pyterrier_lsr.scaleout.encode`` with one Ray worker holding the GPU. docs/s exclude a warm-up chunk in (1) and
 include actor start-up in (2). Projected MS MARCO passage time = 8,841,823 / docs/s, scaled by the ratio of mean
 token counts (MS MARCO passages: ``--msmarco-tokens``, about 78 WordPiece tokens with specials) to these documents'.
 Then ``--train-steps`` steps of the bundled loop in bf16 on the GPU (pairs/s) and bf16 vs fp32 agreement of the
@@ -45,7 +45,7 @@ def in_process(model, docs, chunk):
 def one_ray_worker(name, docs, batch_size):
     import ray
 
-    from pyterrier_lsr import distributed
+    from pyterrier_lsr import scaleout as distributed
     ray.init(num_gpus=1, num_cpus=4, include_dashboard=False, log_to_driver=False)
     try:
         with tempfile.TemporaryDirectory() as tmp:
@@ -98,7 +98,7 @@ def main():
     parser.add_argument('--output', default=str(Path(__file__).parent / 'results' / 'gpu_check.json'))
     args = parser.parse_args()
     if args.irds_cache:
-        from pyterrier_lsr.offline import use_irds_cache
+        from pyterrier_lsr.core.offline import use_irds_cache
         use_irds_cache(args.irds_cache)
     import torch
     if not torch.cuda.is_available():

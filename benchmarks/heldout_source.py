@@ -48,19 +48,19 @@ def main():
     p.add_argument('--irds-cache')
     p.add_argument('--output', required=True)
     args = p.parse_args()
-    from pyterrier_lsr.offline import use_irds_cache
+    from pyterrier_lsr.core.offline import use_irds_cache
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
     import torch
     torch.set_num_threads(1)
     from pyterrier_lsr import LsrIndex, load_model
-    from pyterrier_lsr.collections import load_collection
-    from pyterrier_lsr.encoding import is_blank
+    from pyterrier_lsr.core.collection import load_collection
+    from pyterrier_lsr.core.encoding import is_blank
+    from pyterrier_lsr.core.storage import read_json, write_json
     from pyterrier_lsr.train import DomainConfig
     from pyterrier_lsr.train.domain.cache import build_data
     from pyterrier_lsr.train.domain.config import logged_config
     from pyterrier_lsr.train.domain.queries import document_frequencies, make_queries
-    from pyterrier_lsr.storage import read_json, write_json
 
     collection = load_collection(args.collection)
     docs = {str(d['docno']): d['text'] for d in collection.corpus if not is_blank(d.get('text'))}

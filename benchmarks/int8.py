@@ -2,7 +2,7 @@
 
     IR_DATASETS_HOME=... python benchmarks/int8.py --cisi path/to/cisi
 
-Measured (``precision='int8'`` is :mod:`pyterrier_lsr.int8`; the model defaults to the offline ``splade-tiny``;
+Measured (``precision='int8'`` is :mod:`pyterrier_lsr.core.int8`; the model defaults to the offline ``splade-tiny``;
 ``--precisions fp32 int8 bf16`` adds bf16 autocast, every pair of document and query precisions in one experiment):
 
 * speed: docs/s of ``encode_docs`` on the first ``--speed-docs`` Vaswani documents, the precisions alternating for
@@ -23,7 +23,6 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-
 
 
 def cpu_info() -> dict:
@@ -95,8 +94,8 @@ def main(argv=None):
     import torch
     torch.set_num_threads(args.threads)
     from pyterrier_lsr import Splade
-    from pyterrier_lsr.collections import load_collection
-    from pyterrier_lsr.storage import write_json
+    from pyterrier_lsr.core.collection import load_collection
+    from pyterrier_lsr.core.storage import write_json
 
     started = datetime.datetime.now(datetime.timezone.utc)
     load_before = os.getloadavg()
@@ -127,7 +126,7 @@ def main(argv=None):
           f"{args.threads} thread(s), "
           f"load {load_before[0]:.1f} -> {result['loadavg_after'][0]:.1f}")
     print(f"{'':28s}" + ''.join(f'{p:>10s}' for p in precisions) + ''.join(f'{p + "/fp32":>11s}' for p in others))
-    print(f"{'docs/s (best of %d)' % args.rounds:28s}" + ''.join(f"{s[p]['docs_per_s']:10.1f}" for p in precisions)
+    print(f"{f'docs/s (best of {args.rounds})':28s}" + ''.join(f"{s[p]['docs_per_s']:10.1f}" for p in precisions)
           + ''.join(f"{s['vs_fp32'][p]:11.2f}" for p in others))
     for name, e in result['effectiveness'].items():
         n, docs_s = e['ndcg@10'], e['index_docs_per_s']

@@ -1,4 +1,4 @@
-"""int8 activation quantization per token (pyterrier_lsr.int8, now) against per call (one grid for a kernel call's
+"""int8 activation quantization per token (pyterrier_lsr.core.int8, now) against per call (one grid for a kernel call's
 whole input, the previous version, reproduced here): query vectors against fp32, and document-encoding speed.
 
     PYTHONPATH=. python benchmarks/int8_activations.py --collections irds:vaswani path/to/cisi --speed-docs 200
@@ -63,10 +63,10 @@ def main():
     import torch
     torch.set_num_threads(1)
     from pyterrier_lsr import Splade
-    from pyterrier_lsr import int8
-    from pyterrier_lsr.collections import load_collection
-    from pyterrier_lsr.offline import resolve_model
-    from pyterrier_lsr.storage import write_json
+    from pyterrier_lsr.core import int8
+    from pyterrier_lsr.core.collection import load_collection
+    from pyterrier_lsr.core.offline import resolve_model
+    from pyterrier_lsr.core.storage import write_json
 
     path = resolve_model('splade-tiny')
     fp32, int8_model = Splade.from_pretrained(path, batch_size=32), Splade.from_pretrained(path, batch_size=32,

@@ -51,7 +51,7 @@ class Timings:
     """Build times in ``<workdir>/times.json``, recorded when a part is built, so a resumed run reports them."""
 
     def __init__(self, path: Path):
-        from pyterrier_lsr.storage import read_json
+        from pyterrier_lsr.core.storage import read_json
         self.path = path
         self.times = read_json(path, 'the build times') if path.is_file() else {}
 
@@ -59,7 +59,7 @@ class Timings:
         start = time.perf_counter()
         result = build()
         if not done or name not in self.times:
-            from pyterrier_lsr.storage import write_json
+            from pyterrier_lsr.core.storage import write_json
             self.times[name] = round(time.perf_counter() - start, 1)
             write_json(self.path, self.times)
         return result
@@ -108,7 +108,7 @@ def pseudo_queries(corpus, n, seed):
 def main():
     args = parse_args()
     if args.irds_cache:
-        from pyterrier_lsr.offline import use_irds_cache
+        from pyterrier_lsr.core.offline import use_irds_cache
         use_irds_cache(args.irds_cache)
     import numpy as np
     import pandas as pd
@@ -118,12 +118,12 @@ def main():
     from pyterrier.measures import AP, RR, R, nDCG
 
     from pyterrier_lsr import LsrIndex
-    from pyterrier_lsr.collections import load_collection
+    from pyterrier_lsr.core.collection import load_collection
+    from pyterrier_lsr.core.quiet import quiet_native
+    from pyterrier_lsr.core.storage import write_json
     from pyterrier_lsr.index.bm25 import BM25, bm25_index
-    from pyterrier_lsr.latent_terms import LatentTerms, cache_key, cached_embeddings
-    from pyterrier_lsr.quiet import quiet_native
+    from pyterrier_lsr.kinds.latent_terms import LatentTerms, cache_key, cached_embeddings
     from pyterrier_lsr.report.costs import System, costs, query_times
-    from pyterrier_lsr.storage import write_json
     from pyterrier_lsr.systems import dense_retriever
     from pyterrier_lsr.train import build_latent_terms
 

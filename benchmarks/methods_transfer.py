@@ -50,7 +50,7 @@ def main():
     p.add_argument('--irds-cache')
     p.add_argument('--threads', type=int, default=1)
     args = p.parse_args()
-    from pyterrier_lsr.offline import resolve_model, use_irds_cache
+    from pyterrier_lsr.core.offline import resolve_model, use_irds_cache
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
     import torch
@@ -58,10 +58,9 @@ def main():
     import pyterrier as pt
     from pyterrier.measures import AP, nDCG
 
-    from pyterrier_lsr import Splade
-    from pyterrier_lsr.collections import load_collection
+    from pyterrier_lsr import Splade, systems
+    from pyterrier_lsr.core.collection import load_collection
     from pyterrier_lsr.report import System, report
-    from pyterrier_lsr import systems
     from pyterrier_lsr.train.domain import DomainConfig, config_from_overrides
 
     def overrides(items, base=None):

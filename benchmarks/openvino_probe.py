@@ -15,7 +15,7 @@ zeroed by a mask, since OpenVINO has no ``index_fill``), checked against the lib
 * int8: ``nncf.quantize`` (post-training static quantization, ``ModelType.TRANSFORMER``) calibrated on
   ``--calibration-docs`` Vaswani documents taken after the speed documents (one text per item, never topics);
 * speed: docs/s on the first ``--speed-docs`` Vaswani documents, every variant tokenized and batched by the
-  library's engine (:func:`~pyterrier_lsr.encoding.length_sorted_batches`, the same max_length, batch size and
+  library's engine (:func:`~pyterrier_lsr.core.encoding.length_sorted_batches`, the same max_length, batch size and
   length sorting) and turned into dicts alike, interleaved for ``--rounds`` rounds, one thread each (OpenVINO's
   ``INFERENCE_NUM_THREADS``); best round and every round reported, load average before and after;
 * fidelity to torch fp32 on the speed documents: cosine, top-10 terms kept, non-zero terms (as
@@ -34,10 +34,9 @@ import time
 from pathlib import Path
 
 import torch
-from torch import nn
-
 from int8 import cpu_info, effectiveness
 from int8_activations import fidelity
+from torch import nn
 
 
 class PlainDocuments(nn.Module):
@@ -79,7 +78,7 @@ class OpenVinoEncoder:
         return torch.from_numpy(self.request.get_output_tensor(0).data.copy())
 
     def encode_docs(self, texts, batch_size=None, verbose=False, desc='encoding'):
-        from pyterrier_lsr.encoding import as_text, length_sorted_batches, to_dicts
+        from pyterrier_lsr.core.encoding import as_text, length_sorted_batches, to_dicts
         s = self.splade
         texts = [as_text(text, i) for i, text in enumerate(texts)]
         results = [{} for _ in texts]
@@ -105,7 +104,7 @@ def openvino_model(encoder):
 
 
 def max_difference(splade, plain, texts) -> float:
-    from pyterrier_lsr.encoding import length_sorted_batches
+    from pyterrier_lsr.core.encoding import length_sorted_batches
     worst = 0.
     with torch.inference_mode():
         for batch in length_sorted_batches(splade.tokenizer, texts, splade.batch_size, splade.max_length):
@@ -119,7 +118,7 @@ def profile(compiled, splade, texts, top: int = 6) -> dict:
     by node type and kernel: which kernels run the vocabulary projection."""
     from collections import Counter
 
-    from pyterrier_lsr.encoding import length_sorted_batches
+    from pyterrier_lsr.core.encoding import length_sorted_batches
     request, spent = compiled.create_infer_request(), Counter()
     for batch in length_sorted_batches(splade.tokenizer, texts, splade.batch_size, splade.max_length):
         request.infer({'input_ids': batch.input_ids.numpy(), 'attention_mask': batch.attention_mask.numpy()})
@@ -152,9 +151,9 @@ def main(argv=None):
     import openvino as ov
 
     from pyterrier_lsr import Splade
-    from pyterrier_lsr.collections import load_collection
-    from pyterrier_lsr.encoding import length_sorted_batches
-    from pyterrier_lsr.storage import write_json
+    from pyterrier_lsr.core.collection import load_collection
+    from pyterrier_lsr.core.encoding import length_sorted_batches
+    from pyterrier_lsr.core.storage import write_json
 
     started = datetime.datetime.now(datetime.timezone.utc)
     load_before = os.getloadavg()

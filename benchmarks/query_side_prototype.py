@@ -42,8 +42,8 @@ def main():
     from ir_measures import nDCG
 
     from pyterrier_lsr import Splade
-    from pyterrier_lsr.collections import load_collection
-    from pyterrier_lsr.offline import resolve_model, use_irds_cache
+    from pyterrier_lsr.core.collection import load_collection
+    from pyterrier_lsr.core.offline import resolve_model, use_irds_cache
     from pyterrier_lsr.train import losses as L
     from pyterrier_lsr.train.domain import DomainConfig, build_data, config_from_overrides
     torch.set_num_threads(1)

@@ -36,13 +36,13 @@ def main():
     parser.add_argument('--output', default='runs/sae_benchmark.json')
     args = parser.parse_args()
     if args.irds_cache:
-        from pyterrier_lsr.offline import use_irds_cache
+        from pyterrier_lsr.core.offline import use_irds_cache
 
         use_irds_cache(args.irds_cache)
     import pyterrier as pt
     import torch
 
-    from pyterrier_lsr.latent_terms import LatentTerms
+    from pyterrier_lsr.kinds.latent_terms import LatentTerms
     from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder, train_sae
 
     torch.set_num_threads(1)

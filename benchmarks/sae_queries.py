@@ -1,4 +1,4 @@
-"""SAE-SPLADE's query side: latents weighed by their idf (``pyterrier_lsr.sae_splade.idf_weighted_queries``),
+"""SAE-SPLADE's query side: latents weighed by their idf (``pyterrier_lsr.kinds.sae_splade.idf_weighted_queries``),
 against the plain query side and against SPLADE-tiny trained alike (issue #29, item 4).
 
 Builds (or reuses: the folder layout and settings of ``benchmarks/methods_transfer.py --methods splade sae --latents
@@ -66,7 +66,7 @@ def main():
     args = p.parse_args()
     if args.without_splade and args.build == 'splade':
         p.error('--without-splade contradicts --build splade')
-    from pyterrier_lsr.offline import use_irds_cache
+    from pyterrier_lsr.core.offline import use_irds_cache
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
     import torch
@@ -74,11 +74,11 @@ def main():
     from pyterrier.measures import AP, nDCG
 
     from pyterrier_lsr import Splade
-    from pyterrier_lsr.collections import load_collection
-    from pyterrier_lsr.offline import resolve_model
+    from pyterrier_lsr.core.collection import load_collection
+    from pyterrier_lsr.core.offline import resolve_model
+    from pyterrier_lsr.core.storage import write_json
+    from pyterrier_lsr.kinds.sae_splade import idf_weighted_queries
     from pyterrier_lsr.report import System, report
-    from pyterrier_lsr.sae_splade import idf_weighted_queries
-    from pyterrier_lsr.storage import write_json
     from pyterrier_lsr.systems import SAE_SPLADE, SAE_SPLADE_STATES, adapted, sae_splade, sparse_index
     from pyterrier_lsr.train.domain import DomainConfig, config_from_overrides
     from pyterrier_lsr.train.domain.driver import DomainAdaptation

@@ -12,8 +12,8 @@ where ``g_i`` is one of SPLADE-tiny's (its MLM head, zero-shot) weights of token
 tokens: ``v_j = u_j^p log(1 + max_i z_ij)`` with ``u_j`` the activation-weighted mean ``self`` gate of the corpus
 tokens that activate latent ``j`` (what the model's per-latent weight ``w`` could be set to; mean 1).
 ``--docs-only`` gates the documents only.  Each arm is scored plain and with idf query latents (as
-:func:`~pyterrier_lsr.sae_splade.idf_weighted_queries`, from the arm's own document frequencies), by exhaustive dot
-products (small collections):
+:func:`~pyterrier_lsr.kinds.sae_splade.idf_weighted_queries`, from the arm's own document frequencies), by
+exhaustive dot products (small collections):
 
 * held-out first-stage nDCG@10 and MRR on the held-out pseudo-queries of a domain-adaptation cache (what chooses; no
   test topic): ``--heldout-data``, the ``domain-data-*.json`` in ``benchmarks/sae_queries.py``'s ``--cache-dir``;
@@ -54,7 +54,7 @@ def main():
     if any(gate not in GATES for gate, _, _ in arms):
         p.error(f'gates must be among {GATES}')
     if args.irds_cache:
-        from pyterrier_lsr.offline import use_irds_cache
+        from pyterrier_lsr.core.offline import use_irds_cache
         use_irds_cache(args.irds_cache)
     import ir_measures
     import torch
@@ -62,10 +62,10 @@ def main():
     from transformers import AutoModelForMaskedLM
 
     from pyterrier_lsr import load_model
-    from pyterrier_lsr.collections import load_collection
-    from pyterrier_lsr.offline import resolve_model
+    from pyterrier_lsr.core.collection import load_collection
+    from pyterrier_lsr.core.offline import resolve_model
+    from pyterrier_lsr.core.storage import read_json, write_json
     from pyterrier_lsr.models.sae_splade import latent_idf
-    from pyterrier_lsr.storage import read_json, write_json
     from pyterrier_lsr.train.domain.heldout import rank_measures
     torch.set_num_threads(1)
 

@@ -19,7 +19,7 @@ def main():
     p.add_argument('models', nargs='+', help='adapted SPLADE-tiny model folders')
     p.add_argument('--irds-cache', help='a prepared ir_datasets cache for irds: collections (copied first)')
     args = p.parse_args()
-    from pyterrier_lsr.offline import resolve_model, use_irds_cache
+    from pyterrier_lsr.core.offline import resolve_model, use_irds_cache
     if args.irds_cache and args.collection.startswith('irds:'):
         use_irds_cache(args.irds_cache)
     import pyterrier as pt
@@ -27,7 +27,7 @@ def main():
     from pyterrier.measures import nDCG
 
     from pyterrier_lsr import Splade
-    from pyterrier_lsr.collections import load_collection
+    from pyterrier_lsr.core.collection import load_collection
     from pyterrier_lsr.index import SpladeIndexer
     torch.set_num_threads(1)
 

@@ -47,7 +47,7 @@ def folder_bytes(path: Path, pattern: str = '*') -> int:
 def reusable(store_path: Path, encoder_dir: Path, docs) -> bool:
     """A store written earlier by this script for the same encoder and corpus (the embedding pass is deterministic;
     the store keeps float16, so later rows then all read float16-rounded embeddings)."""
-    from pyterrier_lsr.multivector import STORE_FILE
+    from pyterrier_lsr.index.maxsim import STORE_FILE
     if not (store_path / STORE_FILE).exists():
         return False
     meta = json.loads((store_path / STORE_FILE).read_text())
@@ -90,7 +90,7 @@ def main():
     parser.add_argument('--output', default='benchmarks/results/ssr.json')
     args = parser.parse_args()
     if args.irds_cache:
-        from pyterrier_lsr.offline import use_irds_cache
+        from pyterrier_lsr.core.offline import use_irds_cache
         use_irds_cache(args.irds_cache)
     import faiss
     import numpy as np
@@ -101,11 +101,12 @@ def main():
     from pyterrier.measures import R, nDCG
 
     from pyterrier_lsr import SpladeIndexer
-    from pyterrier_lsr.collections import load_collection
+    from pyterrier_lsr.core.collection import load_collection
+    from pyterrier_lsr.index.maxsim import MaxSimIndex
+    from pyterrier_lsr.index.ssr import SSRIndex
+    from pyterrier_lsr.kinds.multivector import MultiVector
+    from pyterrier_lsr.kinds.ssr import SAE_FOLDER, SSR, train_ssr_sae
     from pyterrier_lsr.models.sae import SparseAutoencoder
-    from pyterrier_lsr.multivector import MaxSimIndex, MultiVector
-    from pyterrier_lsr.ssr import SAE_FOLDER, SSR, train_ssr_sae
-    from pyterrier_lsr.ssr_index import SSRIndex
     from pyterrier_lsr.train import TrainConfig, self_supervised
     from pyterrier_lsr.train.multivector import train_multivector
     torch.set_num_threads(args.threads)

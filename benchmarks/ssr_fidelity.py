@@ -59,17 +59,18 @@ def main():
     parser.add_argument('--output', default='benchmarks/results/ssr_fidelity.json')
     args = parser.parse_args()
     if args.irds_cache:
-        from pyterrier_lsr.offline import use_irds_cache
+        from pyterrier_lsr.core.offline import use_irds_cache
         use_irds_cache(args.irds_cache)
     import numpy as np
     import pandas as pd
     import torch
 
-    from pyterrier_lsr.collections import load_collection
+    from pyterrier_lsr.core.collection import load_collection
+    from pyterrier_lsr.index.maxsim import MaxSimIndex
+    from pyterrier_lsr.index.ssr import SSRIndex
+    from pyterrier_lsr.kinds.multivector import MultiVector, maxsim_rows
+    from pyterrier_lsr.kinds.ssr import SAE_FOLDER, SSR, train_ssr_sae
     from pyterrier_lsr.models.sae import SparseAutoencoder
-    from pyterrier_lsr.multivector import MaxSimIndex, MultiVector, maxsim_rows
-    from pyterrier_lsr.ssr import SAE_FOLDER, SSR, train_ssr_sae
-    from pyterrier_lsr.ssr_index import SSRIndex
     from pyterrier_lsr.train.data import pseudo_query
     torch.set_num_threads(1)
     store = MaxSimIndex(args.store, MultiVector.from_pretrained(args.encoder))

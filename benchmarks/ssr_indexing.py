@@ -10,7 +10,7 @@ duplicates); without ``--store``, seeded unit-norm Gaussian vectors of ``--dim``
 
 * **SSR**: a TopK SAE (``--latents``, ``--k``, ``--sae-epochs``) on a seeded sample of ``--sample`` vectors, the
   codes of every token (:meth:`SSR.doc_codes`: ``--doc-k`` latents per token, default ``--k``), and the token
-  postings (:class:`~pyterrier_lsr.ssr_index.SSRIndex`, ``latent -> (token, value)``) written to disk;
+  postings (:class:`~pyterrier_lsr.index.ssr.SSRIndex`, ``latent -> (token, value)``) written to disk;
 * **k-means**: faiss spherical k-means with ColBERTv2's centroid count ``2^floor(log2(16 sqrt(tokens)))``, 4
   iterations on PLAID's sample (the tokens of ``16 sqrt(120 x documents)`` documents), the assignment of every token
   to its nearest centroid, and the inverted lists (cell -> documents) written to disk.  One iteration and the
@@ -49,10 +49,10 @@ def main():
     import numpy as np
     import torch
 
-    from pyterrier_lsr import storage
-    from pyterrier_lsr.multivector import MaxSimIndex
-    from pyterrier_lsr.ssr import token_codes, train_ssr_sae
-    from pyterrier_lsr.ssr_index import POSTINGS_FILES, token_postings
+    from pyterrier_lsr.core import storage
+    from pyterrier_lsr.index.maxsim import MaxSimIndex
+    from pyterrier_lsr.index.ssr import POSTINGS_FILES, token_postings
+    from pyterrier_lsr.kinds.ssr import token_codes, train_ssr_sae
     torch.set_num_threads(args.threads)
     faiss.omp_set_num_threads(args.threads)
     rng = np.random.default_rng(args.seed)

@@ -18,7 +18,7 @@ import tempfile
 import time
 from pathlib import Path
 
-from pyterrier_lsr.offline import resolve_model, use_irds_cache
+from pyterrier_lsr.core.offline import resolve_model, use_irds_cache
 
 
 def ours(examples, args, bf16):

@@ -30,7 +30,7 @@ def main():
     p.add_argument('--output', required=True)
     p.add_argument('--irds-cache')
     args = p.parse_args()
-    from pyterrier_lsr.offline import resolve_model, use_irds_cache
+    from pyterrier_lsr.core.offline import resolve_model, use_irds_cache
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
     import torch
@@ -38,7 +38,7 @@ def main():
     from pyterrier.measures import nDCG
 
     from pyterrier_lsr import Splade
-    from pyterrier_lsr.collections import load_collection
+    from pyterrier_lsr.core.collection import load_collection
     from pyterrier_lsr.train import DomainConfig, experiment_evaluator, latest_checkpoint
     from pyterrier_lsr.train.domain import build_data, heldout_scores, logged_config
 

@@ -1,14 +1,17 @@
 """BM25, SPLADE, IDF queries, Latent Terms and VT-SPLADE on plain files; a re-run only evaluates (docs/assignment.md)"""
 import argparse
 from pathlib import Path
+
 import pyterrier as pt
 from pyterrier.measures import AP, R, nDCG
+
 from pyterrier_lsr import IDFQueryEncoder, Splade
-from pyterrier_lsr.collections import load_collection
-from pyterrier_lsr.quiet import quiet_native
+from pyterrier_lsr.core.collection import load_collection
+from pyterrier_lsr.core.quiet import quiet_native
 from pyterrier_lsr.report import figure
-from pyterrier_lsr.train import DomainConfig
 from pyterrier_lsr.systems import bm25, latent_terms_index, sparse_index, vt_splade
+from pyterrier_lsr.train import DomainConfig
+
 parser = argparse.ArgumentParser(description=__doc__)
 parser.add_argument('collection', help='a folder holding docs.jsonl, topics.tsv and qrels.txt')
 parser.add_argument('--workdir', default='assignment', help='models and indexes, reused by a second run')

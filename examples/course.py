@@ -34,7 +34,7 @@ def main(argv=None):
     parser.add_argument('--threads', type=int, default=1, help='torch threads (1 on a shared machine)')
     parser.add_argument('--verbose', action='store_true', help='progress bars and training logs')
     args = parser.parse_args(argv)
-    from pyterrier_lsr.offline import use_irds_cache
+    from pyterrier_lsr.core.offline import use_irds_cache
     if args.irds_cache:
         use_irds_cache(args.irds_cache)  # before anything imports ir_datasets
 
@@ -44,11 +44,19 @@ def main(argv=None):
     from pyterrier.measures import AP, RR, R, nDCG
 
     from pyterrier_lsr import IDFQueryEncoder, Splade
-    from pyterrier_lsr.collections import load_collection
-    from pyterrier_lsr.quiet import quiet_native
+    from pyterrier_lsr.core.collection import load_collection
+    from pyterrier_lsr.core.quiet import quiet_native
+    from pyterrier_lsr.systems import (
+        SAE_SPLADE,
+        adapted,
+        best_dense,
+        bm25,
+        latent_terms_index,
+        sae_splade,
+        sparse_index,
+        vt_splade,
+    )
     from pyterrier_lsr.train import DomainConfig
-    from pyterrier_lsr.systems import (SAE_SPLADE, adapted, best_dense, bm25, latent_terms_index, sae_splade,
-                                       sparse_index, vt_splade)
     torch.set_num_threads(args.threads)
     dense = args.dense or best_dense()
 

@@ -29,7 +29,7 @@ def main():
     p.add_argument('--threads', type=int, default=1, help='torch threads (1 on a shared machine)')
     p.add_argument('--irds-cache', help='a prepared ir_datasets cache (copied to a temporary folder)')
     args = p.parse_args()
-    from pyterrier_lsr.offline import resolve_model, use_irds_cache
+    from pyterrier_lsr.core.offline import resolve_model, use_irds_cache
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
     import torch
@@ -37,7 +37,7 @@ def main():
     from pyterrier.measures import nDCG
 
     from pyterrier_lsr import Splade
-    from pyterrier_lsr.collections import load_collection
+    from pyterrier_lsr.core.collection import load_collection
     from pyterrier_lsr.train import domain_adapt, experiment_evaluator
     from pyterrier_lsr.train.domain import config_from_overrides
 

@@ -24,9 +24,9 @@ from pathlib import Path
 
 import torch
 
-from pyterrier_lsr.collections import load_collection
+from pyterrier_lsr.core.collection import load_collection
+from pyterrier_lsr.core.offline import resolve_model
 from pyterrier_lsr.systems.recipes import fine_tune, parse_args, parser, prepare_examples
-from pyterrier_lsr.offline import resolve_model
 
 VARIANTS = ('plain', 'x16', 'x16-rescaled')
 FACTOR = 16.0
@@ -36,7 +36,7 @@ def build(backbone: str, variant: str, sample_texts, target_active: float):
     """A calibrated SPLADE model (and its tokenizer) on ``backbone`` with a new MLM head, in the given variant."""
     from transformers import AutoTokenizer
 
-    from pyterrier_lsr.models.heads import head_transform, calibrate_activation, rescale_head, splade_from_encoder
+    from pyterrier_lsr.models.heads import calibrate_activation, head_transform, rescale_head, splade_from_encoder
 
     tokenizer = AutoTokenizer.from_pretrained(backbone)
     model = splade_from_encoder(backbone, tokenizer.all_special_ids)

@@ -23,7 +23,7 @@ MEASURES = [nDCG @ 10, AP, R @ 10, R @ 100]
 
 def load_collection(args):
     """``(docs, topics, qrels)`` DataFrames of Vaswani or of a make_limit.py folder (a collection of plain files)."""
-    from pyterrier_lsr.collections import load_collection
+    from pyterrier_lsr.core.collection import load_collection
 
     collection = load_collection(args.limit or 'irds:vaswani')
     return pd.DataFrame(collection.corpus, columns=['docno', 'text']), collection.topics, collection.qrels
@@ -31,7 +31,7 @@ def load_collection(args):
 
 def dense_run(latent_terms, docs, topics, cache_dir, k=1000):
     """Exhaustive cosine of mean-pooled normalised embeddings (the dense model alone)."""
-    from pyterrier_lsr.latent_terms import cached_embeddings
+    from pyterrier_lsr.kinds.latent_terms import cached_embeddings
 
     doc_vecs, offsets = cached_embeddings(latent_terms, docs['text'].tolist(), cache_dir)
     query_vecs, _ = latent_terms.embed(topics['query'].tolist())
@@ -88,7 +88,7 @@ def main():
     parser.add_argument('--output', help='JSON results file')
     args = parser.parse_args()
     if args.irds_cache:
-        from pyterrier_lsr.offline import use_irds_cache
+        from pyterrier_lsr.core.offline import use_irds_cache
 
         use_irds_cache(args.irds_cache)
     import pyterrier as pt
@@ -96,7 +96,7 @@ def main():
     import torch
 
     from pyterrier_lsr import LsrIndex
-    from pyterrier_lsr.latent_terms import LatentTerms
+    from pyterrier_lsr.kinds.latent_terms import LatentTerms
     from pyterrier_lsr.train import build_latent_terms
 
     torch.set_num_threads(1)

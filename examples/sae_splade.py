@@ -22,9 +22,9 @@ from pathlib import Path
 
 import numpy as np
 
-from pyterrier_lsr.collections import load_collection
+from pyterrier_lsr.core.collection import load_collection
+from pyterrier_lsr.core.offline import resolve_model
 from pyterrier_lsr.systems.recipes import fine_tune, parse_args, parser, prepare_examples
-from pyterrier_lsr.offline import resolve_model
 
 SYSTEMS = ('sae-splade', 'splade', 'sae-splade-stage1')
 

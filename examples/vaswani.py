@@ -13,9 +13,8 @@ from pathlib import Path
 import pyterrier as pt
 from pyterrier.measures import AP, RR, R, nDCG
 
-from pyterrier_lsr import IDFQueryEncoder, LsrIndex, Splade
-from pyterrier_lsr.offline import resolve_model, use_irds_cache
-from pyterrier_lsr import systems
+from pyterrier_lsr import IDFQueryEncoder, LsrIndex, Splade, systems
+from pyterrier_lsr.core.offline import resolve_model, use_irds_cache
 
 MEASURES = [nDCG @ 10, AP, R @ 100, RR @ 10, 'mrt']
 

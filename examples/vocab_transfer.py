@@ -30,9 +30,9 @@ from pathlib import Path
 
 import torch
 
-from pyterrier_lsr.collections import load_collection
+from pyterrier_lsr.core.collection import load_collection
+from pyterrier_lsr.core.offline import resolve_model
 from pyterrier_lsr.systems.recipes import fine_tune, parse_args, parser, prepare_examples
-from pyterrier_lsr.offline import resolve_model
 
 DOMAIN_ARMS = ('original', 'extended')
 BPE_ARMS = ('roberta-original', 'roberta-vt', 'modernbert-original', 'modernbert-vt')
@@ -97,7 +97,8 @@ def adapt(model, tokenizer, texts, output: Path, args, steps: int, lr: float) ->
 def domain_arm(arm: str, args, corpus, topics, qrels, examples):
     """SPLADE-tiny, original or Vaswani-extended vocabulary: transfer -> MLM adaptation -> SPLADE training."""
     from pyterrier_lsr import Splade
-    from pyterrier_lsr.models.vocab_transfer import extend_vocabulary, transfer_vocabulary
+    from pyterrier_lsr.models.vocab_transfer import transfer_vocabulary
+    from pyterrier_lsr.models.vocabularies import extend_vocabulary
 
     splade = Splade.from_pretrained(resolve_model(args.model))
     texts = [d['text'] for d in corpus]
@@ -187,7 +188,8 @@ def bpe_arm(arm: str, args, corpus, topics, qrels, examples):
     from transformers import AutoModelForMaskedLM, AutoTokenizer
 
     from pyterrier_lsr.models import SpladeModel
-    from pyterrier_lsr.models.vocab_transfer import train_byte_level_bpe, train_wordpiece, transfer_vocabulary
+    from pyterrier_lsr.models.vocab_transfer import transfer_vocabulary
+    from pyterrier_lsr.models.vocabularies import train_byte_level_bpe, train_wordpiece
 
     kind, variant = arm.split('-')
     texts = [d['text'] for d in corpus]

@@ -3,23 +3,26 @@
 The top level holds what a pipeline is made of: the model kinds (every one a :class:`SparseModel`), the index
 artifacts and their indexers, and the query-side and pruning transformers.  Torch modules are in
 :mod:`pyterrier_lsr.models`, training in :mod:`pyterrier_lsr.train`, the encoding engine in
-:mod:`pyterrier_lsr.encoding`, whole systems in :mod:`pyterrier_lsr.systems`.
+:mod:`pyterrier_lsr.core.encoding`, whole systems in :mod:`pyterrier_lsr.systems`.
 """
 
-__version__ = '0.3.0'
+from importlib.metadata import version as _version
 
-from .asymmetric import AsymmetricSplade
-from .base import SparseModel, SparseScorer
-from .encoders import Splade
+__version__ = _version('pyterrier-lsr')  # stated once, in pyproject.toml
+
 from .index import LsrIndex, SpladeIndexer
-from .inference_free import InferenceFreeSplade
-from .latent_terms import LatentTerms
-from .loading import load_model
-from .multivector import MaxSimIndex, MultiVector
-from .pruning import Prune
-from .query import IDFQueryEncoder, StaticQueryEncoder
-from .sae_splade import SaeSplade
-from .ssr import SSR
+from .index.maxsim import MaxSimIndex
+from .kinds.asymmetric import AsymmetricSplade
+from .kinds.base import SparseModel, SparseScorer
+from .kinds.inference_free import InferenceFreeSplade
+from .kinds.latent_terms import LatentTerms
+from .kinds.loading import load_model
+from .kinds.multivector import MultiVector
+from .kinds.pruning import Prune
+from .kinds.query import IDFQueryEncoder, StaticQueryEncoder
+from .kinds.sae_splade import SaeSplade
+from .kinds.splade import Splade
+from .kinds.ssr import SSR
 
 __all__ = [
     'SparseModel',

@@ -7,8 +7,9 @@ import sys
 from dataclasses import fields
 from pathlib import Path
 
-from .checks import check_float, check_int
-from .train.loop import TrainConfig, resume_state
+from .core.checks import check_float, check_int
+from .train.checkpoints import resume_state
+from .train.loop import TrainConfig
 
 
 def _fail(command: str, message) -> None:
@@ -21,7 +22,7 @@ def _irds_ids(spec: str) -> None:
     """Checks the ir_datasets id of an ``irds:`` / ``self-supervised:`` spec (``ValueError`` naming it)."""
     for prefix in ('irds:', 'self-supervised:'):
         if spec.startswith(prefix):
-            from .collections import irds_dataset
+            from .core.collection import irds_dataset
             irds_dataset(spec[len(prefix):])
 
 
@@ -63,7 +64,7 @@ def _load_examples(args):
     if args.data.startswith('irds:'):
         return data.from_irds_docpairs(args.data[len('irds:') :], limit=args.limit)
     if args.data.startswith('self-supervised:'):
-        from .collections import irds_dataset
+        from .core.collection import irds_dataset
 
         corpus = [
             {'docno': d.doc_id, 'text': d.default_text()}
@@ -101,9 +102,9 @@ def _domain_adapt_parser(sub):
 
 
 def _domain_adapt(args):
-    from .collections import load_collection
+    from .core.collection import load_collection
     from .index import LsrIndex
-    from .loading import load_model
+    from .kinds.loading import load_model
     from .train.domain import claim_cache, claim_output, config_from_overrides, domain_adapt
 
     try:  # the settings and the collection are checked before the model loads
@@ -199,7 +200,7 @@ def main(argv=None):
         except ValueError as e:
             _fail('train', f'--resume: {e}')
         if args.irds_cache:
-            from .offline import use_irds_cache
+            from .core.offline import use_irds_cache
             try:
                 use_irds_cache(args.irds_cache)
             except (FileNotFoundError, RuntimeError) as e:
@@ -210,9 +211,9 @@ def main(argv=None):
             _fail('train', f'--data: {e}')
         if not args.data.startswith(('irds:', 'self-supervised:')) and not Path(args.data).is_file():
             _fail('train', f'--data: {args.data} is not a file (nor irds:<id> or self-supervised:<id>)')
-    from .encoders import Splade
-    from .offline import resolve_model
-    from .train.distributed import is_main, setup
+    from .core.offline import resolve_model
+    from .kinds.splade import Splade
+    from .train.torchrun import is_main, setup
 
     setup()  # under torchrun: join the process group and pick this rank's GPU before the model is loaded
     try:
@@ -220,9 +221,9 @@ def main(argv=None):
     except (OSError, ValueError) as e:  # not found (offline: no hub), or not a masked LM
         _fail(args.command, f'--model: {e}')
     if args.command == 'train' and is_main():  # where rank 0 writes, before any work: the run's folder, final model/
-        from . import storage
-        from .base import MODEL_ARTIFACT
-        from .train.loop import claim_output
+        from .core import storage
+        from .kinds.base import MODEL_ARTIFACT
+        from .train.checkpoints import claim_output
         try:
             claim_output(args.output_dir)
             storage.check_replaceable(Path(args.output_dir) / 'model', MODEL_ARTIFACT, True, 'model folder')

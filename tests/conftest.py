@@ -3,7 +3,7 @@ from pathlib import Path
 
 import pytest
 
-from pyterrier_lsr.offline import use_irds_cache
+from pyterrier_lsr.core.offline import use_irds_cache
 
 SHARED_IRDS = Path(__file__).resolve().parents[2] / 'shared' / 'ir_datasets'
 
@@ -23,7 +23,7 @@ if os.environ.get('PYTEST_XDIST_WORKER_COUNT'):
 @pytest.fixture(scope='session')
 def splade():
     from pyterrier_lsr import Splade
-    from pyterrier_lsr.offline import resolve_model
+    from pyterrier_lsr.core.offline import resolve_model
     return Splade.from_pretrained(resolve_model('splade-tiny'), batch_size=8)
 
 

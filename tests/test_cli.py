@@ -9,8 +9,8 @@ from pyterrier_lsr.cli import main
 def no_model(monkeypatch):
     def refuse(*args, **kwargs):
         raise AssertionError('a model was loaded before the settings were checked')
-    monkeypatch.setattr('pyterrier_lsr.loading.load_model', refuse)
-    monkeypatch.setattr('pyterrier_lsr.encoders.Splade.from_pretrained', refuse)
+    monkeypatch.setattr('pyterrier_lsr.kinds.loading.load_model', refuse)
+    monkeypatch.setattr('pyterrier_lsr.kinds.splade.Splade.from_pretrained', refuse)
 
 
 def _domain_adapt(tmp_path, *extra):
@@ -121,9 +121,10 @@ def test_resume_without_a_checkpoint_that_loads_is_one_line_before_the_model_loa
 
 def test_resume_from_a_checkpoint_of_another_model_is_one_line(tiny, tmp_path, capsys, monkeypatch):
     # the tiny model's checkpoint, resumed with splade-tiny: torch's multi-line size-mismatch traceback before
-    from pyterrier_lsr.train import loop
-    argv, loads, load_state = _run_folder(tiny, tmp_path), [], loop._load_state
-    monkeypatch.setattr(loop, '_load_state', lambda checkpoint: (loads.append(checkpoint), load_state(checkpoint))[1])
+    from pyterrier_lsr.train import checkpoints
+    argv, loads, load_state = _run_folder(tiny, tmp_path), [], checkpoints.load_state
+    monkeypatch.setattr(checkpoints, 'load_state',
+                        lambda checkpoint: (loads.append(checkpoint), load_state(checkpoint))[1])
     err = _one_line_error(capsys, argv)
     assert 'checkpoint-1 holds the weights of another model' in err and 'tensors missing, extra or of another' in err
     assert [p.name for p in loads] == ['checkpoint-1']  # checked before the model loads, and not read again to resume

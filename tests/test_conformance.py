@@ -6,16 +6,29 @@ import pyterrier as pt
 import pytest
 from conformance import TEXTS, check_retriever, check_transformer
 
-from pyterrier_lsr import (AsymmetricSplade, IDFQueryEncoder, InferenceFreeSplade, Prune, SaeSplade, Splade,
-                           StaticQueryEncoder)
-from pyterrier_lsr import SSR, LatentTerms, LsrIndex, MultiVector, SparseModel, SpladeIndexer
+from pyterrier_lsr import (
+    SSR,
+    AsymmetricSplade,
+    IDFQueryEncoder,
+    InferenceFreeSplade,
+    LatentTerms,
+    LsrIndex,
+    MultiVector,
+    Prune,
+    SaeSplade,
+    SparseModel,
+    Splade,
+    SpladeIndexer,
+    StaticQueryEncoder,
+)
+from pyterrier_lsr.index.bm25 import bm25_index
 from pyterrier_lsr.index.engines import ENGINES, get_engine
-from pyterrier_lsr.loading import MODEL_KINDS, model_class
+from pyterrier_lsr.index.maxsim import MaxSimIndexer
+from pyterrier_lsr.index.ssr import SSRIndexer
+from pyterrier_lsr.kinds.loading import MODEL_KINDS, model_class
 from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
 from pyterrier_lsr.models.sae_splade import SaeSpladeModel, structural_token_ids
-from pyterrier_lsr.ssr_index import SSRIndexer
 from pyterrier_lsr.systems.dense import dense_retriever
-from pyterrier_lsr.index.bm25 import bm25_index
 from pyterrier_lsr.train import DenseScorer, RetrieverScorer, ZScoreFusion
 
 
@@ -140,7 +153,7 @@ def token_stores(tmp_path_factory):
     folder = tmp_path_factory.mktemp('token_stores')
     model = ssr()
     return SSRIndexer(folder / 'ssr', model, verbose=False).index(CORPUS), \
-        model.encoder.indexer(folder / 'store', verbose=False).index(CORPUS)
+        MaxSimIndexer(folder / 'store', model.encoder, verbose=False).index(CORPUS)
 
 
 TOKEN_RETRIEVERS = {

@@ -1,4 +1,5 @@
-"""The one model contract (pyterrier_lsr.base.SparseModel): hand-over to indexers, names, folders, name resolution."""
+"""The one model contract (pyterrier_lsr.kinds.base.SparseModel): hand-over to indexers, names, folders, name
+resolution."""
 import pandas as pd
 import pytest
 import torch
@@ -111,8 +112,8 @@ def test_a_tampered_kind_is_one_clear_error(kind, tiny, tmp_path):
 
 def test_settings_that_would_empty_every_output_are_refused(tiny):
     from pyterrier_lsr import Prune
+    from pyterrier_lsr.kinds.pruning import prune
     from pyterrier_lsr.models.heads import rescale_head
-    from pyterrier_lsr.pruning import prune
     with pytest.raises(ValueError, match='max_length'):
         Splade(*tiny, max_length=2)
     for rules in [{'top_n': -1}, {'threshold': float('nan')}, {'ratio': -0.1}]:

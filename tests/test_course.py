@@ -66,8 +66,8 @@ def test_course_script_and_notebook_build_once_then_reuse(tmp_path, capfd):
 
 
 def test_adapted_refuses_a_folder_trained_with_other_settings(tmp_path):
-    from pyterrier_lsr.train import DomainConfig
     from pyterrier_lsr.systems import adapted
+    from pyterrier_lsr.train import DomainConfig
     folder = tmp_path / 'm'
     folder.mkdir()
     (folder / 'domain_adapt.json').write_text(json.dumps({'config': asdict(DomainConfig(steps=5))}))
@@ -76,7 +76,7 @@ def test_adapted_refuses_a_folder_trained_with_other_settings(tmp_path):
 
 
 def test_subset_keeps_relevant_documents_first():
-    from pyterrier_lsr.collections import load_collection
+    from pyterrier_lsr.core.collection import load_collection
     full = load_collection('irds:vaswani')
     small = full.subset(docs=150, topics=4)
     assert len(small.corpus) == 150 and small.topics['qid'].tolist() == full.topics['qid'].head(4).tolist()

@@ -32,14 +32,14 @@ def _ddp_worker(rank, world, folder, port):
     and checkpoints, and a resume from its first checkpoint."""
     import torch.distributed
 
-    from pyterrier_lsr.train import distributed as dist
     from pyterrier_lsr.train import loop
+    from pyterrier_lsr.train import torchrun as dist
     torch.set_num_threads(1)
     os.environ.update(MASTER_ADDR='127.0.0.1', MASTER_PORT=str(port))
     torch.distributed.init_process_group('gloo', rank=rank, world_size=world)
     saves = []
-    save = loop._save
-    loop._save = lambda *args: (saves.append(args[4]), save(*args))
+    save = loop.save_checkpoint
+    loop.save_checkpoint = lambda *args: (saves.append(args[4]), save(*args))
 
     model, tokenizer = make_tiny(dropout=0.)
     loss, logs = batch_loss(model, tokenizer, examples(8, teacher=True), LOSS_CONFIG, step=5)
@@ -102,7 +102,7 @@ def test_two_gloo_processes_match_one_process(tmp_path):
 
 
 def test_local_slice_needs_an_even_split(monkeypatch):
-    from pyterrier_lsr.train import distributed as dist
+    from pyterrier_lsr.train import torchrun as dist
     assert dist.local_slice([1, 2, 3]) == [1, 2, 3]
     monkeypatch.setattr(dist, 'world_size', lambda: 2)
     monkeypatch.setattr(dist, 'rank', lambda: 1)
@@ -130,7 +130,8 @@ def _shard_times(folder):
 def test_ray_index_equals_single_process_index_and_resumes(ray_session, splade, vaswani_docs, tmp_path):
     import pandas as pd
 
-    from pyterrier_lsr import LsrIndex, distributed
+    from pyterrier_lsr import LsrIndex
+    from pyterrier_lsr import scaleout as distributed
     docs = vaswani_docs[:100]
     single = LsrIndex(tmp_path / 'single', splade, batch_size=SHARD, verbose=False).index(docs)
     built = distributed.index(docs, splade, tmp_path / 'ray', num_workers=2, shard_size=SHARD, chunk_size=SHARD,
@@ -160,7 +161,7 @@ def test_ray_index_equals_single_process_index_and_resumes(ray_session, splade, 
 def test_corpus_files_in_process(splade, vaswani_docs, tmp_path):
     import pandas as pd
 
-    from pyterrier_lsr import distributed
+    from pyterrier_lsr import scaleout as distributed
     docs = vaswani_docs[:40]
     expected = list(distributed.encode(docs, splade, tmp_path / 'list', num_workers=0, shard_size=16,
                                        chunk_size=8, verbose=False))
@@ -174,7 +175,7 @@ def test_corpus_files_in_process(splade, vaswani_docs, tmp_path):
 
 
 def test_failing_worker_is_a_clear_error(ray_session, splade, vaswani_docs, tmp_path):
-    from pyterrier_lsr import distributed
+    from pyterrier_lsr import scaleout as distributed
     with pytest.raises(RuntimeError, match=r'shard [01] ') as info:
         distributed.encode(vaswani_docs[:10], splade, tmp_path / 'v', num_workers=1, shard_size=8, chunk_size=8,
                            model_kwargs={'max_length': 0}, max_retries=0, verbose=False)
@@ -205,7 +206,7 @@ def _outcome(fn):
 
 
 def test_killed_worker_is_restarted_then_a_clear_error(ray_session, splade, vaswani_docs, tmp_path):
-    from pyterrier_lsr import distributed
+    from pyterrier_lsr import scaleout as distributed
     # 60 shards: the kill lands while most are still to do (with 24, a loaded CI machine once killed the worker only
     # after it had written every shard, so no successor wrote one)
     docs = vaswani_docs[:240]

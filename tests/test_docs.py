@@ -8,10 +8,20 @@ import runpy
 import sys
 
 import pytest
+import tomllib
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
-from test_readme import EXCLUDED, HUB_NAMES, README, ROOT, SMALL, executed, python_blocks, run_block
-from test_readme import small_vaswani  # noqa: F401 (the fixture)
+from test_readme import (
+    EXCLUDED,
+    HUB_NAMES,
+    README,
+    ROOT,
+    SMALL,
+    executed,
+    python_blocks,
+    run_block,
+    small_vaswani,  # noqa: F401 (the fixture)
+)
 
 DOCS = sorted((ROOT / 'docs').glob('*.md'))
 PAGES = [README, *DOCS]
@@ -40,11 +50,18 @@ def test_ci_runs_exactly_the_readme_test_command_in_a_fresh_virtualenv():
     assert 'mktemp -d' in script and '$(dirname "$0")/..' in script
 
 
-def setup_requirements() -> tuple:
-    tree = ast.parse((ROOT / 'setup.py').read_text())
-    call = next(n for n in ast.walk(tree) if isinstance(n, ast.Call) and getattr(n.func, 'id', None) == 'setup')
-    found = {k.arg: ast.literal_eval(k.value) for k in call.keywords if k.arg in ('install_requires', 'extras_require')}
-    return found['install_requires'], found['extras_require']
+def project_requirements() -> tuple:
+    """pyproject.toml's core requirements and its extras, an extra naming others of this package expanded."""
+    project = tomllib.loads((ROOT / 'pyproject.toml').read_text())['project']
+    extras = project['optional-dependencies']
+
+    def expand(reqs):
+        out = []
+        for r in reqs:
+            req = Requirement(r)
+            out += expand([x for e in req.extras for x in extras[e]]) if req.name == project['name'] else [r]
+        return out
+    return project['dependencies'], {name: expand(reqs) for name, reqs in extras.items()}
 
 
 def requirement_closure(requirements) -> set:
@@ -78,7 +95,7 @@ def test_setup_and_constraints_are_all_the_tests_need():
     """Every module the package, the tests and the examples import comes from a distribution that ``pip install -e
     ".[test]"`` installs, and every such distribution is pinned in constraints.txt (so a new pytest, say, cannot
     break a fresh checkout); torch's pin is the version the README installs first."""
-    install, extras = setup_requirements()
+    install, extras = project_requirements()
     wanted = requirement_closure(install + extras['test'] + extras['demo'])
     sources = [*ROOT.glob('pyterrier_lsr/**/*.py'), *ROOT.glob('tests/*.py'), *ROOT.glob('examples/*.py')]
     local = {'pyterrier_lsr', *(p.stem for p in sources)}  # and the tests' and examples' own modules
@@ -86,13 +103,13 @@ def test_setup_and_constraints_are_all_the_tests_need():
     providers = metadata.packages_distributions()
     unprovided = {m: providers.get(m) for m in third_party
                   if not {canonicalize_name(d) for d in providers.get(m, [])} & wanted}
-    assert not unprovided, f'imported but not installed by setup.py: {unprovided}'
+    assert not unprovided, f'imported but not installed by pyproject.toml: {unprovided}'
     pins = {}
     for line in (ROOT / 'constraints.txt').read_text().splitlines():
         if line.strip() and not line.startswith('#'):
             req = Requirement(line)
             pins[canonicalize_name(req.name)] = str(req.specifier)
-    assert not wanted - {'pyterrier-lsr'} - set(pins), 'installed by setup.py but not pinned in constraints.txt'
+    assert not wanted - {'pyterrier-lsr'} - set(pins), 'installed by pyproject.toml but not pinned in constraints.txt'
     assert all(spec.startswith('==') for spec in pins.values())
     assert f'torch{pins["torch"]} ' in readme_test_command()
     assert '-c constraints.txt' in readme_test_command()

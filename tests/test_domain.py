@@ -156,7 +156,7 @@ def test_query_side_adapts_a_copy_of_the_query_encoder(tiny, corpus, tmp_path, m
     reloaded = load_model(tmp_path / 'run' / 'model')
     assert isinstance(reloaded, AsymmetricSplade) and reloaded.sides is Splade
     # folders written before `sides` was recorded hold SPLADE models and load as before
-    from pyterrier_lsr.loading import model_settings, update_settings
+    from pyterrier_lsr.kinds.loading import model_settings, update_settings
     settings = model_settings(tmp_path / 'run' / 'model')
     assert settings['kind'] == 'asymmetric' and settings['sides'] == 'splade'
     update_settings(tmp_path / 'run' / 'model', sides=None)
@@ -268,7 +268,7 @@ def test_heldout_scores_and_keyword_queries(tiny, corpus):
     alone = heldout_scores(splade.model, splade.tokenizer, heldout[1:], docs, _config(), ['d9'])
     assert alone['heldout_mrr'] == 0 and alone['heldout_first_mrr'] > 0
     # a doc-only query side (a trainable static table) scores the same way
-    from pyterrier_lsr.query import StaticQueryWeights
+    from pyterrier_lsr.kinds.query import StaticQueryWeights
     table = heldout_scores(splade.model, splade.tokenizer, heldout, docs, _config(), ['d6'],
                                          StaticQueryWeights(splade.tokenizer))
     assert set(table) == set(s) and 0 < table['heldout_ndcg'] <= 1
@@ -351,7 +351,7 @@ def test_cli_domain_adapt_on_a_folder(corpus, tmp_path, capsys):
     (folder / 'topics.tsv').write_text('1\treactor\n')
     (folder / 'qrels.txt').write_text('1 0 d1 1\n')
     from pyterrier_lsr import Splade, SpladeIndexer
-    from pyterrier_lsr.offline import resolve_model
+    from pyterrier_lsr.core.offline import resolve_model
     index = (Splade.from_pretrained(resolve_model('splade-tiny'))
              >> SpladeIndexer(str(tmp_path / 'start.lsr'), verbose=False)).index(corpus)
     main(['domain-adapt', '--model', 'splade-tiny', '--collection', str(folder), '--output-dir', str(tmp_path / 'out'),
@@ -379,7 +379,8 @@ def test_vt_splade_warmup_trains_only_the_added_words_first(tiny, corpus, tmp_pa
     import shutil
 
     from pyterrier_lsr import Splade, load_model
-    from pyterrier_lsr.models.vocab_transfer import extend_vocabulary, transfer_vocabulary
+    from pyterrier_lsr.models.vocab_transfer import transfer_vocabulary
+    from pyterrier_lsr.models.vocabularies import extend_vocabulary
     from pyterrier_lsr.systems import vt_splade
     model, tokenizer = tiny
     corpus = [{**d, 'text': d['text'] + ' Plasma spectra of a magnetron.'} for d in corpus]  # 3 words to add
@@ -425,9 +426,8 @@ def test_query_side_adapts_an_sae_splade_and_keeps_its_kind(tiny, corpus, tmp_pa
     """An SAE-SPLADE model's queries adapt against its indexed documents: the result holds two SAE-SPLADE models,
     saves and reloads as such, and an index of the starting model serves its adapted queries."""
     from pyterrier_lsr import AsymmetricSplade, SaeSplade, SpladeIndexer, load_model
-    from pyterrier_lsr.models.sae_splade import SaeSpladeModel
     from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
-    from pyterrier_lsr.models.sae_splade import structural_token_ids
+    from pyterrier_lsr.models.sae_splade import SaeSpladeModel, structural_token_ids
     mlm, tokenizer = tiny[0].mlm, tiny[1]
     sae = SparseAutoencoder(SAEConfig(d_in=32, n_latents=64, k=4, seed=1))
     start = SaeSplade(SaeSpladeModel(mlm.bert, sae, structural_token_ids(tokenizer)), tokenizer, device='cpu')
@@ -487,7 +487,7 @@ def test_domain_adapt_refuses_a_doc_max_length_past_the_tokenizers_when_made(tin
 
 
 def test_domain_adapt_refuses_a_user_model_folder_before_any_work(splade, tmp_path):
-    from pyterrier_lsr import storage
+    from pyterrier_lsr.core import storage
     (tmp_path / 'out' / 'model').mkdir(parents=True)
     storage.mark(tmp_path / 'out', driver.OUTPUT_KIND)  # an earlier run's folder, where the user put a model/
     (tmp_path / 'out' / 'model' / 'mine.txt').write_text('mine')

@@ -15,7 +15,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from pyterrier_lsr import SpladeIndexer
-from pyterrier_lsr.checks import MAX_WEIGHT, WeightError
+from pyterrier_lsr.core.checks import MAX_WEIGHT, WeightError
 from pyterrier_lsr.index import pisa_term, quantize
 
 ENGINES = ('pisa', 'bmp', 'seismic')
@@ -354,7 +354,7 @@ def test_exact_engines_rank_as_pisa(tmp_path_factory, docs, queries, block_size,
 def test_a_forward_index_altered_in_place_is_refused_before_it_is_read(tmp_path, monkeypatch, engine, damage):
     # Large engine files are digested by verify() only, and candidates are re-scored by scipy's row gathers, which
     # trust the offsets and term ids: a same-size edit must be a clear error, not a read out of bounds.
-    from pyterrier_lsr import storage
+    from pyterrier_lsr.core import storage
     monkeypatch.setattr(storage, 'CHEAP_DIGEST_BYTES', 0)  # as if every file were large
     index = build(tmp_path / 'x.lsr', [{'a': 1.0, 'b': 2.0}, {'b': 1.0}, {'c': 3.0}])
     name = 'forward-ids.npy' if damage == 'term id' else 'forward-indptr.npy'

@@ -11,12 +11,12 @@ import pytest
 import torch
 
 from pyterrier_lsr import Prune, Splade, StaticQueryEncoder
-from pyterrier_lsr.encoding import encode_texts
+from pyterrier_lsr.core.checks import MAX_WEIGHT
+from pyterrier_lsr.core.encoding import encode_texts
+from pyterrier_lsr.core.offline import resolve_model
+from pyterrier_lsr.kinds.pruning import prune
 from pyterrier_lsr.models import SpladeModel
-from pyterrier_lsr.pruning import prune
-from pyterrier_lsr.checks import MAX_WEIGHT
 from pyterrier_lsr.models.splade import ModelLoadError
-from pyterrier_lsr.offline import resolve_model
 from pyterrier_lsr.report import ConfigError, load_config
 from pyterrier_lsr.report.builder import _SystemBuilder
 from pyterrier_lsr.train import Example, TrainConfig, train
@@ -85,7 +85,7 @@ def test_report_reads_only_indexes_and_never_unpickles(splade, tmp_path):
 @pytest.mark.parametrize('value', ['NaN', 'Infinity', '-Infinity', '"0.5"', '-1', '1e308', 'true', 'null', '[1]'])
 def test_idf_json_rejects_bad_weights(splade, tmp_path, value):
     StaticQueryEncoder(splade.tokenizer, {'nuclear': 1.0}).save_pretrained(tmp_path)
-    (tmp_path / 'idf.json').write_text('{"physics": 2.0, "nuclear": %s}' % value)
+    (tmp_path / 'idf.json').write_text(f'{{"physics": 2.0, "nuclear": {value}}}')
     with pytest.raises(ValueError, match="'nuclear'") as error:
         StaticQueryEncoder.from_pretrained(str(tmp_path))
     assert 'idf.json' in str(error.value)
@@ -93,7 +93,7 @@ def test_idf_json_rejects_bad_weights(splade, tmp_path, value):
 
 def test_query_weight_cap():
     # the cap admits weights up to MAX_WEIGHT and refuses any above it
-    from pyterrier_lsr.checks import check_weights
+    from pyterrier_lsr.core.checks import check_weights
     assert check_weights({'a': MAX_WEIGHT, 'b': 0}) == {'a': MAX_WEIGHT, 'b': 0.}
     with pytest.raises(ValueError, match="'a'"):
         check_weights({'a': MAX_WEIGHT * 1.01})
@@ -122,9 +122,18 @@ def test_thread_race_four_threads_equal_sequential(tiny):
 @pytest.mark.parametrize('kind', ['bert', 'roberta', 'modernbert', 'distilbert', 'electra'])
 def test_forward_equals_full_mlm_logits(kind):
     """The explicit backbone + head transform (and the fallback for other layouts) give what the whole MLM gives."""
-    from transformers import (BertConfig, BertForMaskedLM, DistilBertConfig, DistilBertForMaskedLM, ElectraConfig,
-                              ElectraForMaskedLM, ModernBertConfig, ModernBertForMaskedLM, RobertaConfig,
-                              RobertaForMaskedLM)
+    from transformers import (
+        BertConfig,
+        BertForMaskedLM,
+        DistilBertConfig,
+        DistilBertForMaskedLM,
+        ElectraConfig,
+        ElectraForMaskedLM,
+        ModernBertConfig,
+        ModernBertForMaskedLM,
+        RobertaConfig,
+        RobertaForMaskedLM,
+    )
     torch.manual_seed(0)
     common = dict(vocab_size=120, hidden_size=32, intermediate_size=64, num_hidden_layers=1, num_attention_heads=2)
     ids = dict(pad_token_id=1, bos_token_id=0, eos_token_id=2)
@@ -157,6 +166,7 @@ def test_folder_without_mlm_head_is_refused():
 
 def test_a_deliberate_new_head_loads_quietly(capfd):
     from transformers.utils import logging
+
     from pyterrier_lsr.models.heads import splade_from_encoder
     Splade.from_pretrained('all-MiniLM-L6-v2', new_head=True)
     splade_from_encoder(resolve_model('all-MiniLM-L6-v2'))

@@ -13,8 +13,8 @@ import pyterrier as pt
 import pytest
 
 from pyterrier_lsr import LsrIndex, Prune, SpladeIndexer
+from pyterrier_lsr.core.storage import _lock
 from pyterrier_lsr.index import MAX_WEIGHT
-from pyterrier_lsr.storage import _lock
 
 DOCS = [{'docno': f'd{i}', 'toks': {'alpha': 1.0 + i, 'beta': 0.5, f'only{i}': 2.0}} for i in range(6)]
 QUERY = pd.DataFrame({'qid': ['q1'], 'query_toks': [{'alpha': 1.0, 'only3': 1.0}]})

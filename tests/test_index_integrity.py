@@ -6,7 +6,7 @@ import pandas as pd
 import pytest
 
 from pyterrier_lsr import LsrIndex, SpladeIndexer
-from pyterrier_lsr import storage
+from pyterrier_lsr.core import storage
 from pyterrier_lsr.index import artifact
 
 DOCS = [{'docno': f'd{i}', 'toks': {'alpha': 1.0 + i, 'beta': 0.5, f'only{i}': 2.0}} for i in range(6)]

@@ -1,14 +1,19 @@
 import pandas as pd
 import pytest
 import torch
-
-from pyterrier_lsr import (IDFQueryEncoder, InferenceFreeSplade, LsrIndex, Splade, SpladeIndexer, StaticQueryEncoder,
-                           load_model)
-from pyterrier_lsr.query import StaticQueryWeights
-from pyterrier_lsr.train import train_inference_free
-from pyterrier_lsr.train import TrainConfig, batch_loss, flops
-
 from test_train import examples
+
+from pyterrier_lsr import (
+    IDFQueryEncoder,
+    InferenceFreeSplade,
+    LsrIndex,
+    Splade,
+    SpladeIndexer,
+    StaticQueryEncoder,
+    load_model,
+)
+from pyterrier_lsr.kinds.query import StaticQueryWeights
+from pyterrier_lsr.train import TrainConfig, batch_loss, flops, train_inference_free
 
 
 def test_static_query_weights_are_learned(tiny, tmp_path):

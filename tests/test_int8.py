@@ -6,9 +6,9 @@ import torch
 from torch import nn
 
 from pyterrier_lsr import Splade
-from pyterrier_lsr.encoding import resolve_precision
-from pyterrier_lsr.int8 import Int8Linear, Int8MaxPool, Int8Module, packing_engine
-from pyterrier_lsr.offline import resolve_model
+from pyterrier_lsr.core.encoding import resolve_precision
+from pyterrier_lsr.core.int8 import Int8Linear, Int8MaxPool, Int8Module, packing_engine
+from pyterrier_lsr.core.offline import resolve_model
 
 
 @pytest.fixture(scope='module')
@@ -57,8 +57,9 @@ def test_int8_packs_for_onednn_on_amx_cpus_and_leaves_the_engine_setting_alone(m
 
 
 def test_int8_quantizes_a_copy_once_and_leaves_the_fp32_module_alone():
-    from pyterrier_lsr.models import SpladeModel
     from transformers import AutoTokenizer
+
+    from pyterrier_lsr.models import SpladeModel
     path = resolve_model('splade-tiny')
     tokenizer = AutoTokenizer.from_pretrained(str(path))
     module = SpladeModel.from_pretrained(str(path), special_token_ids=tokenizer.all_special_ids)

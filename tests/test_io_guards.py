@@ -9,8 +9,9 @@ import pandas as pd
 import pytest
 import torch
 
-from pyterrier_lsr import distributed, storage
-from pyterrier_lsr.multivector import MaxSimIndex
+from pyterrier_lsr import scaleout as distributed
+from pyterrier_lsr.core import storage
+from pyterrier_lsr.index.maxsim import MaxSimIndex
 
 DOCS = [{'docno': f'd{i}', 'text': t} for i, t in enumerate(
     ['nuclear reactor physics', 'electron density', 'radio wave noise', 'dielectric constant', 'the cat sat'])]
@@ -182,7 +183,7 @@ def test_rescore_uses_each_rows_own_query_embeddings(tmp_path):
 
 # -- checkpoints and query tables ----------------------------------------------------------------------------------
 def test_a_checkpoint_with_a_negative_step_is_refused(tmp_path):
-    from pyterrier_lsr.train import loop
+    from pyterrier_lsr.train import checkpoints as loop
     folder = tmp_path / 'run' / 'checkpoint-3'
     folder.mkdir(parents=True)
     torch.save({'step': -3, 'optimizer': {}, 'scheduler': {}, 'model': {}, 'extra': [], 'torch_rng': torch.zeros(1),
@@ -207,24 +208,25 @@ def test_training_refuses_a_user_folder_before_any_step(tmp_path):
 def test_saving_a_step_again_refuses_a_user_folder_of_that_name(tmp_path):
     from conftest import make_tiny
 
-    from pyterrier_lsr.train import TrainConfig, loop
+    from pyterrier_lsr.train import TrainConfig
+    from pyterrier_lsr.train import checkpoints as loop
     model, tokenizer = make_tiny()
     optimizer = torch.optim.AdamW(model.parameters())
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: 1.)
     path = tmp_path / 'checkpoint-1'
-    loop._save(model, tokenizer, optimizer, scheduler, 1, path, TrainConfig(), [], [])
-    loop._save(model, tokenizer, optimizer, scheduler, 1, path, TrainConfig(), [], [])  # ours: replaced
+    loop.save_checkpoint(model, tokenizer, optimizer, scheduler, 1, path, TrainConfig(), [], [])
+    loop.save_checkpoint(model, tokenizer, optimizer, scheduler, 1, path, TrainConfig(), [], [])  # ours: replaced
     assert loop.latest_checkpoint(tmp_path) == path
     mine = tmp_path / 'checkpoint-2'
     mine.mkdir()
     (mine / 'notes.txt').write_text('mine')
     with pytest.raises(FileExistsError, match='not a pyterrier-lsr checkpoint'):
-        loop._save(model, tokenizer, optimizer, scheduler, 2, mine, TrainConfig(), [], [])
+        loop.save_checkpoint(model, tokenizer, optimizer, scheduler, 2, mine, TrainConfig(), [], [])
     assert (mine / 'notes.txt').read_text() == 'mine'
 
 
 def test_a_garbled_query_table_names_its_file(tiny, tmp_path):
-    from pyterrier_lsr.query import StaticQueryEncoder
+    from pyterrier_lsr.kinds.query import StaticQueryEncoder
     _, tokenizer = tiny
     StaticQueryEncoder(tokenizer, {'nuclear': 1.5}).save_pretrained(str(tmp_path / 'q'))
     assert StaticQueryEncoder.from_pretrained(str(tmp_path / 'q')).weights == {'nuclear': 1.5}

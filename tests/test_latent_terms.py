@@ -6,12 +6,11 @@ import pytest
 import torch
 from tqdm.auto import tqdm
 
-from pyterrier_lsr import SpladeIndexer
+from pyterrier_lsr import LsrIndex, SpladeIndexer
 from pyterrier_lsr.index import quantize
-from pyterrier_lsr import LsrIndex
-from pyterrier_lsr.latent_terms import LatentTerms
-from pyterrier_lsr.train import build_latent_terms
+from pyterrier_lsr.kinds.latent_terms import LatentTerms
 from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
+from pyterrier_lsr.train import build_latent_terms
 
 TEXTS = ['nuclear reactor physics and electron density', 'the cat sat on the mat', 'radio wave noise in circuits',
          'dielectric constant of liquids', 'transistor amplifier measurement']
@@ -175,7 +174,8 @@ def test_pipeline_caches_embeddings_and_indexes_like_the_encoder(tmp_path, monke
 def test_pooling_sums_the_dense_activations_of_each_text(monkeypatch, batch_topk):
     # The term frequencies are each text's sum of its token vectors' activations, whether the SAE's k activations per
     # vector are added as such (TopK, over several products of ENCODE_ROWS rows) or densely (BatchTopK's threshold).
-    from pyterrier_lsr.models import features, sae as sae_module
+    from pyterrier_lsr.models import features
+    from pyterrier_lsr.models import sae as sae_module
     monkeypatch.setattr(sae_module, 'ENCODE_ROWS', 7)
     sae = SparseAutoencoder(SAEConfig(d_in=16, n_latents=64, k=4, batch_topk=batch_topk)).eval()
     with torch.no_grad():

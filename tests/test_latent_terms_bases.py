@@ -9,9 +9,10 @@ import numpy as np
 import pytest
 import torch
 
-from pyterrier_lsr import latent_terms, offline, storage
-from pyterrier_lsr.latent_terms import LatentTerms, cached_embeddings
-from pyterrier_lsr.offline import OfflineModel, resolve_model
+from pyterrier_lsr.core import offline, storage
+from pyterrier_lsr.core.offline import OfflineModel, resolve_model
+from pyterrier_lsr.kinds import latent_terms
+from pyterrier_lsr.kinds.latent_terms import LatentTerms, cached_embeddings
 
 TEXTS = ['nuclear reactor physics and electron density', 'the cat sat on the mat', 'radio wave noise in circuits',
          'dielectric constant of liquids', 'transistor amplifier measurement', 'a much longer text about the '

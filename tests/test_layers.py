@@ -12,12 +12,11 @@ PACKAGE = Path(__file__).resolve().parent.parent / 'pyterrier_lsr'
 
 # Lowest first. A module may import its own layer and lower ones only.
 LAYERS = [
-    ('base', ['offline', 'checks', 'storage', 'encoding', 'quiet', 'collections', 'models', 'int8', 'selection']),
-    ('wrappers', ['base', 'encoders', 'loading', 'query', 'inference_free', 'asymmetric', 'latent_terms', 'sae_splade',
-                  'pruning', 'multivector', 'ssr', 'ssr_index']),
+    ('core', ['core', 'models']),
+    ('kinds', ['kinds']),
     ('index', ['index']),
     ('train', ['train']),
-    ('applications', ['report', 'cli', 'systems', 'distributed', '__init__']),
+    ('applications', ['report', 'cli', 'systems', 'scaleout', '__init__']),
 ]
 PURE_TORCH_FORBIDDEN = ('pyterrier', 'pyterrier_alpha', 'pyterrier_pisa', 'pandas', 'ir_datasets')
 
@@ -117,3 +116,17 @@ def test_no_import_cycle():
     for node in sorted(edges):
         if node not in state:
             visit(node)
+
+
+def test_each_folder_holds_one_layer():
+    """A folder's modules all belong to one layer (the package root holds the applications that re-export)."""
+    for folder in {p.parent for p in MODULES}:
+        layers = {layer_of(module_name(p) if p.parent != PACKAGE or p.name != '__init__.py' else '__init__')
+                  for p in folder.glob('*.py')}
+        assert len(layers) == 1, f'{folder.relative_to(PACKAGE.parent)} holds modules of layers {sorted(layers)}'
+
+
+@pytest.mark.parametrize('path', MODULES, ids=lambda p: str(p.relative_to(PACKAGE)))
+def test_module_is_small(path):
+    lines = len(path.read_text().splitlines())
+    assert lines <= 450, f'{path.relative_to(PACKAGE)} has {lines} lines: split it by concept (at most 450)'

@@ -34,7 +34,7 @@ def test_use_irds_cache_makes_one_copy_and_removes_it(tmp_path):
     (source / 'vaswani' / 'docs').write_text('x')
     temp = tmp_path / 'tmp'
     temp.mkdir()
-    script = ('import sys; from pyterrier_lsr.offline import use_irds_cache\n'
+    script = ('import sys; from pyterrier_lsr.core.offline import use_irds_cache\n'
               'first, second = use_irds_cache(sys.argv[1]), use_irds_cache(sys.argv[1])\n'
               'import os; assert first == second and os.listdir(os.path.dirname(first)) == [os.path.basename(first)]\n'
               'assert open(os.path.join(first, "vaswani", "docs")).read() == "x"\n')

@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from pyterrier_lsr.offline import resolve_model
+from pyterrier_lsr.core.offline import resolve_model
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / 'README.md'
@@ -67,7 +67,7 @@ def test_the_readme_shows_one_experiment():
 
 @pytest.fixture(scope='module')
 def small_vaswani():
-    from pyterrier_lsr.collections import load_collection
+    from pyterrier_lsr.core.collection import load_collection
     return load_collection('irds:vaswani').subset(**SUBSET)
 
 

@@ -75,10 +75,9 @@ def test_index_names_key_on_model_content_and_docs(splade, tmp_path):
 
 def test_every_model_kind_and_engine(tiny, tmp_path, vaswani_docs):
     from pyterrier_lsr import SaeSplade
-    from pyterrier_lsr.models.sae_splade import SaeSpladeModel
-    from pyterrier_lsr.latent_terms import LatentTerms
+    from pyterrier_lsr.kinds.latent_terms import LatentTerms
     from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
-    from pyterrier_lsr.models.sae_splade import structural_token_ids
+    from pyterrier_lsr.models.sae_splade import SaeSpladeModel, structural_token_ids
 
     sae = SparseAutoencoder(SAEConfig(d_in=384, n_latents=256, k=8, seed=1))
     LatentTerms('all-MiniLM-L6-v2', sae, mode='single', batch_size=8).save_pretrained(tmp_path / 'models' / 'lt')
@@ -142,7 +141,7 @@ def test_query_times_take_the_median_over_passes():
 def test_latency_is_split_into_encoding_and_retrieval(splade, vaswani_docs, tmp_path):
     from pyterrier.measures import nDCG
 
-    from pyterrier_lsr.query import IDFQueryEncoder
+    from pyterrier_lsr.kinds.query import IDFQueryEncoder
 
     index = SpladeIndexer(tmp_path / 'idx.lsr', splade, verbose=False).index(vaswani_docs[:60])
     topics = pd.DataFrame({'qid': ['1', '2', '3'], 'query': ['electron density', 'dielectric constant', 'radio wave']})

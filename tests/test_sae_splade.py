@@ -6,12 +6,10 @@ import pytest
 import torch
 
 from pyterrier_lsr import LsrIndex, SaeSplade, SpladeIndexer, load_model
-from pyterrier_lsr.models.sae_splade import SaeSpladeModel
-from pyterrier_lsr.sae_splade import idf_weighted_queries
-from pyterrier_lsr.train import train_token_sae
+from pyterrier_lsr.kinds.sae_splade import idf_weighted_queries
 from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
-from pyterrier_lsr.models.sae_splade import DEFAULT_ALPHA, structural_token_ids
-from pyterrier_lsr.train import Example, TrainConfig, train
+from pyterrier_lsr.models.sae_splade import DEFAULT_ALPHA, SaeSpladeModel, structural_token_ids
+from pyterrier_lsr.train import Example, TrainConfig, train, train_token_sae
 
 TEXTS = ['the nuclear reactor physics', 'the cat sat on the dog', 'radio wave noise in a transistor amplifier circuit',
          'dielectric constant of liquids', 'electron density in the ionosphere', 'measurement of noise']

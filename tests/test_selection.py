@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import torch
 
-from pyterrier_lsr.selection import top_k_positive
+from pyterrier_lsr.core.selection import top_k_positive
 
 
 def kept(indices, values, row):

@@ -8,12 +8,14 @@ import pandas as pd
 import pytest
 import torch
 
-from pyterrier_lsr import LsrIndex, SpladeIndexer, load_model, storage
+from pyterrier_lsr import LsrIndex, SpladeIndexer, load_model
+from pyterrier_lsr.core import storage
+from pyterrier_lsr.index.maxsim import MaxSimIndex, MaxSimIndexer
+from pyterrier_lsr.index.ssr import SSRIndex, SSRIndexer, token_postings
+from pyterrier_lsr.kinds.multivector import MultiVector, maxsim_rows, segment_max
+from pyterrier_lsr.kinds.ssr import SSR, pool_codes, token_codes, train_ssr_sae
 from pyterrier_lsr.models.multivector import MultiVectorModel, maxsim, maxsim_infonce
 from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
-from pyterrier_lsr.multivector import MaxSimIndex, MultiVector, maxsim_rows, segment_max
-from pyterrier_lsr.ssr import SSR, pool_codes, token_codes, train_ssr_sae
-from pyterrier_lsr.ssr_index import SSRIndex, SSRIndexer, token_postings
 
 SHORT_DOCS = [
     'the nuclear reactor physics', 'electron density in the ionosphere', 'transistor amplifier circuit noise',
@@ -156,7 +158,7 @@ def test_train_multivector_refuses_a_length_past_the_tokenizers_before_any_step(
 
 def test_maxsim_store_retriever_scorer_and_ivf(minilm, tmp_path):
     docs = [{'docno': f'd{i}', 'text': t} for i, t in enumerate(SHORT_DOCS)]
-    store = minilm.indexer(tmp_path / 'store', verbose=False).index(docs)
+    store = MaxSimIndexer(tmp_path / 'store', minilm, verbose=False).index(docs)
     assert store.num_docs() == len(docs) and store.meta['num_tokens'] == store.vectors.shape[0]
     topics = pd.DataFrame({'qid': ['1', '2'], 'query': [SHORT_DOCS[1], SHORT_DOCS[4]]})
     res = store.retriever(num_results=5)(topics)
@@ -185,7 +187,7 @@ def test_maxsim_store_retriever_scorer_and_ivf(minilm, tmp_path):
     empty = store.retriever()(topics.iloc[:0])
     assert len(empty) == 0 and {'docno', 'score', 'rank'} <= set(empty.columns)
     with pytest.raises(FileExistsError):
-        minilm.indexer(tmp_path / 'store', verbose=False).index(docs)
+        MaxSimIndexer(tmp_path / 'store', minilm, verbose=False).index(docs)
     reopened = MaxSimIndex(tmp_path / 'store', minilm)
     assert reopened.docnos == store.docnos
 

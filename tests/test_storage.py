@@ -5,7 +5,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from pyterrier_lsr import checks, storage
+from pyterrier_lsr.core import checks, storage
 
 
 def test_write_json_is_atomic_and_leaves_no_temporary(tmp_path):

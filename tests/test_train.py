@@ -331,8 +331,8 @@ def test_cli_train_takes_irds_cache_before_ir_datasets_is_imported(tmp_path):
 def test_splade_from_encoder_without_mlm_head_and_calibration(texts):
     from transformers import AutoTokenizer
 
+    from pyterrier_lsr.core.offline import resolve_model
     from pyterrier_lsr.models.heads import calibrate_activation, head_transform, splade_from_encoder
-    from pyterrier_lsr.offline import resolve_model
 
     path = resolve_model('all-MiniLM-L6-v2')
     tokenizer = AutoTokenizer.from_pretrained(path)

@@ -6,9 +6,8 @@ import pyterrier as pt
 import pytest
 from pyterrier.measures import AP, nDCG
 
-from pyterrier_lsr import IDFQueryEncoder, LsrIndex
-from pyterrier_lsr import systems
-from pyterrier_lsr.collections import load_collection
+from pyterrier_lsr import IDFQueryEncoder, LsrIndex, systems
+from pyterrier_lsr.core.collection import load_collection
 
 # the first 30 topics, their relevant documents first, 1,000 documents in all
 REFERENCE = {  # name: (nDCG@10, AP)

@@ -5,10 +5,15 @@ import pytest
 import torch
 
 from pyterrier_lsr import Splade
-from pyterrier_lsr.models.vocab_transfer import (extend_vocabulary, sparsemax, train_byte_level_bpe, train_wordpiece,
-                                                 transfer_vocabulary)
 from pyterrier_lsr.models.heads import calibrate_activation
-from pyterrier_lsr.models.vocab_transfer import find_overlap, normalize_token, tokenizer_style
+from pyterrier_lsr.models.vocab_transfer import (
+    find_overlap,
+    normalize_token,
+    sparsemax,
+    tokenizer_style,
+    transfer_vocabulary,
+)
+from pyterrier_lsr.models.vocabularies import extend_vocabulary, train_byte_level_bpe, train_wordpiece
 
 CORPUS = [
     f'{a} {b} {c}.'
@@ -229,7 +234,7 @@ def test_domain_extension_copies_old_tokens_and_composes_new_words(tiny):
 
 
 def test_new_rows_only_trains_the_added_words_alone(tiny):
-    from pyterrier_lsr.models.vocab_transfer import new_rows_only
+    from pyterrier_lsr.models.vocabularies import new_rows_only
     model, tokenizer = tiny
     extended, words = extend_vocabulary(tokenizer, CORPUS, n=5)
     new, new_tokenizer, _ = transfer_vocabulary(model, tokenizer, extended)

@@ -3,7 +3,7 @@
 An index folder holds
 
 * ``.lsr-artifact.json``: the marker that makes the folder our index (type ``sparse_index.lsr``, a build id, the
-  digest of ``lsr.json``; see :mod:`pyterrier_lsr.storage` and :mod:`.integrity`);
+  digest of ``lsr.json``; see :mod:`pyterrier_lsr.core.storage` and :mod:`.integrity`);
 * ``pt_meta.json``: the artifact type and format (``sparse_index`` / ``lsr``), so ``pt.Artifact.load(path)`` and the
   artifact sharing routes (``to_hf``/``from_hf``, packages) know it;
 * ``lsr.json``: ``scale``, ``num_docs``, ``scoring`` (``{"kind": "dot"}``, or ``{"kind": "bm25", "k1", "b"}`` for
@@ -14,19 +14,18 @@ An index folder holds
   process, without the network and without ever picking up other weights;
 * the engines' files: PISA's at the root, others in their own subfolder (see :mod:`.engines`).
 
-Writes go through :func:`pyterrier_lsr.storage.build_folder`: an index is built in a temporary sibling folder and
+Writes go through :func:`pyterrier_lsr.core.storage.build_folder`: an index is built in a temporary sibling folder and
 swapped into place only when complete (adding an engine builds a new folder too, hard-linking the unchanged files, and
-keeps the build id, so retrievers made before stay valid);
-``overwrite`` replaces only a folder marked as a pyterrier-lsr index (or an empty one); a failed rebuild leaves the
-old index as it was; a concurrent writer fails with a clear error.  An :class:`LsrIndex` object compares the marker's
-build id on every use, so it never serves metadata or a model cached from a folder that was rebuilt since.
+keeps the build id, so retrievers made before stay valid); ``overwrite`` replaces only a folder marked as a
+pyterrier-lsr index (or an empty one); a failed rebuild leaves the old index as it was; a concurrent writer fails with
+a clear error.  An :class:`LsrIndex` object compares the marker's build id on every use, so it never serves metadata
+or a model cached from a folder that was rebuilt since.
 """
 import os
 import uuid
 from collections import Counter
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Dict, Iterable, Optional, Sequence
 
 import more_itertools
 import pandas as pd
@@ -34,10 +33,10 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 from tqdm.auto import tqdm
 
-from .. import storage
-from ..checks import MAX_SCALE, UniqueDocnos, check_float, check_int, check_vector
-from ..loading import load_model
-from ..quiet import quiet_native
+from ..core import storage
+from ..core.checks import MAX_SCALE, UniqueDocnos, check_float, check_int, check_vector
+from ..core.quiet import quiet_native
+from ..kinds.loading import load_model
 from .engines import ENGINES, get_engine
 from .integrity import check_meta, check_scoring
 from .quantization import quantize
@@ -96,7 +95,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
     ARTIFACT_PACKAGE_HINT = 'pyterrier-lsr'
 
     def __init__(self, path, model=None, *, scale: float = 100., engines: Sequence[str] = ('pisa',),
-                 overwrite: bool = False, save_model: bool = True, scoring: Optional[dict] = None,
+                 overwrite: bool = False, save_model: bool = True, scoring: dict | None = None,
                  text_field: str = 'text', batch_size: int = 1024, verbose: bool = True):
         super().__init__(path)
         self.save_model = save_model
@@ -200,7 +199,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         self.meta  # noqa: B018  (checks the folder first)
         return VectorStore(self.path / VECTORS_FOLDER)
 
-    def document_frequencies(self) -> Dict[str, int]:
+    def document_frequencies(self) -> dict[str, int]:
         """Number of documents in which each term has a non-zero (quantized) impact."""
         self.meta  # noqa: B018
         df = storage.read_json(self.path / DF_FILE, 'document frequencies')
@@ -384,7 +383,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         return f'LsrIndex({str(self.path)!r})'
 
 
-def _write_meta(folder: Path, meta: dict, build: Optional[str] = None) -> None:
+def _write_meta(folder: Path, meta: dict, build: str | None = None) -> None:
     """Records every file of ``folder`` in ``lsr.json``, writes it, and marks the folder with the build id (a new one
     unless given) and the digest of ``lsr.json`` (see :mod:`.integrity`)."""
     meta['files'] = storage.record_files(folder, leave_out={META_FILE})
@@ -413,9 +412,8 @@ class SpladeIndexer(pt.Indexer):
     Args:
         path: index folder to create.
         encoder: a model of the project (anything with ``encode(texts) -> [{term: weight}]`` and
-            ``save_pretrained``). Without one, input documents must carry ``toks`` already (e.g.
-            ``(splade.doc_encoder() >> SpladeIndexer(path)).index(corpus)``: the doc encoder hands its model over, so
-            the index records it all the same).
+            ``save_pretrained``). Without one, input documents must carry ``toks`` already (e.g. ``(splade >>
+            SpladeIndexer(path)).index(corpus)``: the model hands itself over, so the index records it all the same).
         scale: quantization scale (see :mod:`.quantization`). Stored with the index.
         overwrite: replace an existing index at ``path`` (never another folder), atomically.
         engines: engines to build (default PISA; ``'bmp'``, ``'seismic'`` with the ``engines`` extra).
@@ -426,7 +424,7 @@ class SpladeIndexer(pt.Indexer):
 
     def __init__(self, path, encoder=None, scale: float = 100., overwrite: bool = False, text_field: str = 'text',
                  batch_size: int = 1024, verbose: bool = True, engines: Sequence[str] = ('pisa',),
-                 save_model: bool = True, scoring: Optional[dict] = None):
+                 save_model: bool = True, scoring: dict | None = None):
         self.artifact = LsrIndex(path, encoder, scale=scale, engines=engines, overwrite=overwrite,
                                  save_model=save_model, scoring=scoring, text_field=text_field,
                                  batch_size=batch_size, verbose=verbose)

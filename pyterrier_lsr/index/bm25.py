@@ -5,7 +5,7 @@ from collections.abc import Iterable
 import pandas as pd
 import pyterrier as pt
 
-from ..quiet import quiet_native
+from ..core.quiet import quiet_native
 
 
 class BM25(pt.Transformer):

@@ -2,14 +2,15 @@
 
 At build time every file of the index is recorded in ``lsr.json`` (``files``: its size and sha256), and the digest of
 ``lsr.json`` itself, with a fresh build id, goes into the folder's marker (written last, see
-:mod:`pyterrier_lsr.storage`).  Full digests of every file cost one read of the index at build time, next to the
+:mod:`pyterrier_lsr.core.storage`).  Full digests of every file cost one read of the index at build time, next to the
 encoding of the corpus, which dominates it by orders of magnitude.
 
 * On open (cheap, every ``LsrIndex`` use that reads metadata): ``lsr.json``'s digest against the marker, its fields,
-  every file's size, and the digests of files up to :data:`~pyterrier_lsr.storage.CHEAP_DIGEST_BYTES` (metadata
+  every file's size, and the digests of files up to :data:`~pyterrier_lsr.core.storage.CHEAP_DIGEST_BYTES` (metadata
   such as ``df.json``, ``vectors/vectors.json``, engines' term tables and settings, the model's configuration): a
   truncated shard or an edited table is an error naming the file before any engine reads it.  The recording and the
-  checks themselves (:func:`~pyterrier_lsr.storage.record_files`, :func:`~pyterrier_lsr.storage.check_files`) live in
+  checks themselves (:func:`~pyterrier_lsr.core.storage.record_files`, :func:`~pyterrier_lsr.core.storage.check_files`)
+  live in
   the storage layer, shared with the MaxSim store and the SSR index.
 * When the stored model is loaded: the digests of every file of the model folder (weights edited in place).
 * :meth:`LsrIndex.verify <pyterrier_lsr.LsrIndex.verify>`: every digest.
@@ -19,9 +20,8 @@ not an adversary who rewrites the records too.
 """
 import math
 from pathlib import Path, PurePosixPath
-from typing import Optional
 
-from ..checks import MAX_SCALE, check_float, check_int
+from ..core.checks import MAX_SCALE, check_float, check_int
 
 __all__ = ['check_meta', 'check_scoring', 'safe_relative']
 
@@ -87,7 +87,7 @@ def _check_records(files) -> None:
             raise ValueError(f'files: the entry {name!r:.60} must be a relative name with its bytes and sha256')
 
 
-def _check_model(model: Optional[dict]) -> None:
+def _check_model(model: dict | None) -> None:
     if model is None:
         return
     if not isinstance(model, dict) or not safe_relative(model.get('path')):

@@ -12,19 +12,19 @@ Encoders never scale; the indexer and the retrievers read the same ``scale``.
 
 Weights must be finite, non-negative and at most :data:`MAX_WEIGHT` (document and query side): PISA repeats a query
 term ``int(w * scale)`` times, so an unbounded weight hangs or exhausts memory, and impacts are 32-bit integers (so
-``scale`` is at most :data:`~pyterrier_lsr.checks.MAX_SCALE`, about 2.1 million).
+``scale`` is at most :data:`~pyterrier_lsr.core.checks.MAX_SCALE`, about 2.1 million).
 
 PISA lowercases query terms (pre-tokenized ones too), so a term that lowercasing would change (cased vocabularies) is
 stored and queried in an escaped form (:func:`pisa_term`); other terms are stored as they are.
 """
-from typing import Dict, Mapping
+from collections.abc import Mapping
 
-from ..checks import MAX_WEIGHT, check_term
+from ..core.checks import MAX_WEIGHT, check_term
 
 __all__ = ['MAX_WEIGHT', 'quantize', 'pisa_term']
 
 
-def quantize(vector: Mapping[str, float], scale: float) -> Dict[str, int]:
+def quantize(vector: Mapping[str, float], scale: float) -> dict[str, int]:
     """``{term: int(weight * scale)}`` without the zeros, exactly as PISA stores document impacts."""
     out = {}
     for term, weight in vector.items():

@@ -15,7 +15,7 @@ import numpy as np
 from scipy import sparse
 from tqdm.auto import tqdm
 
-from ..checks import check_int
+from ..core.checks import check_int
 
 __all__ = ['bisection_order', 'permute_rows']
 

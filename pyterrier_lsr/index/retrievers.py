@@ -3,7 +3,7 @@ engine, and a query encoder composed with it under a short, ``save_dir``-safe na
 import pandas as pd
 import pyterrier as pt
 
-from ..checks import check_query_frame, check_vector
+from ..core.checks import check_query_frame, check_vector
 
 __all__ = ['QueryToksRetriever', 'Retriever', 'system_label']
 

@@ -8,12 +8,12 @@ order with their row counts and byte sizes.  Shards are written under a temporar
 this form, so a corpus is encoded once; distributed writers produce shards independently (:func:`write_shard`) and one
 manifest joins them (:func:`write_manifest`).  Any Parquet reader (pandas, pyarrow, Spark) reads the shards.
 """
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Mapping, Optional, Sequence, Tuple
 
 import numpy as np
 
-from .. import storage
+from ..core import storage
 from .integrity import safe_relative
 
 MANIFEST = 'vectors.json'
@@ -44,7 +44,7 @@ def write_shard(folder, name: str, docnos: Sequence[str], vectors: Sequence[Mapp
             'bytes': (folder / name).stat().st_size}
 
 
-def write_manifest(folder, shards: List[dict]) -> 'VectorStore':
+def write_manifest(folder, shards: list[dict]) -> 'VectorStore':
     """Joins shards (in corpus order) into a vector folder; checks that each is present with its recorded size."""
     folder = Path(folder)
     _check_shards(folder, shards)
@@ -61,9 +61,9 @@ class VectorWriter:
             raise ValueError(f'shard_size must be >= 1, got {shard_size}')
         self.folder = Path(folder)
         self.shard_size = shard_size
-        self.shards: List[dict] = []
-        self._docnos: List[str] = []
-        self._vectors: List[Mapping[str, float]] = []
+        self.shards: list[dict] = []
+        self._docnos: list[str] = []
+        self._vectors: list[Mapping[str, float]] = []
 
     def add(self, docno: str, vector: Mapping[str, float]) -> None:
         self._docnos.append(docno)
@@ -109,18 +109,18 @@ class VectorStore:
         for shard in self.manifest['shards']:
             yield pq.read_table(self.folder / shard['file'])
 
-    def __iter__(self) -> Iterator[Tuple[str, Dict[str, float]]]:
+    def __iter__(self) -> Iterator[tuple[str, dict[str, float]]]:
         """``(docno, {term: weight})`` in corpus order."""
         for table in self._tables():
             columns = table.to_pydict()
             for docno, terms, weights in zip(columns['docno'], columns['terms'], columns['weights']):
                 yield docno, dict(zip(terms, weights))
 
-    def docnos(self) -> List[str]:
+    def docnos(self) -> list[str]:
         return [d for table in self._tables() for d in table.column('docno').to_pylist()]
 
-    def to_csr(self, convert: Optional[Callable[[np.ndarray], np.ndarray]] = None
-               ) -> Tuple[List[str], List[str], np.ndarray, np.ndarray, np.ndarray]:
+    def to_csr(self, convert: Callable[[np.ndarray], np.ndarray] | None = None
+               ) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]:
         """``(docnos, terms, indptr, indices, values)``: the corpus as a CSR matrix over a term list (terms numbered
         in order of first appearance), for engines that build from arrays.  ``values`` are the weights (float64), or
         what ``convert`` makes of each shard's weights: applied shard by shard, so that a narrower form never needs
@@ -128,7 +128,7 @@ class VectorStore:
         import pyarrow as pa
         import pyarrow.compute as pc
         docnos, term_ids, values, lengths = [], [], [], []
-        vocabulary: Dict[str, int] = {}
+        vocabulary: dict[str, int] = {}
         for table in self._tables():
             docnos.extend(table.column('docno').to_pylist())
             terms = table.column('terms').combine_chunks()

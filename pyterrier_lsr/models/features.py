@@ -4,17 +4,16 @@
 mean-pooled vector per text (``single``) or one per token (``multi``); :class:`LatentTermsModel` pools a TopK SAE's
 activations of those vectors into per-text term frequencies.
 """
-from typing import Optional, Sequence
-
 import json
+from collections.abc import Sequence
 from pathlib import Path
 
 import torch
 from torch import nn
 
-from .. import storage
-from ..checks import check_int
-from ..offline import resolve_model
+from ..core import storage
+from ..core.checks import check_int
+from ..core.offline import resolve_model
 from .sae import SparseAutoencoder
 
 MODES = ('single', 'multi')
@@ -118,7 +117,7 @@ def st_pooling(folder) -> str:
     return known[modes[0]]
 
 
-def st_max_length(folder) -> Optional[int]:
+def st_max_length(folder) -> int | None:
     """The truncation length a sentence-transformers folder declares (``max_seq_length`` in
     ``sentence_bert_config.json``: 256 for all-MiniLM-L6-v2, 384 for all-mpnet-base-v2), ``None`` where it declares
     none (a plain HF folder)."""
@@ -130,7 +129,8 @@ def st_max_length(folder) -> Optional[int]:
 
 
 def load_dense(name_or_path: str):
-    """An HF encoder and its tokenizer; offline names and their hub names (see :mod:`pyterrier_lsr.offline`) resolve
+    """An HF encoder and its tokenizer; offline names and their hub names (see :mod:`pyterrier_lsr.core.offline`)
+    resolve
     to their folders.  A sentence-transformers folder's pooling: :func:`st_pooling`."""
     from transformers import AutoModel, AutoTokenizer
     folder = resolve_model(str(name_or_path))

@@ -5,13 +5,13 @@ every text activates thousands of terms and dot products explode.  ``rescale_hea
 by ``k`` (paper: 16); the factor is a setting of the model (``config.json`` -> ``lsr.head_scale``), not an edit of
 the weights, because the decoder is usually tied to the input embeddings.
 """
-from typing import Dict, Sequence, Union
+from collections.abc import Sequence
 
 import torch
 from torch import nn
 
+from ..core.checks import check_float
 from .pooling import max_pooled_logits
-from ..checks import check_float
 from .splade import SpladeModel, quiet_loading
 
 # Our "auto" reference: the standard deviation of per-token MLM logits of a BERT-style head. The offline
@@ -37,7 +37,7 @@ def _pooled_logits(model: SpladeModel, tokenizer, texts: Sequence[str], max_leng
     return hidden[mask.bool()], token_logits / model.settings['head_scale'], pooled / model.settings['head_scale']
 
 
-def head_report(model: SpladeModel, tokenizer, texts: Sequence[str], max_length: int = 128) -> Dict[str, float]:
+def head_report(model: SpladeModel, tokenizer, texts: Sequence[str], max_length: int = 128) -> dict[str, float]:
     """Norms of the MLM head and statistics of its logits and SPLADE activations on ``texts``.
 
     Returns decoder row norms, bias statistics, the norm of the decoder's input, per-token logit statistics,
@@ -67,7 +67,7 @@ def head_report(model: SpladeModel, tokenizer, texts: Sequence[str], max_length:
     }
 
 
-def rescale_head(model: SpladeModel, k: Union[float, str], tokenizer=None, texts: Sequence[str] = ()) -> float:
+def rescale_head(model: SpladeModel, k: float | str, tokenizer=None, texts: Sequence[str] = ()) -> float:
     """Divides the model's MLM logits by ``k`` (on top of any earlier factor) and returns ``k``.
 
     ``k="auto"`` (needs ``tokenizer`` and sample ``texts``): ``k = std(logits) / 3.0``, the standard deviation of the
@@ -93,7 +93,7 @@ def splade_from_encoder(name_or_path: str, special_token_ids=(), **kwargs) -> Sp
     """
     from transformers import AutoModelForMaskedLM
 
-    from ..offline import resolve_model
+    from ..core.offline import resolve_model
     with quiet_loading():  # the head is missing on purpose and initialised below
         mlm = AutoModelForMaskedLM.from_pretrained(resolve_model(str(name_or_path)), **kwargs)  # offline names too
     mlm.tie_weights()
@@ -120,7 +120,7 @@ def head_transform(mlm: nn.Module):
 
 @torch.no_grad()
 def calibrate_activation(model: SpladeModel, tokenizer, texts: Sequence[str], target_active: float = 0.005,
-                         max_length: int = 128) -> Dict[str, float]:
+                         max_length: int = 128) -> dict[str, float]:
     """Activation-potential calibration (APC): shifts the output bias so that a ``target_active`` fraction of
     (text, term) pairs starts active, neither all dead (no gradient through the relu) nor dense.
 

@@ -11,18 +11,18 @@ Our choices where ColBERT differs (documented, not tuned): no ``[Q]``/``[D]`` ma
 augmentation (the backbone, all-MiniLM-L6-v2, has no such embeddings trained), punctuation is kept.
 
 A model folder is the backbone's HF folder + ``projection.safetensors`` + ``multivector.json`` (our settings);
-the wrapper (:class:`pyterrier_lsr.multivector.MultiVector`) adds the tokenizer.
+the wrapper (:class:`pyterrier_lsr.kinds.multivector.MultiVector`) adds the tokenizer.
 """
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Optional, Sequence, Tuple
 
 import torch
 import torch.nn.functional as F
 from torch import nn
 
 # The shared token-state extraction of Latent Terms and SAE-SPLADE (normalised token states + their mask).
-from .. import storage
-from ..checks import check_int
+from ..core import storage
+from ..core.checks import check_int
 from .features import DenseFeatures
 
 KIND = 'multivector'
@@ -57,7 +57,7 @@ class MultiVectorModel(nn.Module):
     ``batch x length x dim`` (L2-normalised, zero where masked), mask ``batch x length`` (scored tokens)."""
 
     def __init__(self, backbone: nn.Module, dim: int = 128, skip_ids: Sequence[int] = (),
-                 projection: Optional[torch.Tensor] = None, seed: int = 0):
+                 projection: torch.Tensor | None = None, seed: int = 0):
         super().__init__()
         self.features = DenseFeatures(backbone, mode='multi', skip_ids=skip_ids, frozen=False)
         self.dim = check_int('dim', dim, 1)  # 0 would embed every token as the empty vector: every score 0
@@ -75,7 +75,7 @@ class MultiVectorModel(nn.Module):
     def backbone(self) -> nn.Module:
         return self.features.dense
 
-    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> Tuple[torch.Tensor, torch.Tensor]:
+    def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         vectors, _ = self.features(input_ids, attention_mask)
         mask = self.features.token_mask(input_ids, attention_mask)
         out = vectors.new_zeros(*mask.shape, self.dim)

@@ -1,5 +1,4 @@
 """Poolings that turn per-token logits over a vocabulary into one sparse vector per text."""
-from typing import Optional
 
 import torch
 
@@ -21,7 +20,7 @@ def _compute_dtype(hidden: torch.Tensor) -> torch.dtype:
 
 
 def max_pooled_logits(hidden: torch.Tensor, attention_mask: torch.Tensor, weight: torch.Tensor,
-                      bias: Optional[torch.Tensor] = None, chunk_elements: Optional[int] = None) -> torch.Tensor:
+                      bias: torch.Tensor | None = None, chunk_elements: int | None = None) -> torch.Tensor:
     """``max_i (hidden_i · weight^T + bias)`` over the non-padding positions ``i`` of each text.
 
     The logits are computed in tiles of at most ``chunk_elements`` (a group of texts x a slice of the

@@ -10,17 +10,17 @@ A saved SAE is a folder: ``sae_config.json`` + ``sae.safetensors`` (see :meth:`S
 """
 import math
 import time
+from collections.abc import Iterable
 from dataclasses import asdict, dataclass, fields
 from pathlib import Path
-from typing import Iterable, List, Optional, Union
 
 import numpy as np
 import torch
 from torch import nn
 from tqdm.auto import tqdm
 
-from .. import storage
-from ..checks import check_bool, check_float, check_int
+from ..core import storage
+from ..core.checks import check_bool, check_float, check_int
 
 CONFIG_FILE = 'sae_config.json'
 WEIGHTS_FILE = 'sae.safetensors'
@@ -40,7 +40,7 @@ class SAEConfig:
     n_latents: int = 4096
     k: int = 16
     batch_topk: bool = False
-    k_aux: Optional[int] = None
+    k_aux: int | None = None
     aux_coef: float = 1 / 32
     dead_after: int = 50_000
     lr: float = 1e-3
@@ -156,7 +156,7 @@ class SparseAutoencoder(nn.Module):
         """Latent activations (``... x n_latents``, dense tensor with at most k non-zeros per vector under TopK)."""
         return self.sparsify(self.pre_activations(x))
 
-    def encode_topk(self, x: torch.Tensor, k: Optional[int] = None):
+    def encode_topk(self, x: torch.Tensor, k: int | None = None):
         """Per-vector TopK in sparse form: ``(indices, values)``, both ``n x k`` (values relu'd, so some may be 0);
         ``k`` defaults to the trained ``config.k`` (a larger one keeps more latents at inference).
 
@@ -175,7 +175,7 @@ class SparseAutoencoder(nn.Module):
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         return self.decode(self.encode(x))
 
-    def _active(self, x: torch.Tensor, latents: Optional[torch.Tensor], k: int):
+    def _active(self, x: torch.Tensor, latents: torch.Tensor | None, k: int):
         """Top-k latents (among ``latents``; ``None``: all) of ``x`` and their relu'd activations (see
         :class:`_TopK`)."""
         return _TopK.apply(x, self.b_dec, self.W_enc, self.b_enc, latents, k)
@@ -242,12 +242,12 @@ class SparseAutoencoder(nn.Module):
         return model.to(device or 'cpu').eval()
 
 
-def latent_term_names(n_latents: int) -> List[str]:
+def latent_term_names(n_latents: int) -> list[str]:
     """Index terms of latents: ``l<id>`` (lowercase, so PISA stores and queries them as they are)."""
     return [f'l{i}' for i in range(n_latents)]
 
 
-Vectors = Union[torch.Tensor, np.ndarray, Iterable]
+Vectors = torch.Tensor | np.ndarray | Iterable
 
 
 def _tensor(batch) -> torch.Tensor:
@@ -269,7 +269,7 @@ def _batches(vectors: Vectors, config: SAEConfig, generator: torch.Generator):
         yield from map(_tensor, vectors)
 
 
-def _num_batches(vectors: Vectors, config: SAEConfig) -> Optional[int]:
+def _num_batches(vectors: Vectors, config: SAEConfig) -> int | None:
     if isinstance(vectors, (torch.Tensor, np.ndarray)):
         return config.epochs * math.ceil(len(vectors) / config.batch_size)
     return len(vectors) if hasattr(vectors, '__len__') else None
@@ -285,7 +285,7 @@ def _data_mean(vectors: Vectors, first: torch.Tensor) -> torch.Tensor:
     return (total / len(vectors)).float()
 
 
-def train_sae(vectors: Vectors, config: SAEConfig, model: Optional[SparseAutoencoder] = None, device=None,
+def train_sae(vectors: Vectors, config: SAEConfig, model: SparseAutoencoder | None = None, device=None,
               log_every: int = 10, verbose: bool = True):
     """Trains a TopK SAE on ``vectors`` (an ``N x d`` tensor/array/memmap, shuffled for ``config.epochs`` passes, or
     an iterator of ``batch x d`` batches, consumed once).
@@ -308,7 +308,7 @@ def train_sae(vectors: Vectors, config: SAEConfig, model: Optional[SparseAutoenc
     model.to(device).train()
     # The fused kernel: Adam's pass over both dense matrices was a quarter of a step at 16,384 latents (4-5x faster).
     optimizer = torch.optim.Adam(model.parameters(), lr=config.lr, fused=device.type in ('cpu', 'cuda'))
-    log: List[dict] = []
+    log: list[dict] = []
     seen, start, window = 0, time.perf_counter(), []
 
     def steps():

@@ -35,16 +35,16 @@ tokenizer + ``sae/``; :meth:`SaeSplade.from_pretrained` rebuilds it exactly and
 :func:`pyterrier_lsr.load_model` (hence ``LsrIndex(path).retriever()``) recognises it.
 """
 import json
+from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import List, Mapping, Optional, Sequence
 
 import torch
 from safetensors.torch import load_file, save_file
 from torch import nn
 
+from ..core.checks import check_float, check_int
 from .features import DenseFeatures
 from .sae import SparseAutoencoder, latent_term_names
-from ..checks import check_float, check_int
 from .splade import CONFIG_KEY
 
 KIND = 'sae-splade'
@@ -57,7 +57,7 @@ WEIGHT_FILE = 'latent_weight.safetensors'
 DEFAULT_ALPHA = 4.7
 
 
-def structural_token_ids(tokenizer) -> List[int]:
+def structural_token_ids(tokenizer) -> list[int]:
     """Special token ids whose positions take no part in pooling: all but ``[UNK]`` (which stands for real text)."""
     return sorted(set(tokenizer.all_special_ids) - {tokenizer.unk_token_id})
 
@@ -75,8 +75,8 @@ class SaeSpladeModel(nn.Module):
     """
 
     def __init__(self, backbone: nn.Module, sae: SparseAutoencoder, skip_ids: Sequence[int] = (),
-                 alpha: float = DEFAULT_ALPHA, threshold: Optional[torch.Tensor] = None,
-                 weight: Optional[torch.Tensor] = None):
+                 alpha: float = DEFAULT_ALPHA, threshold: torch.Tensor | None = None,
+                 weight: torch.Tensor | None = None):
         super().__init__()
         hidden = backbone.config.hidden_size
         if sae.config.d_in != hidden:
@@ -146,7 +146,7 @@ class SaeSpladeModel(nn.Module):
         return cls(backbone, sae, skip_ids, alpha=settings['alpha'], threshold=threshold, weight=weight)
 
 
-def _per_latent(name: str, values: Optional[torch.Tensor], n_latents: int, default: float) -> torch.Tensor:
+def _per_latent(name: str, values: torch.Tensor | None, n_latents: int, default: float) -> torch.Tensor:
     if values is None:
         return torch.full((n_latents,), default)
     if values.shape != (n_latents,):

@@ -1,7 +1,7 @@
 """SPLADE model: any HF masked LM whose MLM logits are max-pooled into one weight per vocabulary term."""
 import contextlib
 import math
-from typing import Iterable, Optional, Tuple
+from collections.abc import Iterable
 
 import torch
 from torch import nn
@@ -51,7 +51,7 @@ def check_settings(settings: dict, where: str = 'config.json') -> dict:
     return settings
 
 
-def _head_layout(mlm: nn.Module) -> Optional[Tuple[str, str]]:
+def _head_layout(mlm: nn.Module) -> tuple[str, str] | None:
     """Which known MLM-head layout ``mlm`` has, and the name of the module holding its transform (the head up to,
     not including, its vocabulary projection): BERT, RoBERTa/XLM-R, DistilBERT or ModernBERT; None for others.
     A name, not a module reference, so that copies and state dicts of the model are unaffected."""
@@ -69,7 +69,7 @@ def _head_layout(mlm: nn.Module) -> Optional[Tuple[str, str]]:
     return None
 
 
-def _head_transform(mlm: nn.Module, layout: Tuple[str, str], hidden: torch.Tensor) -> torch.Tensor:
+def _head_transform(mlm: nn.Module, layout: tuple[str, str], hidden: torch.Tensor) -> torch.Tensor:
     """The head transform of ``layout``, op for op as the library's own forward (bit-identical results)."""
     kind, name = layout
     module = mlm.get_submodule(name)

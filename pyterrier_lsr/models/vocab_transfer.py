@@ -14,23 +14,16 @@ embeddings (and output bias) for a target vocabulary:
 * tokens with no decomposition fall back to the mean source embedding and bias.
 
 The decoder is tied to the new input embeddings; the rest of the MLM head is kept. Target vocabularies:
-any normalized tokenizer (e.g. bert-base-uncased's WordPiece), :func:`train_wordpiece` on a corpus, and
-:func:`extend_vocabulary` (the domain variant: add the most frequent corpus words the vocabulary splits).
-
-One concept (moving a masked LM to another vocabulary), kept in one module past 450 lines: the tokenizer styles,
-the row initialisers and the transfer report share the token normalisation.
+any normalized tokenizer (e.g. bert-base-uncased's WordPiece), or one made by :mod:`.vocabularies` from a corpus.
 """
 import copy
 import inspect
-import json
 import unicodedata
 from collections import Counter
-from contextlib import contextmanager
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple
+from collections.abc import Callable, Sequence
 
 import torch
 from torch import nn
-from torch.optim.optimizer import register_optimizer_step_post_hook
 
 from .splade import CONFIG_KEY, SpladeModel
 
@@ -41,7 +34,7 @@ ROLES = {'cls': 'bos', 'sep': 'eos', 'pad': None, 'mask': None, 'unk': None, 'bo
 Embedder = Callable[[Sequence[str]], torch.Tensor]
 
 
-def _bytes_to_unicode() -> Dict[int, str]:
+def _bytes_to_unicode() -> dict[int, str]:
     """GPT-2's byte -> printable character table used by byte-level BPE vocabularies (``Ġ`` is the space byte)."""
     bs = list(range(ord('!'), ord('~') + 1)) + list(range(ord('¡'), ord('¬') + 1)) + list(range(ord('®'), ord('ÿ') + 1))
     cs = bs[:]
@@ -87,7 +80,7 @@ def normalize_text(text: str) -> str:
     return ''.join(c for c in unicodedata.normalize('NFD', text) if unicodedata.category(c) != 'Mn').lower()
 
 
-def _surface(token: str, style: str) -> Optional[Tuple[str, bool]]:
+def _surface(token: str, style: str) -> tuple[str, bool] | None:
     """``(text, starts_word)`` of a vocabulary entry with its style's markers removed (not yet normalized)."""
     if style not in STYLES:
         raise ValueError(f'style must be one of {STYLES}, got {style!r}')
@@ -107,7 +100,7 @@ def _surface(token: str, style: str) -> Optional[Tuple[str, bool]]:
     return (body, start) if body else None
 
 
-def normalize_token(token: str, style: str) -> Optional[Tuple[str, bool]]:
+def normalize_token(token: str, style: str) -> tuple[str, bool] | None:
     """The normalized surface form of a vocabulary entry and whether it starts a word, or None (no text of its own).
 
     ``normalize_token('ĠCafé', 'bpe') == normalize_token('café', 'wordpiece') == ('cafe', True)``;
@@ -121,7 +114,7 @@ def normalize_token(token: str, style: str) -> Optional[Tuple[str, bool]]:
     return (text, surface[1]) if text else None
 
 
-def find_overlap(source_tokenizer, target_tokenizer, merge: str = 'exact') -> Dict[int, List[int]]:
+def find_overlap(source_tokenizer, target_tokenizer, merge: str = 'exact') -> dict[int, list[int]]:
     """Maps each non-special target token id to the source token ids with the same normalized surface form.
 
     ``merge='exact'``: when one of those source forms is already normalized (``Ġhello`` for ``hello``), only that
@@ -131,7 +124,7 @@ def find_overlap(source_tokenizer, target_tokenizer, merge: str = 'exact') -> Di
         raise ValueError(f"merge must be 'exact' or 'mean', got {merge!r}")
     source_style, target_style = tokenizer_style(source_tokenizer), tokenizer_style(target_tokenizer)
     source_special, target_special = set(source_tokenizer.all_special_ids), set(target_tokenizer.all_special_ids)
-    forms: Dict[Tuple[str, bool], List[Tuple[int, bool]]] = {}
+    forms: dict[tuple[str, bool], list[tuple[int, bool]]] = {}
     for token, i in sorted(source_tokenizer.get_vocab().items(), key=lambda item: item[1]):
         key = None if i in source_special else normalize_token(token, source_style)
         if key is not None:
@@ -159,12 +152,12 @@ def decomposition_embedder(model: nn.Module, tokenizer) -> Embedder:
     return embed
 
 
-def _vocab_size(tokenizer) -> int:
+def tokenizer_size(tokenizer) -> int:
     """Rows a model needs for this tokenizer: its largest id + 1 (a vocabulary may have holes)."""
     return max(tokenizer.get_vocab().values()) + 1
 
 
-def _special_map(source_tokenizer, target_tokenizer) -> Dict[int, int]:
+def _special_map(source_tokenizer, target_tokenizer) -> dict[int, int]:
     """Target special token id -> the source special token id of the same role (cls/bos, sep/eos, pad, mask, unk)."""
     out = {}
     for role, alternative in ROLES.items():
@@ -178,7 +171,7 @@ def _special_map(source_tokenizer, target_tokenizer) -> Dict[int, int]:
 
 
 def _compose(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, temperature: float, chunk: int = 1024
-             ) -> Tuple[torch.Tensor, int]:
+             ) -> tuple[torch.Tensor, int]:
     """For each query row, sparsemax weights over the key rows (cosine / temperature) applied to ``values``; also
     returns the total number of non-zero weights."""
     keys = nn.functional.normalize(keys, dim=1)
@@ -190,7 +183,7 @@ def _compose(query: torch.Tensor, keys: torch.Tensor, values: torch.Tensor, temp
     return torch.cat(out), support
 
 
-def _word(token: str, style: str) -> Optional[str]:
+def _word(token: str, style: str) -> str | None:
     """How a target token appears in running text, for embedding it: word starts get a leading space."""
     key = normalize_token(token, style)
     return None if key is None else (' ' + key[0] if key[1] else key[0])
@@ -225,9 +218,9 @@ def _model_tokenizer(target_tokenizer, mlm: nn.Module, source_tokenizer):
 
 
 @torch.no_grad()
-def transfer_vocabulary(model: nn.Module, source_tokenizer, target_tokenizer, embedder: Optional[Embedder] = None,
+def transfer_vocabulary(model: nn.Module, source_tokenizer, target_tokenizer, embedder: Embedder | None = None,
                         composition: str = 'sparsemax', temperature: float = 0.05, merge: str = 'exact'
-                        ) -> Tuple[SpladeModel, object, Dict[str, float]]:
+                        ) -> tuple[SpladeModel, object, dict[str, float]]:
     """Moves a masked LM (or :class:`SpladeModel`) from ``source_tokenizer``'s vocabulary to ``target_tokenizer``'s.
 
     Args:
@@ -257,11 +250,11 @@ def transfer_vocabulary(model: nn.Module, source_tokenizer, target_tokenizer, em
     if decoder is None:
         raise ValueError(f'{type(mlm).__name__} has no output embeddings (not a masked LM?)')
     source_bias = None if decoder.bias is None else decoder.bias.detach().float().clone()
-    if _vocab_size(source_tokenizer) > len(source_weight):
-        raise ValueError(f'source tokenizer has ids up to {_vocab_size(source_tokenizer) - 1} but the model only '
+    if tokenizer_size(source_tokenizer) > len(source_weight):
+        raise ValueError(f'source tokenizer has ids up to {tokenizer_size(source_tokenizer) - 1} but the model only '
                          f'{len(source_weight)} embeddings: is it the model\'s own tokenizer?')
 
-    size = _vocab_size(target_tokenizer)
+    size = tokenizer_size(target_tokenizer)
     weight = source_weight.mean(0).repeat(size, 1)
     bias = None if source_bias is None else source_bias.mean().repeat(size)
     kind = ['fallback'] * size
@@ -343,7 +336,7 @@ def _semantic_init(weight, bias, kind, source_weight, source_bias, target_tokeni
     report.update(support_mean=support / len(todo), norm_scale=scale.item())
 
 
-def _set_special_ids(mlm: nn.Module, tokenizer, old_pad: Optional[int]):
+def _set_special_ids(mlm: nn.Module, tokenizer, old_pad: int | None):
     """Points the config's special-token ids (and padding indices) at the target tokenizer's."""
     config = mlm.config
     for role, alternative in ROLES.items():
@@ -357,110 +350,3 @@ def _set_special_ids(mlm: nn.Module, tokenizer, old_pad: Optional[int]):
     mlm.get_input_embeddings().padding_idx = new_pad
     if old_pad is not None and new_pad is not None and old_pad != new_pad:
         _shift_padding_positions(mlm, old_pad, new_pad)
-
-
-def _normalized_words(tokenizer, texts: Iterable[str]) -> Counter:
-    """Word counts of ``texts`` under the tokenizer's own normalizer and pre-tokenizer."""
-    backend = tokenizer.backend_tokenizer
-    counts = Counter()
-    for text in texts:
-        text = backend.normalizer.normalize_str(text) if backend.normalizer else normalize_text(text)
-        counts.update(w for w, _ in backend.pre_tokenizer.pre_tokenize_str(text))
-    return counts
-
-
-def train_wordpiece(texts: Iterable[str], vocab_size: int = 20_000, min_frequency: int = 2):
-    """A lowercase, accent-stripping WordPiece tokenizer (BERT-uncased style, ``[CLS] [SEP] [PAD] [MASK] [UNK]``)
-    trained on ``texts`` with the ``tokenizers`` library."""
-    from tokenizers import Tokenizer, models, normalizers, pre_tokenizers, trainers
-    from transformers import BertTokenizerFast
-    if vocab_size < 10:
-        raise ValueError(f'vocab_size must be >= 10, got {vocab_size}')
-    backend = Tokenizer(models.WordPiece(unk_token='[UNK]'))
-    backend.normalizer = normalizers.BertNormalizer(lowercase=True, strip_accents=True)
-    backend.pre_tokenizer = pre_tokenizers.BertPreTokenizer()
-    trainer = trainers.WordPieceTrainer(vocab_size=vocab_size, min_frequency=min_frequency,
-                                        special_tokens=['[PAD]', '[UNK]', '[CLS]', '[SEP]', '[MASK]'])
-    backend.train_from_iterator(texts, trainer)
-    # Built from the vocabulary (not the trained object) so the tokenizer is an ordinary BERT-uncased one.
-    return BertTokenizerFast(vocab=backend.get_vocab(), do_lower_case=True)
-
-
-def train_byte_level_bpe(texts: Iterable[str], vocab_size: int, model_max_length: int = 256):
-    """A cased byte-level BPE tokenizer (RoBERTa layout: ``<s>``=0, ``<pad>``=1, ``</s>``=2, ``<unk>``=3,
-    ``<mask>``=4) trained on ``texts``: the surface-form vocabularies vocabulary transfer starts from."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, processors, trainers
-    from transformers import RobertaTokenizerFast
-
-    backend = Tokenizer(models.BPE())
-    backend.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=True)
-    backend.decoder = decoders.ByteLevel()
-    backend.train_from_iterator(texts, trainers.BpeTrainer(
-        vocab_size=vocab_size, special_tokens=['<s>', '<pad>', '</s>', '<unk>', '<mask>'],
-        initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
-    backend.post_processor = processors.RobertaProcessing(('</s>', 2), ('<s>', 0))
-    return RobertaTokenizerFast(tokenizer_object=backend, bos_token='<s>', eos_token='</s>', sep_token='</s>',
-                                cls_token='<s>', unk_token='<unk>', pad_token='<pad>', mask_token='<mask>',
-                                model_max_length=model_max_length, model_input_names=['input_ids', 'attention_mask'])
-
-
-def extend_vocabulary(tokenizer, texts: Iterable[str], n: int = 1000, min_frequency: int = 2):
-    """Adds the ``n`` most frequent normalized, alphabetic corpus words that ``tokenizer`` (a WordPiece vocabulary)
-    splits into several tokens, as ordinary vocabulary entries (ids after the existing ones), so they become whole
-    terms everywhere they occur. Returns ``(new_tokenizer, added_words)``; initialize their embeddings with
-    :func:`transfer_vocabulary` (old tokens copy exactly, added words are composed)."""
-    if tokenizer_style(tokenizer) != 'wordpiece':
-        raise ValueError('extend_vocabulary needs a (normalized) WordPiece tokenizer; transfer to one first')
-    if n < 1:
-        raise ValueError(f'n must be >= 1, got {n}')
-    state = json.loads(tokenizer.backend_tokenizer.to_str())
-    vocab = state['model']['vocab']
-    if set(tokenizer.get_vocab()) - set(vocab):
-        raise ValueError('tokenizer has added tokens outside its WordPiece vocabulary')
-    counts = _normalized_words(tokenizer, texts)
-    words = [w for w, c in counts.most_common() if c >= min_frequency and w.isalpha() and w not in vocab][:n]
-    first = _vocab_size(tokenizer)
-    for i, word in enumerate(words):
-        vocab[word] = first + i
-    from tokenizers import Tokenizer
-    new = type(tokenizer)(tokenizer_object=Tokenizer.from_str(json.dumps(state)), **tokenizer.special_tokens_map,
-                          model_input_names=tokenizer.model_input_names, model_max_length=tokenizer.model_max_length)
-    return new, words
-
-
-@contextmanager
-def new_rows_only(model: nn.Module, first_new: int) -> Iterator[List[nn.Parameter]]:
-    """Within the block, training moves only the vocabulary rows from ``first_new`` on (VT-SPLADE's embedding
-    warm-up: the added words learn before the network adapts to them). Every parameter but the input embeddings (the
-    decoder is tied to them) and the output bias is frozen; the earlier rows get no gradient (so they do not count
-    in gradient clipping) and are put back bit for bit after every optimizer step (decoupled weight decay shrinks rows
-    without a gradient too). Yields the parameters that train. ``model`` is a masked LM or a :class:`SpladeModel`."""
-    mlm = getattr(model, 'mlm', model)
-    weight = mlm.get_input_embeddings().weight
-    decoder = mlm.get_output_embeddings()
-    if decoder is None or decoder.weight is not weight:
-        raise ValueError('new_rows_only needs a masked LM whose decoder is tied to its input embeddings')
-    if not 0 < first_new < len(weight):
-        raise ValueError(f'first_new must be in 1..{len(weight) - 1} (rows of the vocabulary), got {first_new}')
-    rows = [p for p in (weight, decoder.bias) if p is not None]
-    kept = [p.detach()[:first_new].clone() for p in rows]
-    trainable = {p: p.requires_grad for p in mlm.parameters()}
-    mask = torch.arange(len(weight), device=weight.device) >= first_new
-
-    @torch.no_grad()
-    def restore(*_):
-        for p, old in zip(rows, kept):
-            p[:first_new] = old
-
-    hooks = [p.register_hook(lambda grad: grad * mask.view(-1, *[1] * (grad.dim() - 1)).to(grad.dtype))
-             for p in rows]
-    hooks.append(register_optimizer_step_post_hook(restore))
-    for p in mlm.parameters():
-        p.requires_grad_(any(p is r for r in rows))
-    try:
-        yield rows
-    finally:
-        for hook in hooks:
-            hook.remove()
-        for p, requires_grad in trainable.items():
-            p.requires_grad_(requires_grad)

@@ -5,11 +5,32 @@
 builds a config's systems (:func:`run_config`).
 """
 from .builder import run_config
-from .config import (DEFAULT_MEASURES, DEFAULT_PASSES, LEVEL_KEYS, PRUNING_KEYS, SYSTEM_KEYS, TOP_KEYS, TYPES,
-                     ConfigError, check_config, config_help, confined_path, engine_parameters, load_config,
-                     select_topics)
-from .costs import (COST_COLUMNS, System, costs, engine_costs, engine_footprint, index_size_bytes, posting_lengths,
-                    query_times)
+from .config import (
+           DEFAULT_MEASURES,
+           DEFAULT_PASSES,
+           LEVEL_KEYS,
+           PRUNING_KEYS,
+           SYSTEM_KEYS,
+           TOP_KEYS,
+           TYPES,
+           ConfigError,
+           check_config,
+           config_help,
+           confined_path,
+           engine_parameters,
+           load_config,
+           select_topics,
+)
+from .costs import (
+           COST_COLUMNS,
+           System,
+           costs,
+           engine_costs,
+           engine_footprint,
+           index_size_bytes,
+           posting_lengths,
+           query_times,
+)
 from .plot import figure, place_labels
 from .table import report
 

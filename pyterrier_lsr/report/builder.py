@@ -7,15 +7,22 @@ import itertools
 import re
 import warnings
 from pathlib import Path
-from typing import List, Optional
 
 import pandas as pd
 import pyterrier as pt
 
-from ..quiet import quiet_native
-from ..storage import claim_folder, model_digest
-from .config import (DEFAULT_MEASURES, DEFAULT_PASSES, IDF_KINDS, REPORT_KIND, TYPE_ALIASES, ConfigError, load_config,
-                     select_topics)
+from ..core.quiet import quiet_native
+from ..core.storage import claim_folder, model_digest
+from .config import (
+    DEFAULT_MEASURES,
+    DEFAULT_PASSES,
+    IDF_KINDS,
+    REPORT_KIND,
+    TYPE_ALIASES,
+    ConfigError,
+    load_config,
+    select_topics,
+)
 from .costs import System
 from .table import report
 
@@ -32,13 +39,13 @@ def run_config(path) -> pd.DataFrame:
     With ``docs``, judgements of other documents are dropped (no system could retrieve them)."""
     config = load_config(path)
     if config.get('irds_cache'):
-        from ..offline import use_irds_cache
+        from ..core.offline import use_irds_cache
 
         use_irds_cache(str(Path(path).parent / config['irds_cache']))
     from ir_measures import parse_measure
 
     if config['dataset'].startswith('irds:'):
-        from ..collections import irds_dataset
+        from ..core.collection import irds_dataset
         try:
             irds_dataset(config['dataset'][len('irds:'):])
         except ValueError as e:
@@ -95,7 +102,7 @@ class _SystemBuilder:
     ``<model>-<model hash>.<docs>[.<doc pruning>].lsr`` (``docs``: ``all`` or ``first<N>``); pruned indexes are made
     from the unpruned index's stored vectors, so each model encodes the corpus once."""
 
-    def __init__(self, dataset, workdir: Path, num_results: int, docs: Optional[int] = None):
+    def __init__(self, dataset, workdir: Path, num_results: int, docs: int | None = None):
         self.dataset, self.workdir, self.num_results, self.docs = dataset, Path(workdir), num_results, docs
         self.models = {}  # model name (as in the config) -> model
         self.keys = {}  # model name or index folder -> the identity part of index names
@@ -105,7 +112,7 @@ class _SystemBuilder:
     def docs_tag(self) -> str:
         return 'all' if self.docs is None else f'first{self.docs}'
 
-    def corpus(self) -> List[dict]:
+    def corpus(self) -> list[dict]:
         if self._corpus is None:
             docs = self.dataset.get_corpus_iter(verbose=False)
             self._corpus = list(docs if self.docs is None else itertools.islice(docs, self.docs))
@@ -116,15 +123,15 @@ class _SystemBuilder:
 
     def model(self, name: str):
         if name not in self.models:
-            from ..loading import load_model
-            from ..offline import resolve_model
+            from ..core.offline import resolve_model
+            from ..kinds.loading import load_model
 
             self.models[name] = load_model(resolve_model(name))
         return self.models[name]
 
     def model_key(self, name: str) -> str:
         if name not in self.keys:
-            from ..loading import local_folder
+            from ..kinds.loading import local_folder
 
             self.keys[name] = f'{_slug(name)}-{model_digest(local_folder(name))[:12]}'
         return self.keys[name]
@@ -178,7 +185,7 @@ class _SystemBuilder:
 
     def _index(self, spec: dict, doc_pruning: dict):
         from ..index import LsrIndex
-        from ..pruning import prune
+        from ..kinds.pruning import prune
 
         base = self._base_index(spec)
         if not doc_pruning:
@@ -199,9 +206,9 @@ class _SystemBuilder:
             with quiet_native():
                 index.build_engine(engine)
 
-    def build(self, spec: dict, where: str = 'systems[?]') -> List[System]:
-        from ..pruning import Prune
-        from ..query import IDFQueryEncoder
+    def build(self, spec: dict, where: str = 'systems[?]') -> list[System]:
+        from ..kinds.pruning import Prune
+        from ..kinds.query import IDFQueryEncoder
 
         kind = TYPE_ALIASES.get(spec.get('type'), spec.get('type', 'lsr'))
         if kind == 'bm25':

@@ -4,11 +4,10 @@ the topic selection."""
 
 import inspect
 from pathlib import Path
-from typing import Dict, List
 
 import pandas as pd
 
-from ..storage import check_claimable
+from ..core.storage import check_claimable
 from .costs import COST_COLUMNS
 
 # the marked kind of a report's output folder: only a folder a report made is written into again
@@ -61,7 +60,7 @@ def config_help() -> str:
     """Every config key, for ``pyterrier-lsr report --help`` (built from the same tables the validation uses)."""
     from ..index.engines import ENGINES
 
-    def keys(spec: Dict[str, tuple]) -> str:
+    def keys(spec: dict[str, tuple]) -> str:
         return ', '.join(f'{k}{"" if required else "?"} ({TYPE_NAMES[kind]})' for k, (required, kind) in spec.items())
 
     params = '; '.join(f'{engine}: {", ".join(engine_parameters(engine))}' for engine in ENGINES)
@@ -100,7 +99,7 @@ def _check_value(value, kind, key: str):
         raise ConfigError(f'config key {key} must not be empty')
 
 
-def _check_keys(section, spec: Dict[str, tuple], where: str):
+def _check_keys(section, spec: dict[str, tuple], where: str):
     if not isinstance(section, dict):
         raise ConfigError(f'config key {where or "<top level>"} must be a mapping, got {type(section).__name__}')
     for key in section:
@@ -114,7 +113,7 @@ def _check_keys(section, spec: Dict[str, tuple], where: str):
 
 
 def _check_pruning(section: dict, where: str):
-    from ..pruning import Prune
+    from ..kinds.pruning import Prune
 
     _check_keys(section, PRUNING_KEYS, where)
     if section:
@@ -124,7 +123,7 @@ def _check_pruning(section: dict, where: str):
             raise ConfigError(f'config key {where}: {e}') from None
 
 
-def engine_parameters(engine: str) -> List[str]:
+def engine_parameters(engine: str) -> list[str]:
     """The query parameters an engine's retriever takes (``threads``, ``alpha``, ``query_cut``...)."""
     from ..index.engines import get_engine
 

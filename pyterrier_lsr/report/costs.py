@@ -9,9 +9,9 @@ cannot count them); with an engine, its name, size and build time.
 
 import statistics
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
@@ -20,7 +20,7 @@ import pyterrier as pt
 from ..index import pisa_term
 
 
-def posting_lengths(index_path) -> Dict[str, int]:
+def posting_lengths(index_path) -> dict[str, int]:
     """Document frequency of every term of a PISA index, read from its ``inv.docs`` and ``fwd.terms`` files."""
     path = Path(index_path)
     terms = path.joinpath('fwd.terms').read_text(encoding='utf8').split('\n')[:-1]
@@ -50,14 +50,14 @@ class System:
     name: str
     retriever: pt.Transformer
     index_path: str
-    query_side: Optional[pt.Transformer] = None
+    query_side: pt.Transformer | None = None
     stemmer: str = 'none'
-    engine: Optional[str] = None  # the LsrIndex engine ``retriever`` searches with: adds the engine columns
+    engine: str | None = None  # the LsrIndex engine ``retriever`` searches with: adds the engine columns
 
     def pipeline(self) -> pt.Transformer:
         return self.retriever if self.query_side is None else self.query_side >> self.retriever
 
-    def query_terms(self, topics: pd.DataFrame) -> List[Dict[str, float]]:
+    def query_terms(self, topics: pd.DataFrame) -> list[dict[str, float]]:
         if self.query_side is not None:
             return list(self.query_side(topics)['query_toks'])
         import pyterrier_pisa
@@ -69,7 +69,7 @@ class System:
             for q in topics['query']
         ]
 
-    def document_frequencies(self) -> Tuple[Dict[str, int], int, Callable[[str], str]]:
+    def document_frequencies(self) -> tuple[dict[str, int], int, Callable[[str], str]]:
         """``(df, num_docs, key)``: document frequency per stored term, the number of documents, and the stored form
         of a query term (the index's own ``df.json`` for a pyterrier-lsr index, whatever its engines; PISA's
         posting lists for a text index)."""
@@ -98,7 +98,7 @@ COST_COLUMNS = (
 )
 
 
-def query_times(pipeline: pt.Transformer, topics: pd.DataFrame, passes: int = 1) -> List[float]:
+def query_times(pipeline: pt.Transformer, topics: pd.DataFrame, passes: int = 1) -> list[float]:
     """Milliseconds of one-query calls of ``pipeline`` over ``topics``, after a warm-up call (which loads indexes):
     per query, the median of ``passes`` passes over all queries (so a stall in one pass does not count)."""
     if passes < 1:
@@ -113,7 +113,7 @@ def query_times(pipeline: pt.Transformer, topics: pd.DataFrame, passes: int = 1)
     return np.median(times, axis=0).tolist()
 
 
-def costs(system: System, topics: pd.DataFrame, passes: int = 3) -> Dict[str, float]:
+def costs(system: System, topics: pd.DataFrame, passes: int = 3) -> dict[str, float]:
     """Cost columns of one system on ``topics`` (see the module docs); latencies over ``passes`` passes."""
     if system.query_side is None:
         encode, toks = [float('nan')], topics
@@ -136,7 +136,7 @@ def costs(system: System, topics: pd.DataFrame, passes: int = 3) -> Dict[str, fl
     }
 
 
-def engine_footprint(index_path, engine: str) -> Dict[str, object]:
+def engine_footprint(index_path, engine: str) -> dict[str, object]:
     """The engine columns of a report: which engine of the :class:`~pyterrier_lsr.LsrIndex` at ``index_path``, the
     size of its files (MB; PISA's are those at the index root) and its build time (s, as recorded when built)."""
     from ..index import LsrIndex, get_engine

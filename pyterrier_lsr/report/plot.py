@@ -5,7 +5,7 @@ the same postings) share one marker; its numbers are joined into one label set b
 marker), placed by :func:`place_labels` where it covers no marker and no other label, with a leader line to its
 marker.
 """
-from typing import List, Optional, Sequence, Tuple
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
@@ -18,13 +18,13 @@ CHAR_EM, PAD_EM, HEIGHT_EM = 0.65, 0.45, 1.7
 DIRECTIONS = ((1, 1), (-1, 1), (1, -1), (-1, -1), (1, 0), (-1, 0), (0, 1), (0, -1))
 RINGS = 6  # distances tried per direction, each a marker radius further out
 
-Box = Tuple[float, float, float, float]  # x0, y0, x1, y1 in pixels
+Box = tuple[float, float, float, float]  # x0, y0, x1, y1 in pixels
 
 
-def _clusters(pixels: np.ndarray, radius: float) -> List[List[int]]:
+def _clusters(pixels: np.ndarray, radius: float) -> list[list[int]]:
     """Indices of points grouped greedily: a point joins the first group whose first point is within ``radius``
     (pixels)."""
-    groups: List[List[int]] = []
+    groups: list[list[int]] = []
     for i, p in enumerate(pixels):
         if not np.isfinite(p).all():
             continue  # a NaN coordinate (e.g. BM25's encode_ms) is not drawn
@@ -41,22 +41,22 @@ def _overlaps(a: Box, b: Box) -> bool:
     return a[0] < b[2] and b[0] < a[2] and a[1] < b[3] and b[1] < a[3]
 
 
-def label_size(text: str, points_to_pixels: float) -> Tuple[float, float]:
+def label_size(text: str, points_to_pixels: float) -> tuple[float, float]:
     """Width and height (pixels) of the box of a label ``text`` at :data:`LABEL_PT`."""
     em = LABEL_PT * points_to_pixels
     return (len(text) * CHAR_EM + 2 * PAD_EM) * em, HEIGHT_EM * em
 
 
-def place_labels(centres: Sequence[Tuple[float, float]], labels: Sequence[Optional[str]], diameter: float,
-                 points_to_pixels: float, bounds: Optional[Box] = None) -> List[Optional[Tuple[float, float]]]:
+def place_labels(centres: Sequence[tuple[float, float]], labels: Sequence[str | None], diameter: float,
+                 points_to_pixels: float, bounds: Box | None = None) -> list[tuple[float, float] | None]:
     """Where each marker's label goes: for a marker (centre in pixels) with a ``labels`` text, the offset (pixels)
     from its centre to the centre of its label box; ``None`` where the label is ``None`` (a single point's number
     sits inside its marker). The first of :data:`DIRECTIONS`, at growing distances, where the box covers no marker
     and no label placed before it wins, one inside ``bounds`` (the axes, in pixels) first; when there is none, the
     first candidate."""
     radius = diameter / 2
-    taken: List[Box] = [(x - radius, y - radius, x + radius, y + radius) for x, y in centres]
-    offsets: List[Optional[Tuple[float, float]]] = []
+    taken: list[Box] = [(x - radius, y - radius, x + radius, y + radius) for x, y in centres]
+    offsets: list[tuple[float, float] | None] = []
     for (x, y), text in zip(centres, labels):
         if text is None:
             offsets.append(None)

@@ -1,14 +1,14 @@
 """The report itself: ``pt.Experiment`` plus the cost columns, written as a table (``report.md``, ``report.csv``) and
 a plot (``report.png``)."""
 
-from typing import Sequence
+from collections.abc import Sequence
 
 import numpy as np
 import pandas as pd
 import pyterrier as pt
 from tqdm.auto import tqdm
 
-from ..storage import claim_folder, write_file, write_text
+from ..core.storage import claim_folder, write_file, write_text
 from .config import REPORT_KIND
 from .costs import COST_COLUMNS, System, costs
 from .plot import figure
@@ -28,7 +28,7 @@ def report(
     """Runs ``pt.Experiment`` on ``systems``, adds cost columns (latencies over ``passes`` passes), writes
     ``report.md`` (the table, then ``notes``), ``report.csv`` and ``report.png`` (the first of ``measures`` vs ``x``,
     one numbered point per system) into ``output_dir``; returns the table.  ``output_dir`` must be new, empty or a
-    report's (see :func:`~pyterrier_lsr.storage.claim_folder`): any other folder is refused before any work, so a
+    report's (see :func:`~pyterrier_lsr.core.storage.claim_folder`): any other folder is refused before any work, so a
     user's own ``report.md`` is never replaced."""
     if not systems:
         raise ValueError('no systems to report on')

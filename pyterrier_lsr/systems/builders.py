@@ -11,19 +11,19 @@ import json
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
-from typing import Optional
 
-from ..checks import check_settings
-from ..encoders import Splade
+from ..core.checks import check_settings
+from ..core.offline import installed
+from ..core.quiet import quiet_native
+from ..core.storage import read_json, write_json
 from ..index import LsrIndex
 from ..index.bm25 import BM25, bm25
-from ..loading import load_model
+from ..kinds.loading import load_model
+from ..kinds.sae_splade import SaeSplade
+from ..kinds.splade import Splade
 from ..models.heads import calibrate_activation
-from ..offline import installed
-from ..models.vocab_transfer import extend_vocabulary, new_rows_only, transfer_vocabulary
-from ..quiet import quiet_native
-from ..sae_splade import SaeSplade
-from ..storage import read_json, write_json
+from ..models.vocab_transfer import transfer_vocabulary
+from ..models.vocabularies import extend_vocabulary, new_rows_only
 from ..train.domain import DONE_FILE, DomainConfig, claim_output, domain_adapt, logged_config
 from ..train.domain.teacher import corpus_key
 from ..train.sae import LATENT_TERMS, build_latent_terms, train_token_sae
@@ -78,7 +78,7 @@ def latent_terms_index(path, corpus: Sequence[dict], dense: str = 'all-MiniLM-L6
                                   **{**LATENT_TERMS, **settings, 'sae': sae})[1]
 
 
-def _finished(folder, config: DomainConfig, system: Optional[dict] = None) -> bool:
+def _finished(folder, config: DomainConfig, system: dict | None = None) -> bool:
     """Whether ``folder`` holds a finished :func:`domain_adapt` run with ``config`` (and, when given, built by the
     builder settings ``system``, recorded in ``system.json`` when the run starts); one with other settings is an
     error (never silently reused)."""
@@ -101,8 +101,8 @@ def _same(folder, saved: dict, wanted: dict):
                          'use another folder or remove it')
 
 
-def adapted(start: Callable[[], Splade], corpus: Sequence[dict], folder, config: Optional[DomainConfig] = None,
-            cache_dir=None, verbose: bool = False, system: Optional[dict] = None, documents=None) -> Splade:
+def adapted(start: Callable[[], Splade], corpus: Sequence[dict], folder, config: DomainConfig | None = None,
+            cache_dir=None, verbose: bool = False, system: dict | None = None, documents=None) -> Splade:
     """``domain_adapt(start(), corpus, folder, config, cache_dir, documents=documents)`` once: when ``folder`` holds a
     finished run, its model is reloaded and ``start`` is not called.  ``system`` (JSON-able settings of what ``start``
     builds, e.g. the base model) is recorded in the folder and checked like ``config``: a run with other settings is
@@ -127,7 +127,7 @@ def adapted(start: Callable[[], Splade], corpus: Sequence[dict], folder, config:
     return splade
 
 
-def _two_sided(config: Optional[DomainConfig], method: str) -> DomainConfig:
+def _two_sided(config: DomainConfig | None, method: str) -> DomainConfig:
     """``config`` (default :meth:`DomainConfig.two_sided`) for a method whose documents must train: its new head,
     vocabulary or latents are what documents are written in, and a query-only run would leave them untrained."""
     config = config or DomainConfig.two_sided()
@@ -137,7 +137,7 @@ def _two_sided(config: Optional[DomainConfig], method: str) -> DomainConfig:
     return config
 
 
-def new_head_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = None,
+def new_head_splade(corpus: Sequence[dict], folder, config: DomainConfig | None = None,
                     encoder: str = 'all-MiniLM-L6-v2', target_active: float = 0.005, calibration_docs: int = 256,
                     cache_dir=None, verbose: bool = False) -> Splade:
     """SPLADE on a dense encoder without an MLM head (e.g. MiniLM-SPLADE): a new head
@@ -156,15 +156,15 @@ def new_head_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfi
                     'calibration_docs': calibration_docs})
 
 
-def vt_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = None, base: str = 'splade-tiny',
-              extend: int = 1000, warmup: Optional[DomainConfig] = None, cache_dir=None,
+def vt_splade(corpus: Sequence[dict], folder, config: DomainConfig | None = None, base: str = 'splade-tiny',
+              extend: int = 1000, warmup: DomainConfig | None = None, cache_dir=None,
               verbose: bool = False) -> Splade:
     """VT-SPLADE by domain extension: ``base``'s WordPiece vocabulary gains the ``extend`` most frequent corpus
-    words it splits (:func:`~..models.vocab_transfer.extend_vocabulary`), the model moves to it
+    words it splits (:func:`~..models.vocabularies.extend_vocabulary`), the model moves to it
     (:func:`~..models.vocab_transfer.transfer_vocabulary`: old tokens copied, new words composed), then SPLADE training
     (:func:`adapted`; ``config``: default :meth:`DomainConfig.two_sided`). With ``warmup`` (e.g.
     ``DomainConfig.two_sided(steps=40, lr=1e-3)``) a first run in ``<folder>/warmup`` trains only the added words'
-    embedding rows and output biases (:func:`~pyterrier_lsr.models.vocab_transfer.new_rows_only`), with the same
+    embedding rows and output biases (:func:`~pyterrier_lsr.models.vocabularies.new_rows_only`), with the same
     held-out selection and guard. A query-side stage can follow (:func:`adapted`'s example; ``examples/course.py``)."""
     config = _two_sided(config, 'vt_splade')
     warmup = warmup and _two_sided(warmup, 'the vt_splade warm-up')
@@ -190,8 +190,8 @@ def vt_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = N
     return adapted(start, corpus, folder, config, cache_dir, verbose, system)
 
 
-def sae_splade(corpus: Sequence[dict], folder, config: Optional[DomainConfig] = None, backbone: str = 'splade-tiny',
-               sae: Optional[dict] = None, max_train_vectors: Optional[int] = SAE_SPLADE_STATES, cache_dir=None,
+def sae_splade(corpus: Sequence[dict], folder, config: DomainConfig | None = None, backbone: str = 'splade-tiny',
+               sae: dict | None = None, max_train_vectors: int | None = SAE_SPLADE_STATES, cache_dir=None,
                verbose: bool = False, stage1_extra: Sequence[dict] = ()) -> SaeSplade:
     """SAE-SPLADE: stage 1 a TopK SAE on ``backbone``'s token states of the corpus (:func:`train_token_sae`,
     ``sae``: :class:`~pyterrier_lsr.models.sae.SAEConfig` settings, default :data:`SAE_SPLADE`, trained on a seeded

@@ -1,6 +1,7 @@
 """The dense base of a Latent Terms system as a retriever of its own: exact (exhaustive) cosine between the dense
 model's pooled, normalised embeddings of the query and of every document, the documents' embeddings computed once by
-the same cached, resumable pass Latent Terms indexes from (:func:`~pyterrier_lsr.latent_terms.cached_embeddings`)."""
+the same cached, resumable pass Latent Terms indexes from
+(:func:`~pyterrier_lsr.kinds.latent_terms.cached_embeddings`)."""
 from collections.abc import Sequence
 
 import numpy as np
@@ -8,8 +9,8 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
-from ..checks import check_docnos, check_int, check_query_frame
-from ..latent_terms import LatentTerms, cached_embeddings
+from ..core.checks import check_docnos, check_int, check_query_frame
+from ..kinds.latent_terms import LatentTerms, cached_embeddings
 
 __all__ = ['DenseRetriever', 'dense_retriever', 'per_text']
 
@@ -17,7 +18,7 @@ __all__ = ['DenseRetriever', 'dense_retriever', 'per_text']
 class DenseRetriever(pt.Transformer):
     """Retrieves the ``num_results`` documents of highest cosine with each ``query`` (none for a blank query);
     ``vectors`` are the documents' unit-norm embeddings (row ``i`` for ``docnos[i]``; all-zero rows for blank
-    documents score 0) from ``dense``, a ``single``-mode :class:`~pyterrier_lsr.latent_terms.LatentTerms` (which
+    documents score 0) from ``dense``, a ``single``-mode :class:`~pyterrier_lsr.kinds.latent_terms.LatentTerms` (which
     embeds the queries the same way)."""
 
     def __init__(self, dense: LatentTerms, docnos: Sequence[str], vectors: np.ndarray, num_results: int = 1000):
@@ -55,7 +56,8 @@ class DenseRetriever(pt.Transformer):
 
 
 def per_text(vectors: np.ndarray, offsets: np.ndarray) -> np.ndarray:
-    """``single``-mode embeddings (:meth:`~pyterrier_lsr.latent_terms.LatentTerms.embed`) as one row per text, blank
+    """``single``-mode embeddings (:meth:`~pyterrier_lsr.kinds.latent_terms.LatentTerms.embed`) as one row per text,
+    blank
     texts (which own no row) given zeros."""
     full = np.zeros((len(offsets) - 1, vectors.shape[1]), dtype=np.float32)
     full[np.diff(offsets) == 1] = vectors

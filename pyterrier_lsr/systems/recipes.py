@@ -10,9 +10,9 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from ..core.offline import resolve_model, use_irds_cache
+from ..core.storage import read_json, write_json
 from ..index.bm25 import bm25_index as build_bm25_index
-from ..offline import resolve_model, use_irds_cache
-from ..storage import read_json, write_json
 from ..train.domain.teacher import cache_key as _key
 
 TEACHERS = {'none': [], 'bm25': ['bm25'], 'minilm': ['minilm'], 'fusion': ['bm25', 'minilm']}
@@ -77,7 +77,7 @@ def fine_tune(model, tokenizer, examples, corpus, topics, qrels, output: Path, a
 
     from pyterrier.measures import nDCG
 
-    from ..query import IDFQueryEncoder, StaticQueryWeights
+    from ..kinds.query import IDFQueryEncoder, StaticQueryWeights
     from ..train.evaluate import experiment_evaluator
     from ..train.loop import train
     config, weights, query_side = train_config(args), None, None

@@ -1,11 +1,19 @@
 """Training: the loop, losses, data, teachers, evaluation and the recipes built on them (top layer)."""
-from .data import (Example, add_teacher_scores, from_dataframe, from_irds_docpairs, from_qrels, pseudo_query,
-                   self_supervised)
+from .checkpoints import latest_checkpoint
+from .data import (
+           Example,
+           add_teacher_scores,
+           from_dataframe,
+           from_irds_docpairs,
+           from_qrels,
+           pseudo_query,
+           self_supervised,
+)
 from .domain import DomainAdaptation, DomainConfig, FrozenDocuments, domain_adapt, heldout_scores, keyword_query
 from .evaluate import experiment_evaluator
 from .inference_free import train_inference_free
+from .loop import TrainConfig, batch_loss, run_loop, train
 from .losses import flops, flops_weight, infonce, kl_distillation, l2_drift, margin_mse
-from .loop import TrainConfig, batch_loss, latest_checkpoint, run_loop, train
 from .mlm import mask_tokens, train_mlm
 from .sae import build_latent_terms, train_latent_sae, train_token_sae
 from .teachers import DenseScorer, RetrieverScorer, ZScoreFusion

@@ -9,22 +9,22 @@ import math
 import random
 import re
 import tempfile
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
-from typing import Iterable, Iterator, List, Optional, Sequence
 
 import pandas as pd
 import pyterrier as pt
 from tqdm.auto import tqdm
 
-from ..encoding import is_blank
+from ..core.encoding import is_blank
 
 
 @dataclass
 class Example:
     query: str
     positive: str
-    negatives: List[str] = field(default_factory=list)
-    teacher: Optional[List[float]] = None  # scores of [positive] + negatives
+    negatives: list[str] = field(default_factory=list)
+    teacher: list[float] | None = None  # scores of [positive] + negatives
 
     def __post_init__(self):
         for name, text in [('query', self.query), ('positive', self.positive)] + [
@@ -36,7 +36,7 @@ class Example:
             raise ValueError(f'teacher has {len(self.teacher)} scores for {1 + len(self.negatives)} candidates')
 
 
-def from_dataframe(df: pd.DataFrame) -> List[Example]:
+def from_dataframe(df: pd.DataFrame) -> list[Example]:
     """Rows of ``query, positive`` and ``negative`` (one text) or ``negatives`` (a list), and optionally
     ``teacher`` (a list of scores for positive + negatives)."""
     missing = [c for c in ('query', 'positive') if c not in df.columns]
@@ -54,10 +54,10 @@ def from_dataframe(df: pd.DataFrame) -> List[Example]:
     return out
 
 
-def from_irds_docpairs(dataset_id: str, limit: Optional[int] = None) -> Iterator[Example]:
+def from_irds_docpairs(dataset_id: str, limit: int | None = None) -> Iterator[Example]:
     """Streams ``(query, positive, negative)`` from an ir_datasets docpairs collection, e.g.
     ``msmarco-passage/train/triples-small``."""
-    from ..collections import irds_dataset
+    from ..core.collection import irds_dataset
 
     dataset = irds_dataset(dataset_id)
     if not dataset.has_docpairs():
@@ -92,14 +92,15 @@ def self_supervised(
     max_words: int = 12,
     bm25_index=None,
     verbose: bool = True,
-) -> List[Example]:
+) -> list[Example]:
     """Self-supervised examples from a corpus of ``docno, text`` dicts: no queries needed.
 
     Each document yields ``per_doc`` pseudo-queries (a sentence, cut to a word window); the document is the positive;
     negatives are sampled from the BM25 top-``depth`` of the pseudo-query (over ``bm25_index``, a PISA index of the
     corpus, built in a temporary folder when omitted), never the positive nor a document with its exact text.
     """
-    from ..index.bm25 import BM25, bm25_index as build_bm25_index
+    from ..index.bm25 import BM25
+    from ..index.bm25 import bm25_index as build_bm25_index
 
     rng = random.Random(seed)
     docs = {d['docno']: d['text'] for d in corpus if not is_blank(d.get('text'))}
@@ -133,7 +134,7 @@ def self_supervised(
 
 def add_teacher_scores(
     examples: Sequence[Example], scorer: pt.Transformer, batch_size: int = 50_000, verbose: bool = True
-) -> List[Example]:
+) -> list[Example]:
     """Scores every (query, candidate) pair with a PyTerrier scorer (``qid, query, docno, text`` -> ``score``), e.g. a
     dense bi-encoder, BM25 or ``a + 0.1 * b``; returns examples carrying ``teacher``."""
     rows = [
@@ -162,7 +163,7 @@ def from_qrels(
     num_negatives: int = 3,
     depth: int = 30,
     seed: int = 0,
-) -> List[Example]:
+) -> list[Example]:
     """Supervised examples from real queries: one per (topic, relevant document) pair (``label > 0``; relevant
     documents in docno order), with ``num_negatives`` non-relevant documents sampled from the topic's ``retriever``
     top ``depth`` (e.g. BM25). Topics with fewer non-relevant candidates than that are skipped; the examples are

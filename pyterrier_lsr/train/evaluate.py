@@ -1,15 +1,15 @@
 """Evaluation callbacks for the training loop: index a corpus with the model being trained and run ``pt.Experiment``."""
 
 import tempfile
-from typing import Callable, Dict, Optional, Sequence
+from collections.abc import Callable, Sequence
 
 import pyterrier as pt
 import torch
 from pyterrier.measures import nDCG
 
-from ..encoders import Splade
+from ..core.quiet import quiet_native
 from ..index import SpladeIndexer
-from ..quiet import quiet_native
+from ..kinds.splade import Splade
 
 __all__ = ['experiment_evaluator']
 
@@ -22,10 +22,10 @@ def experiment_evaluator(
     measures=None,
     batch_size: int = 64,
     precision: str = 'fp32',
-    query_side: Optional[Callable[[], pt.Transformer]] = None,
-    doc_model: Optional[torch.nn.Module] = None,
+    query_side: Callable[[], pt.Transformer] | None = None,
+    doc_model: torch.nn.Module | None = None,
     index=None,
-) -> Callable[[torch.nn.Module], Dict[str, float]]:
+) -> Callable[[torch.nn.Module], dict[str, float]]:
     """An ``evaluate`` callback: indexes ``corpus`` with the current model in a temporary folder and runs
     ``pt.Experiment`` on ``topics``/``qrels`` (default measure nDCG@10). Queries go through the model, or through
     ``query_side()`` (e.g. the current static table of doc-only training). With ``doc_model`` (query-only

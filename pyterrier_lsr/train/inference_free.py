@@ -1,8 +1,8 @@
 """Doc-only (inference-free) training: documents through the SPLADE model, queries through a learnable static table."""
 from dataclasses import replace
 
-from ..inference_free import InferenceFreeSplade
-from ..query import StaticQueryWeights
+from ..kinds.inference_free import InferenceFreeSplade
+from ..kinds.query import StaticQueryWeights
 from .loop import TrainConfig, train
 
 __all__ = ['train_inference_free']

@@ -8,42 +8,30 @@ exactly as an uninterrupted run would (same seed => same weights). The optimizat
 :func:`run_loop`, runs any ``loss_fn(batch, step)`` (the MLM adaptation of :mod:`.mlm` reuses it).
 
 Checkpoints are built beside their final name and swapped into place when complete
-(:func:`pyterrier_lsr.storage.build_folder`, marked ``checkpoint``), so a ``checkpoint-<step>`` folder is always whole
-and saving a step again replaces only our own checkpoint. ``trainer_state.pt`` holds tensors, numbers, strings,
+(:func:`pyterrier_lsr.core.storage.build_folder`, marked ``checkpoint``), so a ``checkpoint-<step>`` folder is always
+whole and saving a step again replaces only our own checkpoint. ``trainer_state.pt`` holds tensors, numbers, strings,
 lists and dicts only (torch's RNG state is a tensor) and is read with ``torch.load(weights_only=True)``: a checkpoint
 cannot run code. Resume takes the newest checkpoint that loads, warning about newer ones that do not, and refuses a
 ``TrainConfig`` that differs from the saved one unless ``resume='force'``.
 
-One concept (the loop with its configuration, checkpoints and resumption), kept in one module past 450 lines because
-resumption must see exactly what a checkpoint saves.
+Checkpoints and resumption are in :mod:`.checkpoints`.
 """
 
-import csv
-import io
 import random
-import re
 import time
-import warnings
-from dataclasses import asdict, dataclass, field
+from collections.abc import Callable, Iterable, Iterator, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, Dict, Iterable, Iterator, List, Optional, Sequence, Tuple, Union
 
 import torch
 from tqdm.auto import tqdm
 
-from .. import storage
-from ..checks import check_bool, check_float, check_int, check_max_length
-from . import distributed as dist
+from ..core.checks import check_bool, check_float, check_int, check_max_length
 from . import losses as L
+from . import torchrun as dist
+from .checkpoints import check_same_model, claim_output, resume_state, save_checkpoint, write_log
 from .data import Example
 
-STATE_FILE = 'trainer_state.pt'
-CHECKPOINT_KIND = 'checkpoint'
-RUN_KIND = 'training_run'  # the output folder: checkpoints, metrics.csv/json
-CHECKPOINT_NAME = re.compile(r'checkpoint-(\d+)')
-STATE_KEYS = {'step', 'optimizer', 'scheduler', 'model', 'extra', 'torch_rng', 'config', 'log'}
-# Fields that change logging and saving only: a resumed run may change them without resume='force'.
-BOOKKEEPING_FIELDS = {'log_every', 'save_every', 'eval_every'}
 # TrainConfig's integer fields and their smallest values (a max_length below 3 leaves no room for a token)
 INT_FIELDS = {'steps': 1, 'batch_size': 1, 'grad_accum': 1, 'warmup_steps': 0, 'flops_warmup_steps': 0,
               'flops_doc_threshold': 0, 'query_max_length': 3, 'doc_max_length': 3, 'seed': 0, 'log_every': 1,
@@ -61,11 +49,11 @@ class TrainConfig:
     batch_size: int = 16  # examples per micro-batch (global: split over torchrun processes)
     grad_accum: int = 1  # micro-batches per optimizer step
     lr: float = 5e-5
-    lr_multipliers: Dict[str, float] = field(default_factory=dict)  # parameter-name prefix -> factor of lr
+    lr_multipliers: dict[str, float] = field(default_factory=dict)  # parameter-name prefix -> factor of lr
     weight_decay: float = 0.01
     warmup_steps: int = 100  # linear warm-up, then linear decay to 0 at `steps`
     max_grad_norm: float = 1.0
-    losses: Dict[str, float] = field(default_factory=lambda: {'infonce': 1.0})  # infonce, margin_mse, kl
+    losses: dict[str, float] = field(default_factory=lambda: {'infonce': 1.0})  # infonce, margin_mse, kl
     in_batch_negatives: bool = True
     temperature: float = 1.0  # for infonce and kl
     lambda_q: float = 1e-2  # FLOPS weights, ramped up quadratically over flops_warmup_steps
@@ -100,13 +88,13 @@ class TrainConfig:
 
     def check_lengths(self, tokenizer) -> None:
         """Refuses a ``query_max_length``/``doc_max_length`` above ``tokenizer``'s ``model_max_length`` (see
-        :func:`~pyterrier_lsr.checks.check_max_length`): the model has no positions past it, so the first batch would
-        crash inside the model.  Called where the tokenizer is known, before any step."""
+        :func:`~pyterrier_lsr.core.checks.check_max_length`): the model has no positions past it, so the first batch
+        would crash inside the model.  Called where the tokenizer is known, before any step."""
         for name in ('query_max_length', 'doc_max_length'):
             check_max_length(name, getattr(self, name), tokenizer, getattr(self, name))
 
 
-def micro_batches(examples, batch_size: int, seed: int) -> Iterator[List[Example]]:
+def micro_batches(examples, batch_size: int, seed: int) -> Iterator[list[Example]]:
     """Micro-batches: reshuffled epochs (seeded) for a sequence, one pass in order for a stream."""
     if isinstance(examples, Sequence):
         if len(examples) < batch_size:  # no whole batch: the epochs below would yield nothing, forever
@@ -138,7 +126,7 @@ def _lr_lambda(config: TrainConfig):
 
 def param_groups(
     model: torch.nn.Module, extra_parameters: Sequence[torch.nn.Parameter], config: TrainConfig
-) -> List[dict]:
+) -> list[dict]:
     """AdamW parameter groups: the trainable parameters of ``model`` whose name (as in ``named_parameters()``)
     starts with a prefix of ``config.lr_multipliers`` get ``lr`` times its factor (the longest matching prefix wins),
     all others and ``extra_parameters`` get ``lr``. Parts of a model can need larger steps than the rest, e.g. the
@@ -164,12 +152,12 @@ def bf16_autocast(device: torch.device, enabled: bool):
     return torch.autocast(device.type, dtype=torch.bfloat16) if enabled else torch.autocast(device.type, enabled=False)
 
 
-def _encode(model, tokenizer, texts: List[str], max_length: int, device) -> torch.Tensor:
+def _encode(model, tokenizer, texts: list[str], max_length: int, device) -> torch.Tensor:
     inputs = tokenizer(texts, truncation=True, max_length=max_length, padding=True, return_tensors='pt')
     return model(inputs['input_ids'].to(device), inputs['attention_mask'].to(device))
 
 
-def batch_loss(model, tokenizer, batch: List[Example], config: TrainConfig, step: int, query_encoder=None,
+def batch_loss(model, tokenizer, batch: list[Example], config: TrainConfig, step: int, query_encoder=None,
                doc_encoder=None):
     """Loss of one micro-batch and its parts (floats) for logging.
 
@@ -227,141 +215,19 @@ def batch_loss(model, tokenizer, batch: List[Example], config: TrainConfig, step
     return loss, logs
 
 
-def _save(model, tokenizer, optimizer, scheduler, step: int, path: Path, config: TrainConfig, log: list, extra):
-    # Saving a step again (a rerun) replaces our checkpoint only once the new one is whole.
-    with storage.build_folder(path, CHECKPOINT_KIND, overwrite=True, what='checkpoint') as tmp:
-        model.save_pretrained(str(tmp))
-        if tokenizer is not None:
-            tokenizer.save_pretrained(str(tmp))
-        state = {
-            'step': step,
-            'optimizer': optimizer.state_dict(),
-            'scheduler': scheduler.state_dict(),
-            'model': model.state_dict(),
-            'extra': [p.detach().clone() for p in extra],
-            'torch_rng': torch.get_rng_state(),
-            'config': asdict(config),
-            'log': log,
-        }
-        storage.write_file(tmp / STATE_FILE, lambda file: torch.save(state, file))
-
-
-def _checkpoints(output_dir) -> List[Path]:
-    """``checkpoint-<step>`` folders, newest first."""
-    found = [p for p in Path(output_dir).glob('checkpoint-*') if CHECKPOINT_NAME.fullmatch(p.name) and p.is_dir()]
-    return sorted(found, key=lambda p: int(p.name.split('-')[1]), reverse=True)
-
-
-def _load_state(checkpoint: Path) -> dict:
-    state = torch.load(checkpoint / STATE_FILE, weights_only=True, map_location='cpu')
-    if not isinstance(state, dict) or not STATE_KEYS <= set(state):
-        raise ValueError(f'{STATE_FILE} lacks {sorted(STATE_KEYS - set(state if isinstance(state, dict) else ()))}')
-    step = state['step']
-    if isinstance(step, bool) or not isinstance(step, int) or step < 0 or f'checkpoint-{step}' != checkpoint.name:
-        raise ValueError(f'{STATE_FILE} records step {step!r:.40}; a checkpoint named {checkpoint.name} must record '
-                         f'step {checkpoint.name.split("-")[1]}')
-    if not isinstance(state['config'], dict) or not isinstance(state['log'], list):
-        raise ValueError(f'{STATE_FILE}: "config" must be a dict and "log" a list')
-    return state
-
-
-def _latest_state(output_dir) -> Tuple[Optional[Path], Optional[dict]]:
-    """The newest checkpoint whose state loads (tensors and plain data only), warning about newer broken ones;
-    ``ValueError`` when checkpoints exist but none loads (starting over would silently discard the run)."""
-    skipped = []
-    for checkpoint in _checkpoints(output_dir):
-        try:
-            return checkpoint, _load_state(checkpoint)
-        except Exception as e:  # truncated, foreign or tampered (e.g. a pickle that would run code): never trusted
-            skipped.append(checkpoint)
-            warnings.warn(
-                f'skipping checkpoint {checkpoint}: its {STATE_FILE} does not load safely '
-                f'({type(e).__name__}: {str(e).splitlines()[0][:200] if str(e) else ""})'
-            )
-    if skipped:
-        raise ValueError(
-            f'no intact checkpoint to resume from in {output_dir}: {[p.name for p in skipped]} do not load'
-        )
-    return None, None
-
-
-def claim_output(output_dir) -> Path:
-    """``output_dir`` as a training folder of ours (see :func:`pyterrier_lsr.storage.claim_folder`), before any
-    work: a user's folder (its ``metrics.csv`` would be replaced) is refused, not trained into.  A folder holding
-    our checkpoints is a run written before runs were marked, and is adopted."""
-    output_dir = Path(output_dir)
-    if any(storage.is_artifact(p, CHECKPOINT_KIND) for p in _checkpoints(output_dir)) and \
-            not storage.is_artifact(output_dir, RUN_KIND):
-        storage.mark(output_dir, RUN_KIND)
-    return storage.claim_folder(output_dir, RUN_KIND, 'training folder')
-
-
-def latest_checkpoint(output_dir) -> Optional[Path]:
-    """The newest intact ``checkpoint-<step>`` folder of ``output_dir`` (see :func:`run_loop`), or None."""
-    return _latest_state(output_dir)[0]
-
-
-def _check_resumed_config(saved: dict, config: TrainConfig, checkpoint: Path):
-    current = asdict(config)
-    changed = sorted(
-        k for k in saved.keys() | current.keys() if k not in BOOKKEEPING_FIELDS and saved.get(k) != current.get(k)
-    )
-    if changed:
-        diff = ', '.join(f'{k}: {saved.get(k)!r} -> {current.get(k)!r}' for k in changed)
-        raise ValueError(
-            f'the TrainConfig differs from the one {checkpoint} was trained with ({diff}); resuming would '
-            "not continue that run. Pass resume='force' to continue with the new settings anyway"
-        )
-
-
-def _check_same_model(model: torch.nn.Module, saved, checkpoint: Path):
-    """Before loading: torch would copy the tensors that fit, then raise a multi-line list of those that do not."""
-    expected = model.state_dict()
-    saved = saved if isinstance(saved, dict) else {}
-    wrong = sorted(k for k in expected.keys() | saved.keys()
-                   if k not in saved or k not in expected or getattr(saved[k], 'shape', None) != expected[k].shape)
-    if wrong:
-        raise ValueError(f'{checkpoint} holds the weights of another model ({len(wrong)} tensors missing, extra or '
-                         f'of another shape, e.g. {wrong[0]}); resume with the model the run started from, or train '
-                         'into a new folder')
-
-
-def resume_state(output_dir, config: TrainConfig, resume: Union[bool, str]) -> Tuple[Optional[Path], Optional[dict]]:
-    """The checkpoint of ``output_dir`` that ``resume`` (see :func:`train`) continues from and its state,
-    ``(None, None)`` to start afresh; a ``ValueError`` for a ``resume`` that is not False, True or 'force',
-    checkpoints none of which loads, or (unless 'force') a config other than the checkpoint's.  Reads only, so the
-    command line calls it before loading the model."""
-    if resume not in (False, True, 'force'):
-        raise ValueError(f"resume must be False, True or 'force', got {resume!r}")
-    checkpoint, state = _latest_state(output_dir) if resume else (None, None)
-    if checkpoint is not None and resume != 'force':
-        _check_resumed_config(state['config'], config, checkpoint)
-    return checkpoint, state
-
-
-def _write_log(output_dir: Path, log: List[dict]):
-    storage.write_json(output_dir / 'metrics.json', log)
-    keys = sorted({k for row in log for k in row}, key=lambda k: (k != 'step', k))
-    table = io.StringIO(newline='')
-    writer = csv.DictWriter(table, fieldnames=keys)
-    writer.writeheader()
-    writer.writerows(log)
-    storage.write_text(output_dir / 'metrics.csv', table.getvalue())
-
-
 def train(
     model: torch.nn.Module,
     tokenizer,
     examples: Iterable[Example],
     output_dir,
     config: TrainConfig = None,
-    evaluate: Optional[Callable[[torch.nn.Module], Dict[str, float]]] = None,
-    resume: Union[bool, str] = False,
+    evaluate: Callable[[torch.nn.Module], dict[str, float]] | None = None,
+    resume: bool | str = False,
     extra_parameters: Sequence[torch.nn.Parameter] = (),
     query_encoder=None,
     verbose: bool = True,
-    resumed: Optional[Tuple[Optional[Path], Optional[dict]]] = None,
-) -> List[dict]:
+    resumed: tuple[Path | None, dict | None] | None = None,
+) -> list[dict]:
     """Trains ``model`` in place and returns the metrics log (one row per ``log_every`` steps and per evaluation).
 
     Args:
@@ -397,18 +263,18 @@ def train(
 
 def run_loop(
     model: torch.nn.Module,
-    loss_fn: Callable[[object, int], Tuple[torch.Tensor, Dict[str, float]]],
+    loss_fn: Callable[[object, int], tuple[torch.Tensor, dict[str, float]]],
     batches: Iterator,
     output_dir,
     config: TrainConfig,
     tokenizer=None,
-    evaluate: Optional[Callable[[torch.nn.Module], Dict[str, float]]] = None,
-    resume: Union[bool, str] = False,
+    evaluate: Callable[[torch.nn.Module], dict[str, float]] | None = None,
+    resume: bool | str = False,
     extra_parameters: Sequence[torch.nn.Parameter] = (),
     verbose: bool = True,
     desc: str = 'training',
-    resumed: Optional[Tuple[Optional[Path], Optional[dict]]] = None,
-) -> List[dict]:
+    resumed: tuple[Path | None, dict | None] | None = None,
+) -> list[dict]:
     """The optimization machinery shared by every objective: runs ``loss_fn(batch, step) -> (loss, logs)`` over
     ``batches`` for ``config.steps`` optimizer steps (only the optimization, logging and checkpoint fields of
     ``config`` are read).
@@ -438,7 +304,7 @@ def run_loop(
     scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config))
     step, log = 0, []
     if checkpoint is not None:
-        _check_same_model(model, state['model'], checkpoint)
+        check_same_model(model, state['model'], checkpoint)
         model.load_state_dict(state['model'])
         with torch.no_grad():
             for param, saved in zip(extra_parameters, state['extra']):
@@ -456,7 +322,7 @@ def run_loop(
         next(batches)
 
     model.train()
-    window: List[dict] = []
+    window: list[dict] = []
     start_time = time.time()
     with tqdm(
         total=config.steps, initial=step, desc=desc, unit='step', disable=not verbose or not dist.is_main()
@@ -496,7 +362,7 @@ def run_loop(
                 log.append({'step': step, **evaluate(model)})
                 model.train()
             if dist.is_main() and ((config.save_every and step % config.save_every == 0) or step == config.steps):
-                _save(
+                save_checkpoint(
                     model,
                     tokenizer,
                     optimizer,
@@ -508,7 +374,7 @@ def run_loop(
                     extra_parameters,
                 )
             if log and dist.is_main():
-                _write_log(output_dir, log)
+                write_log(output_dir, log)
     dist.barrier()  # checkpoints are complete before any process returns (and, say, resumes or evaluates)
     model.eval()
     return log

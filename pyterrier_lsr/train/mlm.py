@@ -1,15 +1,15 @@
 """Masked-LM adaptation: a short MLM run on a corpus, e.g. between a vocabulary transfer and SPLADE training so that
 the backbone learns to use its new embeddings. Runs on the bundled loop (:func:`~pyterrier_lsr.train.loop.run_loop`):
 same optimizer, schedule, logs, checkpoints and exact resume as :func:`~pyterrier_lsr.train.train`."""
-from typing import Dict, List, Sequence, Tuple
+from collections.abc import Sequence
 
 import torch
 
-from .loop import TrainConfig, micro_batches, bf16_autocast, run_loop
+from .loop import TrainConfig, bf16_autocast, micro_batches, run_loop
 
 
 def mask_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, special_ids: Sequence[int], mask_id: int,
-                vocab_size: int, mask_rate: float = 0.3) -> Tuple[torch.Tensor, torch.Tensor]:
+                vocab_size: int, mask_rate: float = 0.3) -> tuple[torch.Tensor, torch.Tensor]:
     """BERT's corruption: ``mask_rate`` of the non-special, non-padding tokens are predicted; of those 80 % become
     ``mask_id``, 10 % a random token, 10 % stay. Returns ``(corrupted ids, labels)`` with -100 where not predicted.
     Randomness comes from torch's global RNG (so the loop's resume replays it)."""
@@ -24,7 +24,7 @@ def mask_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, special_i
 
 
 def train_mlm(mlm: torch.nn.Module, tokenizer, texts: Sequence[str], output_dir, config: TrainConfig = None,
-              mask_rate: float = 0.3, max_length: int = 128, resume: bool = False, verbose: bool = True) -> List[dict]:
+              mask_rate: float = 0.3, max_length: int = 128, resume: bool = False, verbose: bool = True) -> list[dict]:
     """Trains ``mlm`` (an HF ``*ForMaskedLM`` or a :class:`~.models.SpladeModel` around one) in place with the
     masked-LM loss on ``texts`` (shuffled each epoch) and returns the metrics log (``loss``, ``accuracy`` of the
     masked predictions). Of ``config`` only the optimization fields are read (steps, batch_size, grad_accum, lr,
@@ -42,7 +42,7 @@ def train_mlm(mlm: torch.nn.Module, tokenizer, texts: Sequence[str], output_dir,
     device = next(mlm.parameters()).device
     vocab_size = mlm.get_input_embeddings().weight.shape[0]
 
-    def loss_fn(batch: List[str], step: int) -> Tuple[torch.Tensor, Dict[str, float]]:
+    def loss_fn(batch: list[str], step: int) -> tuple[torch.Tensor, dict[str, float]]:
         inputs = tokenizer(batch, truncation=True, max_length=max_length, padding=True, return_tensors='pt')
         ids, labels = mask_tokens(inputs['input_ids'], inputs['attention_mask'], tokenizer.all_special_ids,
                                   tokenizer.mask_token_id, vocab_size, mask_rate)

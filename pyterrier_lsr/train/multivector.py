@@ -5,23 +5,23 @@ cross-entropy of every query's positive against all candidates of the batch (its
 queries' candidates), on raw MaxSim scores divided by ``temperature`` (ColBERT uses 1).
 """
 
-from typing import Dict, List, Sequence, Tuple
+from collections.abc import Sequence
 
 import torch
 
 from ..models.multivector import MultiVectorModel, maxsim_infonce
 from .data import Example
-from .loop import TrainConfig, micro_batches, bf16_autocast, run_loop
+from .loop import TrainConfig, bf16_autocast, micro_batches, run_loop
 
 
-def _embed(model: MultiVectorModel, tokenizer, texts: List[str], max_length: int, device):
+def _embed(model: MultiVectorModel, tokenizer, texts: list[str], max_length: int, device):
     inputs = tokenizer(texts, truncation=True, max_length=max_length, padding=True, return_tensors='pt')
     return model(inputs['input_ids'].to(device), inputs['attention_mask'].to(device))
 
 
 def maxsim_batch_loss(
     model: MultiVectorModel, tokenizer, batch: Sequence[Example], config: TrainConfig, temperature: float = 1.0
-) -> Tuple[torch.Tensor, Dict[str, float]]:
+) -> tuple[torch.Tensor, dict[str, float]]:
     """MaxSim InfoNCE of one micro-batch and its logs (loss, accuracy of the positive among the batch)."""
     device = next(model.parameters()).device
     n = len(batch[0].negatives)
@@ -45,7 +45,7 @@ def train_multivector(
     temperature: float = 1.0,
     train_backbone: bool = True,
     verbose: bool = True,
-) -> List[dict]:
+) -> list[dict]:
     """Trains ``model`` in place with MaxSim InfoNCE; checkpoints, logs and resume as :func:`.loop.run_loop` (only
     its optimization, logging and length fields of ``config`` are read).
 

@@ -1,11 +1,11 @@
 """Stage-1 recipes shared by Latent Terms and SAE-SPLADE: a frozen model's vectors of a corpus (cached), a TopK SAE
 trained on them, and for Latent Terms the whole corpus-to-index build in one call."""
-from typing import Iterable, Optional, Sequence
+from collections.abc import Iterable, Sequence
 
 import numpy as np
 
 from ..index import SpladeIndexer
-from ..latent_terms import LatentTerms, cached_embeddings
+from ..kinds.latent_terms import LatentTerms, cached_embeddings
 from ..models.sae import SAEConfig, train_sae
 
 __all__ = ['LATENT_TERMS', 'build_latent_terms', 'train_latent_sae', 'train_token_sae']
@@ -20,8 +20,8 @@ LATENT_TERMS = dict(mode='multi', sae={'n_latents': 16384, 'k': 16, 'epochs': 3}
 
 
 def build_latent_terms(docs: Iterable[dict], index_path, dense: str = 'all-MiniLM-L6-v2', mode: str = 'single',
-                       sae: Optional[dict] = None, sqrt_tf: bool = False, cache_dir='latent_cache',
-                       max_train_vectors: Optional[int] = 200_000, scale: float = 100., overwrite: bool = False,
+                       sae: dict | None = None, sqrt_tf: bool = False, cache_dir='latent_cache',
+                       max_train_vectors: int | None = 200_000, scale: float = 100., overwrite: bool = False,
                        text_field: str = 'text', verbose: bool = True, **latent_terms_kwargs):
     """Corpus -> frozen-model embeddings (cached) -> SAE training -> PISA index, in one call.
 
@@ -60,8 +60,8 @@ class _Sized:
         return self.length
 
 
-def train_latent_sae(latent_terms: LatentTerms, texts: Sequence, sae: Optional[dict] = None, cache_dir='latent_cache',
-                     max_train_vectors: Optional[int] = 200_000, verbose: bool = True):
+def train_latent_sae(latent_terms: LatentTerms, texts: Sequence, sae: dict | None = None, cache_dir='latent_cache',
+                     max_train_vectors: int | None = 200_000, verbose: bool = True):
     """Stage 1 shared by Latent Terms and SAE-SPLADE: ``latent_terms``'s (frozen) vectors of ``texts`` (cached in
     ``cache_dir``), then a TopK SAE (``sae``: :class:`~pyterrier_lsr.models.sae.SAEConfig` settings, ``d_in`` from the
     model) trained on a seeded random sample of at most ``max_train_vectors`` of them.
@@ -79,8 +79,8 @@ def train_latent_sae(latent_terms: LatentTerms, texts: Sequence, sae: Optional[d
     return model, log, vectors, offsets
 
 
-def train_token_sae(backbone: str, texts: Sequence, sae: Optional[dict] = None, cache_dir='sae_splade_cache',
-                    max_train_vectors: Optional[int] = 200_000, verbose: bool = True, **latent_terms_kwargs):
+def train_token_sae(backbone: str, texts: Sequence, sae: dict | None = None, cache_dir='sae_splade_cache',
+                    max_train_vectors: int | None = 200_000, verbose: bool = True, **latent_terms_kwargs):
     """Stage 1: a TopK SAE on ``backbone``'s frozen, L2-normalised token states of ``texts`` (cached in
     ``cache_dir``; a seeded sample of at most ``max_train_vectors`` trains it).  ``sae``: :class:`SAEConfig` settings
     (``n_latents``, ``k``, ``k_aux``, ``aux_coef``, ``epochs``...; ``d_in`` comes from the backbone);

@@ -4,24 +4,23 @@ Combine them with PyTerrier's operators, e.g. ``DenseScorer(...) + 0.02 * Retrie
 """
 
 import unicodedata
-from collections.abc import Mapping
-from typing import Optional, Sequence
+from collections.abc import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
 import pyterrier as pt
 import torch
 
-from ..checks import check_float, check_int, check_max_length, check_result_frame
-from ..encoding import as_texts, autocast, length_sorted_batches, resolve_device, resolve_precision
-from ..offline import resolve_model
+from ..core.checks import check_float, check_int, check_max_length, check_result_frame
+from ..core.encoding import as_texts, autocast, length_sorted_batches, resolve_device, resolve_precision
+from ..core.offline import resolve_model
 
 
 class DenseScorer(pt.Transformer):
     """Cosine similarity of mean-pooled embeddings of a bi-encoder (e.g. all-MiniLM-L6-v2; HF name or folder); texts
     truncated at ``max_length`` tokens (default 256, or the model's own limit when smaller)."""
 
-    def __init__(self, name_or_path: str, batch_size: int = 64, max_length: Optional[int] = None, device=None,
+    def __init__(self, name_or_path: str, batch_size: int = 64, max_length: int | None = None, device=None,
                  precision='fp32'):
         from transformers import AutoModel, AutoTokenizer
 

@@ -39,11 +39,22 @@ from functools import partial
 import numpy as np
 import pyterrier as pt
 
-from ... import storage
-from ...checks import check_bool, check_float, check_int
+from ...core import storage
+from ...core.checks import check_bool, check_float, check_int
 from ..reorder import bisection_order, permute_rows
-from .glue import (Forward, Timer, ToksSearcher, bounded_rescore, certified_top, check_depth, check_threads,
-                   engine_settings, quantized_csr, ranked, require)
+from .glue import (
+    Forward,
+    Timer,
+    ToksSearcher,
+    bounded_rescore,
+    certified_top,
+    check_depth,
+    check_threads,
+    engine_settings,
+    quantized_csr,
+    ranked,
+    require,
+)
 
 # 2: documents numbered by row, forward index kept; 3: heavy documents kept aside; 4: query levels kept below the wrap
 FORMAT = 4

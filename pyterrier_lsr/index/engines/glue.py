@@ -11,15 +11,15 @@ the exact k-th score reaches that bound, so the top-k's scores are PISA's, docum
 """
 import importlib
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable, Dict, List, Optional, Tuple
 
 import numpy as np
 import pandas as pd
 import pyterrier as pt
 
-from ...checks import check_int, check_term
-from ...storage import read_json, write_array, write_json
+from ...core.checks import check_int, check_term
+from ...core.storage import read_json, write_array, write_json
 
 __all__ = ['require', 'check_threads', 'check_depth', 'engine_settings', 'quantized_csr', 'Forward',
            'certified_top', 'certified_tops', 'bounded_rescore', 'ranked', 'ToksSearcher', 'Timer']
@@ -57,10 +57,10 @@ def engine_settings(index, engine: str, label: str, fmt: int) -> dict:
     return settings
 
 
-def quantized_csr(index) -> Tuple[List[str], List[str], np.ndarray, np.ndarray, np.ndarray]:
+def quantized_csr(index) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]:
     """The index's vectors as ``(docnos, terms, indptr, term_ids, impacts)`` with PISA's impacts ``int(w * scale)``
     (int32: the index's scale keeps them in 32 bits); postings whose impact is 0 are removed, so every engine stores
-    exactly the terms PISA stores.  Terms are checked again (:func:`~pyterrier_lsr.checks.check_term`): native code
+    exactly the terms PISA stores.  Terms are checked again (:func:`~pyterrier_lsr.core.checks.check_term`): native code
     must never see a NUL."""
     scale = index.scale
 
@@ -111,7 +111,7 @@ class Forward:
         write_json(folder / TERMS_FILE, list(terms))
         write_json(folder / DOCNOS_FILE, list(docnos))
 
-    def query(self, toks: Dict[str, float], scale: float) -> Dict[int, int]:
+    def query(self, toks: dict[str, float], scale: float) -> dict[int, int]:
         """``{term id: int(w * scale)}`` of the query's terms that the index has, zeros dropped (as PISA queries)."""
         out = {}
         for term, weight in toks.items():
@@ -120,7 +120,7 @@ class Forward:
                 out[self.term_ids[term]] = q
         return out
 
-    def rescore(self, query: Dict[int, int], rows: Optional[np.ndarray] = None) -> np.ndarray:
+    def rescore(self, query: dict[int, int], rows: np.ndarray | None = None) -> np.ndarray:
         """PISA's exact scores (float64, exact integers) of documents ``rows`` (default: every document) for
         ``query``."""
         matrix = self.matrix if rows is None else self.matrix[np.asarray(rows, dtype=np.int64)]
@@ -132,9 +132,9 @@ class Forward:
         return matrix @ dense
 
 
-def certified_tops(search: Callable[[List[int], int], List[Tuple[np.ndarray, float]]],
+def certified_tops(search: Callable[[list[int], int], list[tuple[np.ndarray, float]]],
                    rescore: Callable[[int, np.ndarray], np.ndarray], k: int, limit: int, count: int,
-                   start: Optional[int] = None) -> List[Tuple[np.ndarray, np.ndarray]]:
+                   start: int | None = None) -> list[tuple[np.ndarray, np.ndarray]]:
     """The exact top-``k`` ``(rows, scores)`` of each of ``count`` queries, best first (ties by row), from an engine's
     candidates.
 
@@ -156,8 +156,8 @@ def certified_tops(search: Callable[[List[int], int], List[Tuple[np.ndarray, flo
     return tops
 
 
-def certified_top(search: Callable[[int], Tuple[np.ndarray, float]], rescore: Callable[[np.ndarray], np.ndarray],
-                  k: int, limit: int, start: Optional[int] = None) -> Tuple[np.ndarray, np.ndarray]:
+def certified_top(search: Callable[[int], tuple[np.ndarray, float]], rescore: Callable[[np.ndarray], np.ndarray],
+                  k: int, limit: int, start: int | None = None) -> tuple[np.ndarray, np.ndarray]:
     """:func:`certified_tops` of one query: ``search(depth)``, ``rescore(rows)``."""
     return certified_tops(lambda _, depth: [search(depth)], lambda _, rows: rescore(rows), k, limit, 1, start)[0]
 
@@ -175,7 +175,7 @@ def bounded_rescore(rescore: Callable[[np.ndarray], np.ndarray], rows: np.ndarra
     return scores
 
 
-def ranked(rows: np.ndarray, scores: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+def ranked(rows: np.ndarray, scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """Candidates re-scored, without the non-matching ones, best first (ties by row), at most ``k``."""
     rows = np.asarray(rows, dtype=np.int64)
     matching = scores > 0
@@ -198,7 +198,7 @@ class ToksSearcher(pt.Transformer):
     over a frame's non-empty queries and returns ``qid, docno, score, rank`` (docnos of pandas' ``str`` dtype and ranks
     from 0, as PISA) with the input's other columns but ``query_toks``; an empty ``query_toks`` retrieves no rows."""
 
-    def __init__(self, search: Callable[[List[Dict[str, float]]], List[Tuple[np.ndarray, np.ndarray]]],
+    def __init__(self, search: Callable[[list[dict[str, float]]], list[tuple[np.ndarray, np.ndarray]]],
                  docnos: pd.api.extensions.ExtensionArray, name: str):
         self.search = search
         self.docnos = docnos  # of pandas' str dtype (Forward.docnos)
@@ -207,7 +207,7 @@ class ToksSearcher(pt.Transformer):
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         return self.results(inp, list(inp['query_toks']))
 
-    def results(self, inp: pd.DataFrame, toks: List[Dict[str, float]]) -> pd.DataFrame:
+    def results(self, inp: pd.DataFrame, toks: list[dict[str, float]]) -> pd.DataFrame:
         """:meth:`transform` with the frame's ``query_toks`` given as ``toks`` (checked by the caller), so that the
         frame itself is never copied to hold them."""
         asked = [row for row, query in enumerate(toks) if query]

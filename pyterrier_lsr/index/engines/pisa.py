@@ -5,7 +5,7 @@ Every parameter is checked here before PISA sees it: PISA's native code hangs on
 """
 import pyterrier as pt
 
-from ...checks import check_bool, check_choice, check_float, check_term
+from ...core.checks import check_bool, check_choice, check_float, check_term
 from ..quantization import pisa_term, quantize
 from .glue import Timer, check_depth, check_threads
 

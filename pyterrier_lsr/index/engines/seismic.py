@@ -31,9 +31,19 @@ import math
 import numpy as np
 import pyterrier as pt
 
-from ...checks import check_bool, check_float, check_int
-from .glue import (Forward, Timer, ToksSearcher, certified_tops, check_depth, check_threads, engine_settings,
-                   quantized_csr, ranked, require)
+from ...core.checks import check_bool, check_float, check_int
+from .glue import (
+    Forward,
+    Timer,
+    ToksSearcher,
+    certified_tops,
+    check_depth,
+    check_threads,
+    engine_settings,
+    quantized_csr,
+    ranked,
+    require,
+)
 
 FORMAT = 2  # 2: documents numbered by row, forward index kept, values scaled into float16's range
 INDEX_NAME = 'index'  # Seismic appends '.index.seismic'

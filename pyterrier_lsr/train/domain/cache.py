@@ -5,7 +5,7 @@ import math
 import random
 from pathlib import Path
 
-from ...storage import read_json, write_json
+from ...core.storage import read_json, write_json
 from .config import DomainConfig
 from .queries import document_frequencies, make_queries
 from .teacher import Teacher, cache_key, corpus_key, zscore_sum

@@ -2,7 +2,7 @@
 strings (CLI and scripts)."""
 from dataclasses import dataclass, field, fields, replace
 
-from ...checks import check_bool, check_choice, check_float, check_int, check_str
+from ...core.checks import check_bool, check_choice, check_float, check_int, check_str
 from ..loop import TrainConfig
 
 SIDES = ('both', 'query')

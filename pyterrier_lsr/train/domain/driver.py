@@ -18,17 +18,17 @@ from pathlib import Path
 
 import torch
 
-from ... import storage
-from ...asymmetric import AsymmetricSplade
-from ...base import MODEL_ARTIFACT
-from ...checks import UniqueDocnos
-from ...encoders import Splade
-from ...encoding import is_blank
-from ...inference_free import InferenceFreeSplade
-from ...query import StaticQueryWeights
-from ...quiet import quiet_native
-from ...sae_splade import SaeSplade
-from ...storage import write_json
+from ...core import storage
+from ...core.checks import UniqueDocnos
+from ...core.encoding import is_blank
+from ...core.quiet import quiet_native
+from ...core.storage import write_json
+from ...kinds.asymmetric import AsymmetricSplade
+from ...kinds.base import MODEL_ARTIFACT
+from ...kinds.inference_free import InferenceFreeSplade
+from ...kinds.query import StaticQueryWeights
+from ...kinds.sae_splade import SaeSplade
+from ...kinds.splade import Splade
 from .. import losses as L
 from ..data import Example
 from ..loop import batch_loss, micro_batches, run_loop
@@ -46,7 +46,8 @@ QUERY_SIDE_CLASSES = (Splade, SaeSplade, AsymmetricSplade, InferenceFreeSplade)
 
 
 def claim_output(output_dir) -> Path:
-    """``output_dir`` as a domain-adaptation folder of ours (see :func:`pyterrier_lsr.storage.claim_folder`), before
+    """``output_dir`` as a domain-adaptation folder of ours (see :func:`pyterrier_lsr.core.storage.claim_folder`),
+    before
     any work: a user's folder (its ``domain_adapt.json`` or ``model/`` would be replaced) is refused."""
     return storage.claim_folder(output_dir, OUTPUT_KIND, 'domain-adaptation folder')
 

@@ -6,7 +6,7 @@ import re
 from collections import Counter
 from collections.abc import Sequence
 
-from ...encoding import is_blank
+from ...core.encoding import is_blank
 from ..data import pseudo_query
 
 _WORD = re.compile(r'[a-z][a-z0-9-]{2,}')

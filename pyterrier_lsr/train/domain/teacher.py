@@ -11,8 +11,8 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ...core.storage import write_file
 from ...index.bm25 import BM25, bm25_index
-from ...storage import write_file
 
 
 def cache_key(value) -> str:
@@ -53,7 +53,7 @@ class Teacher:
 
     def dense(self):
         if self._dense is None:
-            from ...offline import resolve_model
+            from ...core.offline import resolve_model
             from ..teachers import DenseScorer
             self._dense = DenseScorer(resolve_model(self.config.dense_teacher))
             path = self.cache / f'dense-{cache_key([self.config.dense_teacher, self.corpus_key])}.npz'

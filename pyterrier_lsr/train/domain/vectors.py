@@ -1,11 +1,12 @@
 """Texts to a (texts x vocabulary) sparse tensor under a model, batched by the package's one batching engine
-(:func:`~pyterrier_lsr.encoding.length_sorted_batches`): blank texts and texts of special tokens only are zero rows,
+(:func:`~pyterrier_lsr.core.encoding.length_sorted_batches`): blank texts and texts of special tokens only are zero
+rows,
 as everywhere else in the package."""
 from collections.abc import Sequence
 
 import torch
 
-from ...encoding import autocast, length_sorted_batches
+from ...core.encoding import autocast, length_sorted_batches
 
 BATCH_SIZE = 64
 

@@ -17,7 +17,7 @@ Launch any script that calls :func:`~pyterrier_lsr.train.train` (or the CLI) wit
 GPUs, gloo on CPUs) and pins each rank to its GPU.
 """
 import os
-from typing import List, Sequence
+from collections.abc import Sequence
 
 import torch
 import torch.distributed as dist
@@ -92,7 +92,7 @@ def average_gradients(params: Sequence[torch.nn.Parameter]) -> None:
     gradients everywhere)."""
     if not is_distributed():
         return
-    grads: List[torch.Tensor] = [p.grad for p in params if p.grad is not None]
+    grads: list[torch.Tensor] = [p.grad for p in params if p.grad is not None]
     if not grads:
         return
     flat = torch.cat([g.reshape(-1) for g in grads])
@@ -111,7 +111,7 @@ def broadcast_parameters(params: Sequence[torch.Tensor]) -> None:
         for p in params:
             if p.device.type == 'cuda' and p.device.index != torch.cuda.current_device():
                 raise ValueError(f'rank {rank()} trains on {p.device} but owns cuda:{torch.cuda.current_device()}: '
-                                 'call pyterrier_lsr.train.distributed.setup() before loading the model')
+                                 'call pyterrier_lsr.train.torchrun.setup() before loading the model')
             dist.broadcast(p.data, src=0)
 
 

@@ -7,7 +7,6 @@ selection for the codes").  A code keeps only positive activations, and few entr
 estimates the threshold from every 8th entry, gathers the entries above it in one pass and selects among those few
 with a heap.
 """
-from typing import Tuple
 
 import numba
 import numpy as np
@@ -18,7 +17,7 @@ from .checks import check_int
 SAMPLE_STEP = 8
 
 
-def top_k_positive(scores: np.ndarray, k: int) -> Tuple[np.ndarray, np.ndarray]:
+def top_k_positive(scores: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
     """``(indices, values)``, both ``rows x k`` (int64 column ids, float32 values): each row's ``k`` largest positive
     entries of ``scores`` (``rows x n`` float32), in no particular order.  A row with fewer than ``k`` positive entries
     is padded with value 0 at column 0; among equal values at the ``k``-th place the lower column ids are kept; NaN is

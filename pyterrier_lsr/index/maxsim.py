@@ -1,41 +1,38 @@
 """Multi-vector (ColBERT-style) retrieval for PyTerrier: the encoder wrapper, an exact MaxSim scorer, a store of
 document token embeddings with a brute-force MaxSim retriever, and a k-means (PLAID-style) candidate generator over
-that store as the clustering baseline of :mod:`pyterrier_lsr.ssr`.
+that store as the clustering baseline of :mod:`pyterrier_lsr.kinds.ssr`.
 
 A store (:class:`MaxSimIndex`) is a folder: ``vectors.npy`` (all documents' token embeddings, float16, grouped by
 document), ``offsets.npy`` (document ``i`` owns rows ``offsets[i]:offsets[i + 1]``), ``docnos.json`` and
 ``maxsim.json`` (settings, the encoder's name).  Search reads the vectors into memory as float32 and computes
 exactly, so it suits small corpora (Vaswani: ~0.6M tokens, ~0.3 GB in memory).  A store is our artifact (marked
-``maxsim_store``, see :mod:`pyterrier_lsr.storage`): its inputs are checked before anything is written, it is built
+``maxsim_store``, see :mod:`pyterrier_lsr.core.storage`): its inputs are checked before anything is written, it is built
 beside its final name and swapped in, and ``overwrite`` replaces only another store.  Its marker records every file's
-size and digest (:func:`~pyterrier_lsr.storage.record_files`, as an index's ``lsr.json`` does), and so does the
+size and digest (:func:`~pyterrier_lsr.core.storage.record_files`, as an index's ``lsr.json`` does), and so does the
 marker of its k-means cells (``ivf/``): opening checks sizes and small files
-(:func:`~pyterrier_lsr.storage.check_files`), :meth:`~MaxSimIndex.verify` every digest, so an edited or swapped file
+(:func:`~pyterrier_lsr.core.storage.check_files`), :meth:`~MaxSimIndex.verify` every digest, so an edited or swapped
+file
 is an error naming it.  A query frame holds one row per query (a duplicate qid is an error, see
-:func:`~pyterrier_lsr.checks.check_query_frame`), and results are joined to their input row by position, never by
+:func:`~pyterrier_lsr.core.checks.check_query_frame`), and results are joined to their input row by position, never by
 qid.
 
 One concept (the multi-vector encoder and its exact MaxSim store), kept in one module past 450 lines because the store,
 its retrievers and its k-means baseline share the segment-max kernels and the store layout checks.
 """
 import time
+from collections.abc import Iterable, Sequence
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Dict, Iterable, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
 import pyterrier as pt
 import torch
 
-from . import storage
-from .base import MODEL_ARTIFACT
-from .checks import (check_docnos, check_int, check_matrix, check_max_length, check_query_frame,
-                     check_result_frame)
-from .encoding import as_texts, autocast, length_sorted_batches, resolve_device, resolve_precision
-from .loading import local_folder
-from .models.multivector import SETTINGS_FILE, MultiVectorModel
-from .models.sae_splade import structural_token_ids
+from ..core import storage
+from ..core.checks import check_docnos, check_int, check_matrix, check_query_frame, check_result_frame
+from ..core.encoding import as_texts
+from ..kinds.multivector import MultiVector, gather_rows, maxsim_rows, query_embeddings, segment_max
 
 STORE_FILE = 'maxsim.json'
 DOCNOS_FILE = 'docnos.json'
@@ -46,110 +43,7 @@ STORE_KIND = 'maxsim_store'
 IVF_KIND = 'maxsim_store.ivf'
 
 
-class MultiVector:
-    """A :class:`~pyterrier_lsr.models.multivector.MultiVectorModel` and its tokenizer: token embeddings of texts,
-    an exact MaxSim scorer and an indexer for a :class:`MaxSimIndex`.
-
-    Args:
-        model, tokenizer: the encoder and its HF tokenizer.
-        device, batch_size, precision: as for :class:`~pyterrier_lsr.Splade`.
-        doc_max_length, query_max_length: truncation lengths (special tokens included) of documents and queries
-            (default 256 and 32, or the tokenizer's ``model_max_length`` when smaller; at most that).
-    """
-
-    def __init__(self, model: MultiVectorModel, tokenizer, device=None, doc_max_length: Optional[int] = None,
-                 query_max_length: Optional[int] = None, batch_size: int = 32, precision: Optional[str] = None,
-                 name: Optional[str] = None):
-        self.device = resolve_device(device)
-        self.model = model.to(self.device).eval()
-        self.tokenizer = tokenizer
-        self.doc_max_length = check_max_length('doc_max_length', doc_max_length, tokenizer, 256)
-        self.query_max_length = check_max_length('query_max_length', query_max_length, tokenizer, 32)
-        self.batch_size = check_int('batch_size', batch_size, 1)
-        self.precision = resolve_precision(precision, self.device)
-        self.name = name
-
-    @property
-    def dim(self) -> int:
-        return self.model.dim
-
-    @classmethod
-    def from_backbone(cls, backbone: str = 'all-MiniLM-L6-v2', dim: int = 128, seed: int = 0,
-                      **kwargs) -> 'MultiVector':
-        """A new (untrained) encoder: an HF ``AutoModel`` (offline names resolve, see :mod:`pyterrier_lsr.offline`)
-        with an orthogonally initialised ``hidden -> dim`` projection."""
-        from .models.features import load_dense
-        dense, tokenizer = load_dense(backbone)
-        model = MultiVectorModel(dense, dim, structural_token_ids(tokenizer), seed=seed)
-        return cls(model, tokenizer, **kwargs)
-
-    @classmethod
-    def from_pretrained(cls, name_or_path, **kwargs) -> 'MultiVector':
-        """Loads a folder written by :meth:`save_pretrained` (or an offline or hub name of one, resolved as for every
-        model kind); ``kwargs`` override the saved lengths, device..."""
-        from transformers import AutoTokenizer
-        folder = local_folder(name_or_path)
-        settings = storage.read_json(folder / SETTINGS_FILE, 'multi-vector settings')
-        lengths = {k: settings[k] for k in ('doc_max_length', 'query_max_length') if k in settings}
-        return cls(MultiVectorModel.from_pretrained(folder), AutoTokenizer.from_pretrained(str(folder)),
-                   name=str(name_or_path), **{**lengths, **kwargs})
-
-    def save_pretrained(self, path, overwrite: bool = True) -> Path:
-        """Writes the folder atomically, replacing only a model folder of ours (as every model kind does); the
-        encoder keeps its name."""
-        with storage.build_folder(path, MODEL_ARTIFACT, overwrite=overwrite, what='model folder') as tmp:
-            self.write_folder(tmp)
-        return Path(path)
-
-    def write_folder(self, folder: Path):
-        """Backbone HF folder + tokenizer + ``projection.safetensors`` + ``multivector.json`` (with the lengths)."""
-        self.model.save_pretrained(folder)
-        self.tokenizer.save_pretrained(str(folder))
-        settings = {**self.model.settings, 'doc_max_length': self.doc_max_length,
-                    'query_max_length': self.query_max_length}
-        storage.write_json(Path(folder) / SETTINGS_FILE, settings)
-
-    @torch.inference_mode()
-    def embed(self, texts: Sequence, query: bool = False, verbose: bool = False) -> Tuple[np.ndarray, np.ndarray]:
-        """Token embeddings of ``texts``: ``(vectors, offsets)``, float32 ``n x dim`` rows grouped by text in input
-        order, text ``i`` owning ``vectors[offsets[i]:offsets[i + 1]]`` (no rows for blank texts).  Texts are
-        length-sorted and padded per batch, so a result does not depend on the other texts of the batch."""
-        max_length = self.query_max_length if query else self.doc_max_length
-        per_text: List[np.ndarray] = [np.zeros((0, self.dim), np.float32)] * len(texts)
-        with autocast(self.device, self.precision):
-            for batch in length_sorted_batches(self.tokenizer, texts, self.batch_size, max_length, self.device,
-                                               verbose, 'embedding'):
-                emb, mask = self.model(batch.input_ids, batch.attention_mask)
-                emb, mask = emb.float().cpu().numpy(), mask.cpu().numpy()
-                for row, i in enumerate(batch.positions):
-                    per_text[i] = emb[row][mask[row]]
-        offsets = np.concatenate([[0], np.cumsum([len(v) for v in per_text])]).astype(np.int64)
-        return np.concatenate(per_text) if len(texts) else np.zeros((0, self.dim), np.float32), offsets
-
-    def scorer(self, text_field: str = 'text') -> 'MaxSimScorer':
-        """Re-ranks ``qid, query, docno, text`` by exact MaxSim, encoding the documents' texts."""
-        return MaxSimScorer(self, text_field)
-
-    def indexer(self, path, overwrite: bool = False, verbose: bool = True) -> 'MaxSimIndexer':
-        return MaxSimIndexer(path, self, overwrite=overwrite, verbose=verbose)
-
-    def __repr__(self):
-        return f'MultiVector({self.name or "<model>"!r}, dim={self.dim})'
-
-
-def segment_max(sims: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """Per-document max of token-major similarities: ``sims`` (tokens x Lq), ``lengths`` (documents) -> documents x Lq;
-    a document without tokens gets 0."""
-    out = torch.segment_reduce(sims, 'max', lengths=lengths, axis=0, unsafe=True)
-    return out.masked_fill_((lengths == 0)[:, None], 0.)
-
-
-def maxsim_rows(query: torch.Tensor, vectors: torch.Tensor, lengths: torch.Tensor) -> torch.Tensor:
-    """MaxSim of one query (Lq x dim) against documents given as consecutive token rows (``lengths`` per document)."""
-    return segment_max(vectors @ query.T, lengths).sum(-1)
-
-
-def _result_frame(rows: List[Tuple[int, str, float]], inp: pd.DataFrame) -> pd.DataFrame:
+def _result_frame(rows: list[tuple[int, str, float]], inp: pd.DataFrame) -> pd.DataFrame:
     """``(input row, docno, score)`` results, best first per input row, as a ``qid, docno, score, rank`` frame
     keeping each input row's query columns: rows are joined by position, never by qid (empty input: empty
     output)."""
@@ -169,46 +63,6 @@ def _ranked(frame: pd.DataFrame, scores: np.ndarray, groups) -> pd.DataFrame:
     out = frame.iloc[order].reset_index(drop=True).assign(score=scores[order])
     return out.assign(rank=pd.Series(codes[order]).groupby(codes[order]).cumcount().to_numpy(dtype=np.int64))
 
-
-def _query_embeddings(encoder: MultiVector, queries: Sequence[str]) -> Dict[str, torch.Tensor]:
-    vectors, offsets = encoder.embed(queries, query=True)
-    vectors = torch.from_numpy(vectors)
-    return {q: vectors[offsets[i]:offsets[i + 1]] for i, q in enumerate(queries)}
-
-
-class MaxSimScorer(pt.Transformer):
-    """Re-ranks ``qid, query, docno, <text_field>`` by exact MaxSim of freshly encoded queries and documents."""
-
-    def __init__(self, encoder: MultiVector, text_field: str = 'text'):
-        self.encoder = encoder
-        self.text_field = text_field
-
-    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        check_result_frame(inp, ['query', self.text_field])
-        if not len(inp):
-            return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
-        texts = pd.Series(as_texts(inp[self.text_field], f'column {self.text_field!r}'), index=inp.index)
-        unique = texts.unique().tolist()
-        vectors, offsets = self.encoder.embed(unique)
-        vectors, lengths = torch.from_numpy(vectors), torch.from_numpy(np.diff(offsets))
-        row_of = {t: i for i, t in enumerate(unique)}
-        query_texts = pd.Series(as_texts(inp['query'], 'column "query"'), index=inp.index)
-        queries = _query_embeddings(self.encoder, query_texts.unique().tolist())
-        scores = np.zeros(len(inp))
-        for query, idx in inp.groupby(query_texts).indices.items():
-            docs = [row_of[t] for t in texts.iloc[idx]]
-            sub, sub_lengths = _gather(vectors, offsets, lengths, np.asarray(docs))
-            scores[idx] = maxsim_rows(queries[query], sub, sub_lengths).numpy()
-        return pt.model.add_ranks(inp.assign(score=scores))
-
-
-def _gather(vectors: torch.Tensor, offsets: np.ndarray, lengths: torch.Tensor, docs: np.ndarray):
-    """The token rows of ``docs`` (internal ids, any order, repeats allowed), consecutive, and their lengths."""
-    sub_lengths = lengths[torch.from_numpy(docs)]
-    counts = sub_lengths.numpy()
-    starts = np.repeat(offsets[docs], counts)
-    within = np.arange(len(starts)) - np.repeat(np.cumsum(counts) - counts, counts)
-    return vectors[torch.from_numpy(starts + within)], sub_lengths
 
 
 class MaxSimIndexer(pt.Indexer):
@@ -258,7 +112,7 @@ class TokenStore:
                              'pyterrier-lsr, or edited); write it again')
         storage.check_files(self.path, self.files, f'the {self.label}')
         self.meta = storage.read_json(self.path / self.meta_file, f'{self.label} settings')
-        self.docnos: List[str] = storage.read_json(self.path / DOCNOS_FILE, f'{self.label} docnos', expect=list)
+        self.docnos: list[str] = storage.read_json(self.path / DOCNOS_FILE, f'{self.label} docnos', expect=list)
         self.offsets = _load_npy(self.path / OFFSETS_FILE)
         try:
             for key in ('num_docs', 'num_tokens'):
@@ -281,8 +135,9 @@ class TokenStore:
 
     @classmethod
     @contextmanager
-    def _building(cls, path: Path, docnos: List[str], offsets: np.ndarray, meta: dict, overwrite: bool):
-        """Yields the folder being built (see :func:`~pyterrier_lsr.storage.build_folder`), its common files written;
+    def _building(cls, path: Path, docnos: list[str], offsets: np.ndarray, meta: dict, overwrite: bool):
+        """Yields the folder being built (see :func:`~pyterrier_lsr.core.storage.build_folder`), its common files
+        written;
         the caller adds its own."""
         with storage.build_folder(path, cls.kind, overwrite, what=cls.label) as tmp:
             storage.write_array(tmp / OFFSETS_FILE, offsets.astype(np.int64))
@@ -316,7 +171,7 @@ class MaxSimIndex(TokenStore):
 
     kind, meta_file, label = STORE_KIND, STORE_FILE, 'MaxSim store'
 
-    def __init__(self, path, encoder: Optional[MultiVector] = None):
+    def __init__(self, path, encoder: MultiVector | None = None):
         super().__init__(path)
         try:
             check_int('dim', self.meta.get('dim'), 1)
@@ -333,7 +188,7 @@ class MaxSimIndex(TokenStore):
 
     @classmethod
     def write(cls, path, docnos: Sequence[str], vectors: np.ndarray, offsets: np.ndarray,
-              encoder: Optional[MultiVector] = None, overwrite: bool = False) -> 'MaxSimIndex':
+              encoder: MultiVector | None = None, overwrite: bool = False) -> 'MaxSimIndex':
         """Writes a store from embeddings already computed (e.g. :meth:`MultiVector.embed` of a corpus): the inputs
         are checked first (docnos: non-empty unique strings; offsets: from 0, non-decreasing, ending at the number of
         vector rows; vectors: finite), then the store is built beside ``path`` and swapped in; ``overwrite`` replaces
@@ -356,7 +211,7 @@ class MaxSimIndex(TokenStore):
         return self._vectors
 
     @property
-    def docids(self) -> Dict[str, int]:
+    def docids(self) -> dict[str, int]:
         if self._docids is None:
             self._docids = {d: i for i, d in enumerate(self.docnos)}
         return self._docids
@@ -375,7 +230,7 @@ class MaxSimIndex(TokenStore):
 
     def score_docs(self, query: torch.Tensor, docs: np.ndarray) -> torch.Tensor:
         """Exact MaxSim against the documents of internal ids ``docs``."""
-        sub, lengths = _gather(self.vectors, self.offsets, self.lengths, np.asarray(docs, dtype=np.int64))
+        sub, lengths = gather_rows(self.vectors, self.offsets, self.lengths, np.asarray(docs, dtype=np.int64))
         return maxsim_rows(query, sub, lengths)
 
     def retriever(self, num_results: int = 1000) -> pt.Transformer:
@@ -408,14 +263,14 @@ class MaxSimIndex(TokenStore):
             scores[idx] = self.score_docs(queries[key], docs).numpy()
         return _ranked(frame, scores, groups)
 
-    def _top(self, scores: torch.Tensor, docs: Optional[np.ndarray], k: int) -> List[Tuple[str, float]]:
+    def _top(self, scores: torch.Tensor, docs: np.ndarray | None, k: int) -> list[tuple[str, float]]:
         top = scores.topk(min(k, len(scores)))
         ids = top.indices.numpy() if docs is None else docs[top.indices.numpy()]
         return [(self.docnos[i], s) for i, s in zip(ids.tolist(), top.values.tolist())]
 
     # -- clustering baseline --------------------------------------------------------------------------------------
 
-    def build_ivf(self, n_centroids: Optional[int] = None, niter: int = 4, seed: int = 0,
+    def build_ivf(self, n_centroids: int | None = None, niter: int = 4, seed: int = 0,
                   verbose: bool = False) -> dict:
         """k-means centroids over all stored token embeddings and each token's nearest centroid (faiss), written
         under ``ivf/``; ColBERTv2/PLAID's defaults: ``2^floor(log2(16 sqrt(tokens)))`` centroids, 4 iterations
@@ -441,9 +296,10 @@ class MaxSimIndex(TokenStore):
     def _vectors_digest(self) -> str:
         return self.files[VECTORS_FILE]['sha256']
 
-    def _ivf_files(self) -> Dict[str, dict]:
+    def _ivf_files(self) -> dict[str, dict]:
         """The files of the k-means cells as :meth:`build_ivf` recorded them (see
-        :func:`~pyterrier_lsr.storage.record_files`), or an error naming the folder: cells never built, written by an
+        :func:`~pyterrier_lsr.core.storage.record_files`), or an error naming the folder: cells never built, written by
+        an
         older pyterrier-lsr, or built for other vectors (another store's cells copied in)."""
         folder = self.path / IVF_FOLDER
         if not folder.exists():
@@ -486,7 +342,7 @@ def _load_npy(path: Path, mmap_mode=None) -> np.ndarray:
         raise ValueError(f'{path} is not a readable .npy array ({ex})') from None
 
 
-def _layout_problem(docnos: list, offsets: np.ndarray, num_docs: int, num_tokens: int) -> Optional[str]:
+def _layout_problem(docnos: list, offsets: np.ndarray, num_docs: int, num_tokens: int) -> str | None:
     """What keeps docnos and offsets from describing ``num_docs`` documents of ``num_tokens`` token rows (offsets from
     0, non-decreasing, ending at the number of rows: none reads past them), or ``None``."""
     if len(docnos) != num_docs:
@@ -522,7 +378,7 @@ class _Ivf:
         cells = np.unique(centroid_scores.topk(min(ncells, len(self.centroids)), dim=-1).indices.numpy())
         docs = np.unique(np.concatenate([self.cell_docs[self.cell_offsets[c]:self.cell_offsets[c + 1]] for c in cells]))
         if len(docs) > ndocs:
-            rows, lengths = _gather(self.codes[:, None], index.offsets, index.lengths, docs)
+            rows, lengths = gather_rows(self.codes[:, None], index.offsets, index.lengths, docs)
             approx = segment_max(centroid_scores.T[rows[:, 0]], lengths).sum(-1)
             docs = docs[approx.topk(ndocs).indices.numpy()]
         return index._top(index.score_docs(query, docs), docs, k)
@@ -536,7 +392,7 @@ class _Retriever(pt.Transformer):
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         check_query_frame(inp, ['query'])
         texts = as_texts(inp['query'], 'column "query"')
-        queries = _query_embeddings(self.index.encoder, list(dict.fromkeys(texts)))
+        queries = query_embeddings(self.index.encoder, list(dict.fromkeys(texts)))
         rows = []
         for position, query in enumerate(texts):
             if len(queries[query]):
@@ -553,4 +409,4 @@ class _StoredScorer(pt.Transformer):
         if not len(inp):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         texts = as_texts(inp['query'], 'column "query"')
-        return self.index.rescore(inp, texts, _query_embeddings(self.index.encoder, list(dict.fromkeys(texts))))
+        return self.index.rescore(inp, texts, query_embeddings(self.index.encoder, list(dict.fromkeys(texts))))

@@ -5,19 +5,19 @@ publish — or a sentence-transformers sparse model whose query route is a ``Spa
 a masked-LM transformer folder), read without importing sentence-transformers.
 """
 import json
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
 
-from .encoders import TorchSparseModel, check_tokenizer
-from .models.splade import SpladeModel
+from ..models.splade import SpladeModel
 from .query import WEIGHTS_FILE, StaticQueryEncoder, static_module_folder
+from .splade import TorchSparseModel, check_tokenizer
 
 __all__ = ['InferenceFreeSplade']
 
 
 class InferenceFreeSplade(TorchSparseModel):
     """SPLADE documents (``model``) and a :class:`StaticQueryEncoder` query side (``query_side``): no transformer runs
-    at query time.  Other arguments: see :class:`~pyterrier_lsr.encoders.TorchSparseModel`."""
+    at query time.  Other arguments: see :class:`~pyterrier_lsr.kinds.splade.TorchSparseModel`."""
     kind = 'inference-free'
     display = 'inference-free SPLADE'
 
@@ -25,8 +25,8 @@ class InferenceFreeSplade(TorchSparseModel):
         super().__init__(model, tokenizer, **kwargs)
         self.query_side = query_side
 
-    def encode_queries(self, texts: Sequence, batch_size: Optional[int] = None,
-                       verbose: bool = False) -> List[Dict[str, float]]:
+    def encode_queries(self, texts: Sequence, batch_size: int | None = None,
+                       verbose: bool = False) -> list[dict[str, float]]:
         return self.query_side.encode(texts)
 
     def write_folder(self, folder: Path):
@@ -38,7 +38,7 @@ class InferenceFreeSplade(TorchSparseModel):
     @classmethod
     def load_folder(cls, folder: Path, **kwargs) -> 'InferenceFreeSplade':
         """An OpenSearch-style folder (HF model + ``idf.json``) or a sentence-transformers doc-only layout; ``kwargs``
-        go to :class:`~pyterrier_lsr.encoders.TorchSparseModel`."""
+        go to :class:`~pyterrier_lsr.kinds.splade.TorchSparseModel`."""
         from transformers import AutoTokenizer
         doc_folder = folder
         if not (folder / WEIGHTS_FILE).exists():

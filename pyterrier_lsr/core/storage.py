@@ -22,9 +22,9 @@ import json
 import os
 import shutil
 import uuid
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Dict, Iterator, Optional, Union
 
 from .checks import check_bool
 
@@ -35,7 +35,7 @@ MARKER = '.lsr-artifact.json'
 DOMAIN_CACHE, EMBEDDINGS_CACHE = 'domain_adaptation.cache', 'embeddings.cache'
 SHARED_CACHES = (DOMAIN_CACHE, EMBEDDINGS_CACHE)
 
-PathLike = Union[str, Path]
+PathLike = str | Path
 
 __all__ = ['MARKER', 'DOMAIN_CACHE', 'EMBEDDINGS_CACHE', 'SHARED_CACHES', 'artifact_type', 'is_artifact',
            'write_file', 'write_bytes', 'write_text', 'write_json', 'write_array', 'read_json', 'build_folder',
@@ -89,7 +89,7 @@ def write_text(path: PathLike, text: str) -> Path:
     return write_file(path, lambda tmp: tmp.write_text(text, encoding='utf8'))
 
 
-def write_json(path: PathLike, obj, indent: Optional[int] = 1) -> Path:
+def write_json(path: PathLike, obj, indent: int | None = 1) -> Path:
     return write_text(path, json.dumps(obj, indent=indent))
 
 
@@ -104,7 +104,7 @@ def write_array(path: PathLike, array) -> Path:
     return write_file(path, write)
 
 
-def read_json(path: PathLike, what: Optional[str] = None, expect: type = dict):
+def read_json(path: PathLike, what: str | None = None, expect: type = dict):
     """``path``'s JSON, or a ``ValueError`` naming the file (missing, not JSON, or not of type ``expect``)."""
     path = Path(path)
     what = what or str(path)
@@ -128,7 +128,7 @@ def move_file(source: PathLike, target: PathLike) -> Path:
 
 
 # -- artifacts ---------------------------------------------------------------------------------------------------
-def read_marker(path: PathLike) -> Optional[dict]:
+def read_marker(path: PathLike) -> dict | None:
     """The marker of ``path`` (``{'artifact': type, ...}`` plus what its writer recorded), or ``None`` when ``path``
     carries no readable marker."""
     marker = Path(path) / MARKER
@@ -141,7 +141,7 @@ def read_marker(path: PathLike) -> Optional[dict]:
     return value if isinstance(value, dict) and isinstance(value.get('artifact'), str) else None
 
 
-def artifact_type(path: PathLike) -> Optional[str]:
+def artifact_type(path: PathLike) -> str | None:
     """The artifact type recorded in ``path``'s marker, or ``None`` when ``path`` is not one of ours."""
     marker = read_marker(path)
     return marker['artifact'] if marker else None
@@ -158,7 +158,7 @@ def mark(folder: PathLike, kind: str, **info) -> None:
     write_json(Path(folder) / MARKER, {**info, 'artifact': kind, 'writer': 'pyterrier-lsr'})
 
 
-def check_replaceable(path: PathLike, kind: str, overwrite: bool, what: Optional[str] = None) -> bool:
+def check_replaceable(path: PathLike, kind: str, overwrite: bool, what: str | None = None) -> bool:
     """Whether ``path`` holds something to replace; raises unless it may be replaced (``overwrite`` must be a bool:
     a string such as ``'no'`` would otherwise count as yes).  Writers whose build starts after a long job (encoding a
     corpus) call it first, so that a target they may not replace is refused before any work."""
@@ -269,7 +269,7 @@ def _remove_stale_builds(path: Path) -> None:
 
 
 @contextmanager
-def build_folder(path: PathLike, kind: str, overwrite: bool = False, what: Optional[str] = None) -> Iterator[Path]:
+def build_folder(path: PathLike, kind: str, overwrite: bool = False, what: str | None = None) -> Iterator[Path]:
     """Yields an empty temporary sibling of ``path`` to fill; when the block succeeds the folder is marked as an
     artifact of type ``kind`` (unless the block marked it so itself, see :func:`mark`) and swapped into place
     atomically; when it fails it is removed and ``path`` is left as
@@ -346,7 +346,7 @@ def link_tree(source: PathLike, target: PathLike, skip: Callable[[str], bool] = 
 CHEAP_DIGEST_BYTES = 1 << 22
 
 
-def record_files(folder: Path, leave_out=()) -> Dict[str, dict]:
+def record_files(folder: Path, leave_out=()) -> dict[str, dict]:
     """``{relative name: {'bytes', 'sha256'}}`` for every file of ``folder`` but the marker and ``leave_out``."""
     out = {}
     for path in sorted(folder.rglob('*')):
@@ -356,7 +356,7 @@ def record_files(folder: Path, leave_out=()) -> Dict[str, dict]:
     return out
 
 
-def check_files(folder: Path, files: Dict[str, dict], what: str, full: bool = False, prefix: str = '',
+def check_files(folder: Path, files: dict[str, dict], what: str, full: bool = False, prefix: str = '',
                 remedy: str = 'rebuild it') -> None:
     """Raises a ``ValueError`` saying that ``what`` (``'the index'``, ``'the k-means cell folder'``) is damaged, naming
     the damaged files (missing, another size, other bytes) among ``files`` whose name starts with ``prefix``, and the

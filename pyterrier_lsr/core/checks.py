@@ -18,7 +18,7 @@ The rules shared by every index, store and encoder:
 """
 import math
 import numbers
-from typing import Dict, Iterable, Mapping, Optional, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -47,7 +47,7 @@ def is_missing(value) -> bool:
     )
 
 
-def check_int(name: str, value, minimum: Optional[int] = None, maximum: Optional[int] = None) -> int:
+def check_int(name: str, value, minimum: int | None = None, maximum: int | None = None) -> int:
     """``value`` as an ``int`` in ``[minimum, maximum]`` (either bound optional); bools and floats are refused."""
     if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
         raise TypeError(f'{name} must be an integer, got {type(value).__name__} {value!r:.40}')
@@ -57,7 +57,7 @@ def check_int(name: str, value, minimum: Optional[int] = None, maximum: Optional
     return value
 
 
-def check_float(name: str, value, minimum: Optional[float] = None, maximum: Optional[float] = None,
+def check_float(name: str, value, minimum: float | None = None, maximum: float | None = None,
                 exclusive_minimum: bool = False, exclusive_maximum: bool = False) -> float:
     """``value`` as a finite ``float`` in the range (bounds optional, inclusive unless said); bools refused."""
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
@@ -161,7 +161,7 @@ def check_term(term, where: str = 'term') -> str:
     return term
 
 
-def check_weights(weights, where: str = 'query weights') -> Dict[str, float]:
+def check_weights(weights, where: str = 'query weights') -> dict[str, float]:
     """``weights`` as a new ``{term: float}`` dict, or :class:`WeightError` naming ``where`` and the bad term
     (NaN, infinities, negatives, strings and booleans are refused; see :data:`MAX_WEIGHT` for why there is a cap:
     PISA repeats a query term ``int(w * scale)`` times, so an unbounded weight hangs or exhausts memory)."""
@@ -182,7 +182,7 @@ def check_weights(weights, where: str = 'query weights') -> Dict[str, float]:
     return checked
 
 
-def check_vector(vector, where: str) -> Dict[str, float]:
+def check_vector(vector, where: str) -> dict[str, float]:
     """Like :func:`check_weights`; a missing vector (None/NaN) is an empty one."""
     if is_missing(vector):
         return {}

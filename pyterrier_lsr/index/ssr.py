@@ -13,18 +13,19 @@ the max per latent, from different tokens).  By default (``query='decoder'``) a 
 code but its exact embedding against the SAE's decoder rows, ``w_ia = <e_i, D_a>`` on its top ``query_latents``
 latents (:meth:`SSR.query_codes`), so ``sum_i max_t <w_i, z_t>`` approximates only the documents; the same postings
 and kernel serve both.  The cheaper ``mode='pooled'`` scores the same index as
-:class:`~pyterrier_lsr.ssr.SSR`'s pooled vectors do (documents max-pooled per latent, queries pooled by the model's
+:class:`~pyterrier_lsr.kinds.ssr.SSR`'s pooled vectors do (documents max-pooled per latent, queries pooled by the
+model's
 ``query_pooling``), in floats, without PISA's quantization.
 
 An index is a folder (our artifact, marked ``ssr_index``; built beside its final name and swapped in, see
-:mod:`pyterrier_lsr.storage`): ``ssr_index.json`` (counts and the model's name), ``docnos.json``, ``offsets.npy``
+:mod:`pyterrier_lsr.core.storage`): ``ssr_index.json`` (counts and the model's name), ``docnos.json``, ``offsets.npy``
 (document ``i`` owns tokens ``offsets[i]:offsets[i + 1]``), ``postings-indptr.npy`` / ``postings-tokens.npy`` /
 ``postings-values.npy`` (latent ``j``'s postings are ``indptr[j]:indptr[j + 1]``, tokens ascending) and ``model/``,
 a copy of the SSR model, so the index reopens alone.  Only documents with a positive score are returned (as an inverted
 index does): a document sharing no latent with the query is not a result.
 """
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Iterable, List, Optional, Sequence, Tuple
 
 import numba
 import numpy as np
@@ -32,11 +33,11 @@ import pandas as pd
 import pyterrier as pt
 import torch
 
-from . import storage
-from .checks import check_choice, check_docnos, check_int, check_matrix, check_query_frame
-from .encoding import as_texts
-from .multivector import TokenStore, _load_npy, _result_frame
-from .ssr import QUERY_SIDES, SSR, pool_codes
+from ..core import storage
+from ..core.checks import check_choice, check_docnos, check_int, check_matrix, check_query_frame
+from ..core.encoding import as_texts
+from ..kinds.ssr import QUERY_SIDES, SSR, pool_codes
+from .maxsim import TokenStore, _load_npy, _result_frame
 
 INDEX_KIND = 'ssr_index'
 META_FILE = 'ssr_index.json'
@@ -53,7 +54,7 @@ def token_postings(indices: np.ndarray, values: np.ndarray, n_latents: int):
     return _postings_by_latent(*_checked_codes(indices, values, n_latents), n_latents)
 
 
-def _checked_codes(indices, values, n_latents: int) -> Tuple[np.ndarray, np.ndarray]:
+def _checked_codes(indices, values, n_latents: int) -> tuple[np.ndarray, np.ndarray]:
     """``(indices, values)`` as the compiled loops read them (contiguous int64 / float32), once checked: the loops
     index memory by these latent ids without bounds checks."""
     indices, values = np.asarray(indices), np.asarray(values)
@@ -123,13 +124,14 @@ class SSRIndex(TokenStore):
 
     Args:
         path: the folder.
-        ssr: the :class:`~pyterrier_lsr.ssr.SSR` model that encoded the documents (it encodes queries); default: the
+        ssr: the :class:`~pyterrier_lsr.kinds.ssr.SSR` model that encoded the documents (it encodes queries); default:
+        the
             copy stored in the index.
     """
 
     kind, meta_file, label = INDEX_KIND, META_FILE, 'SSR index'
 
-    def __init__(self, path, ssr: Optional[SSR] = None):
+    def __init__(self, path, ssr: SSR | None = None):
         super().__init__(path)
         self.indptr, self.tokens, self.values = (_load_npy(self.path / name) for name in POSTINGS_FILES)
         self._check()
@@ -164,7 +166,7 @@ class SSRIndex(TokenStore):
     def write(cls, path, docnos: Sequence[str], vectors: np.ndarray, offsets: np.ndarray, ssr: SSR,
               overwrite: bool = False, save_model: bool = True) -> 'SSRIndex':
         """An index from token embeddings already computed (e.g. :meth:`MultiVector.embed` of a corpus, as a
-        :class:`~pyterrier_lsr.multivector.MaxSimIndex` store holds them); ``overwrite`` replaces only another SSR
+        :class:`~pyterrier_lsr.index.maxsim.MaxSimIndex` store holds them); ``overwrite`` replaces only another SSR
         index; ``save_model`` stores a copy of ``ssr`` (without it, pass ``ssr=`` when reopening)."""
         path = Path(path)
         vectors = check_matrix('vectors', vectors)
@@ -233,8 +235,8 @@ class SSRIndex(TokenStore):
         return out
 
     def search(self, vectors: np.ndarray, offsets: np.ndarray, num_results: int, mode: str = 'tokens',
-               query: Optional[str] = None, query_latents: Optional[int] = None
-               ) -> List[Tuple[np.ndarray, np.ndarray]]:
+               query: str | None = None, query_latents: int | None = None
+               ) -> list[tuple[np.ndarray, np.ndarray]]:
         """The top ``num_results`` ``(document ids, scores)`` (best first, ties by id, positive scores only) of each
         query given as token embeddings grouped by query (as :meth:`MultiVector.embed` returns); ``query`` and
         ``query_latents``: the query tokens' weights (:meth:`SSR.query_codes`; ``query`` defaults as in
@@ -254,8 +256,8 @@ class SSRIndex(TokenStore):
             out.append((docs, scores[docs]))
         return out
 
-    def ranked(self, inp: pd.DataFrame, num_results: int, mode: str, query: Optional[str] = None,
-               query_latents: Optional[int] = None):
+    def ranked(self, inp: pd.DataFrame, num_results: int, mode: str, query: str | None = None,
+               query_latents: int | None = None):
         """The input's queries embedded once and searched: ``(result frame, each row's input position, the
         embeddings (vectors, offsets) by input position)``."""
         check_query_frame(inp, ['query'])
@@ -265,8 +267,8 @@ class SSRIndex(TokenStore):
                 for d, s in zip(docs.tolist(), scores)]
         return _result_frame(rows, inp), [r[0] for r in rows], (vectors, offsets)
 
-    def retriever(self, num_results: int = 1000, mode: str = 'tokens', query: Optional[str] = None,
-                  query_latents: Optional[int] = None) -> pt.Transformer:
+    def retriever(self, num_results: int = 1000, mode: str = 'tokens', query: str | None = None,
+                  query_latents: int | None = None) -> pt.Transformer:
         """``qid, query`` -> ``qid, query, docno, score, rank``: ``mode='tokens'`` scores
         ``sum_i max_{t in d} <w_i, z_t>``, ``'pooled'`` the pooled dot product (see the module docs).  The query
         token's weights ``w_i``: ``query='decoder'`` (tokens only; the default there), its embedding against the
@@ -282,7 +284,7 @@ class SSRIndex(TokenStore):
         return f'SSRIndex({str(self.path)!r})'
 
 
-def check_query(mode: str, query: Optional[str]) -> str:
+def check_query(mode: str, query: str | None) -> str:
     """The query side for ``mode``: ``query`` if allowed with it (the decoder's weights need token-level scoring);
     for None, ``'decoder'`` with ``mode='tokens'`` (chosen on pseudo-queries, see benchmarks/claims/ssr.md) and
     ``'codes'`` with ``'pooled'``."""
@@ -296,7 +298,7 @@ def check_query(mode: str, query: Optional[str]) -> str:
 
 
 class SSRRetriever(pt.Transformer):
-    def __init__(self, index: SSRIndex, num_results: int, mode: str, query: str, query_latents: Optional[int]):
+    def __init__(self, index: SSRIndex, num_results: int, mode: str, query: str, query_latents: int | None):
         self.index = index
         self.num_results = num_results
         self.mode = mode
@@ -311,7 +313,7 @@ class SSRRetriever(pt.Transformer):
 
 
 class SSRIndexer(pt.Indexer):
-    """Encodes ``docno, text`` documents with an :class:`~pyterrier_lsr.ssr.SSR` model's encoder and writes an
+    """Encodes ``docno, text`` documents with an :class:`~pyterrier_lsr.kinds.ssr.SSR` model's encoder and writes an
     :class:`SSRIndex`."""
 
     def __init__(self, path, ssr: SSR, overwrite: bool = False, text_field: str = 'text', verbose: bool = True):

@@ -21,21 +21,21 @@ the documents contributes (almost) nothing.  Query weights: PISA repeats a query
 """
 import hashlib
 import json
+from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Dict, Iterable, Optional, Sequence
 
 import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from . import storage
-from .checks import check_bool, check_choice, check_float, check_str
-from .encoders import TorchSparseModel
-from .encoding import autocast, length_sorted_batches, to_dicts
+from ..core import storage
+from ..core.checks import check_bool, check_choice, check_float, check_str
+from ..core.encoding import autocast, length_sorted_batches, to_dicts
+from ..core.offline import offline_name, resolve_model
+from ..models.features import MODES, DenseFeatures, LatentTermsModel, load_dense, st_max_length, st_pooling
+from ..models.sae import SparseAutoencoder, latent_term_names
 from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
-from .models.features import MODES, DenseFeatures, LatentTermsModel, load_dense, st_max_length, st_pooling
-from .models.sae import SparseAutoencoder, latent_term_names
-from .offline import offline_name, resolve_model
+from .splade import TorchSparseModel
 
 SAE_FOLDER = 'sae'
 DENSE_FOLDER = 'dense'
@@ -56,7 +56,7 @@ class LatentTerms(TorchSparseModel):
     Args:
         dense: name or folder of the dense model (HF ``AutoModel``, e.g. a sentence-transformers folder, whose
             declared pooling, mean or CLS, ``single`` mode follows), e.g. ``'all-MiniLM-L6-v2'`` or
-            ``'all-mpnet-base-v2'`` (offline, see :mod:`pyterrier_lsr.offline`; their hub names too).
+            ``'all-mpnet-base-v2'`` (offline, see :mod:`pyterrier_lsr.core.offline`; their hub names too).
         sae: a trained :class:`~pyterrier_lsr.models.sae.SparseAutoencoder` over this model's vectors in this mode
             (``None``: embedding only, see :func:`~pyterrier_lsr.train.build_latent_terms`).
         mode: ``'single'`` (mean-pooled text embedding) or ``'multi'`` (token embeddings, latents summed).
@@ -65,7 +65,7 @@ class LatentTerms(TorchSparseModel):
         max_length: texts are truncated to this many tokens (special tokens included); ``None``: the length the
             dense model's sentence-transformers folder declares (its authors' setting: 256 for all-MiniLM-L6-v2, 384
             for all-mpnet-base-v2), 256 for a folder declaring none.
-        device, batch_size, precision, name: as for :class:`~pyterrier_lsr.encoders.TorchSparseModel`.
+        device, batch_size, precision, name: as for :class:`~pyterrier_lsr.kinds.splade.TorchSparseModel`.
         include_dense: whether a saved folder holds a copy of the dense model under ``dense/`` (self-contained);
             by default it does unless the dense model is an offline short name (which resolves to an installed
             package anywhere), so a folder never depends on a relative path or the network.
@@ -74,10 +74,10 @@ class LatentTerms(TorchSparseModel):
     display = 'Latent Terms'
     terms_namespace = 'latent'
 
-    def __init__(self, dense: str = 'all-MiniLM-L6-v2', sae: Optional[SparseAutoencoder] = None, mode: str = 'single',
-                 sqrt_tf: bool = False, k1: float = 1.5, b: float = 0.75, device=None, max_length: Optional[int] = None,
-                 batch_size: int = 32, precision: Optional[str] = None, name: Optional[str] = None,
-                 include_dense: Optional[bool] = None):
+    def __init__(self, dense: str = 'all-MiniLM-L6-v2', sae: SparseAutoencoder | None = None, mode: str = 'single',
+                 sqrt_tf: bool = False, k1: float = 1.5, b: float = 0.75, device=None, max_length: int | None = None,
+                 batch_size: int = 32, precision: str | None = None, name: str | None = None,
+                 include_dense: bool | None = None):
         check_choice('mode', mode, MODES)
         k1, b = check_float('k1', k1, 0), check_float('b', b, 0, 1)
         check_bool('sqrt_tf', sqrt_tf)  # a string such as 'no' would count as True
@@ -196,7 +196,7 @@ class LatentTerms(TorchSparseModel):
 
     @torch.inference_mode()
     def encode_vectors(self, vectors: np.ndarray, offsets: np.ndarray, texts_per_batch: int = 256,
-                       verbose: bool = False) -> Iterable[Dict[str, float]]:
+                       verbose: bool = False) -> Iterable[dict[str, float]]:
         """Like :meth:`encode` from the vectors :meth:`embed` returned (no transformer pass); yields one dict per
         text."""
         self._check_model()
@@ -225,7 +225,7 @@ def _array(path, shape, resume: bool) -> np.ndarray:
     return np.lib.format.open_memmap(str(path), 'w+', np.float32, shape)
 
 
-def cache_key(latent_terms: LatentTerms, texts: Sequence, mode: Optional[str] = None) -> str:
+def cache_key(latent_terms: LatentTerms, texts: Sequence, mode: str | None = None) -> str:
     """Identifies the embeddings of ``texts`` by dense model, mode (``mode`` overrides the model's), max_length,
     precision and the texts themselves."""
     lt, mode = latent_terms, mode or latent_terms.mode
@@ -237,7 +237,8 @@ def cache_key(latent_terms: LatentTerms, texts: Sequence, mode: Optional[str] = 
 
 
 def claim_cache(cache_dir) -> Path:
-    """``cache_dir`` as an embedding cache of ours (see :func:`pyterrier_lsr.storage.claim_folder`), before any work:
+    """``cache_dir`` as an embedding cache of ours (see :func:`pyterrier_lsr.core.storage.claim_folder`), before any
+    work:
     a user's folder is refused (its files are never replaced or removed), naming ``cache_dir``."""
     try:
         return storage.claim_folder(cache_dir, CACHE_KIND, 'embedding cache')

@@ -5,13 +5,13 @@ encoder an index was built with, so an existing index of the starting model serv
 model folder is the document model's folder as its own kind writes it (``lsr.kind`` set to ``asymmetric``, the
 sides' kind in ``lsr.sides``) with the query model's folder in its ``query/`` subfolder.
 """
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
 
+from ..models.splade import ModelLoadError
 from .base import SparseModel
-from .encoders import Splade, TorchSparseModel
 from .loading import MODEL_KINDS, load_model, model_class, model_settings
-from .models.splade import ModelLoadError
+from .splade import Splade, TorchSparseModel
 
 __all__ = ['AsymmetricSplade']
 
@@ -20,9 +20,9 @@ QUERY_FOLDER = 'query'
 
 class AsymmetricSplade(SparseModel):
     """Documents through ``model``, queries through ``query_model``: two torch modules of one kind (``sides``: the
-    :class:`~pyterrier_lsr.encoders.TorchSparseModel` kind both belong to, :class:`Splade` or
+    :class:`~pyterrier_lsr.kinds.splade.TorchSparseModel` kind both belong to, :class:`Splade` or
     :class:`~pyterrier_lsr.SaeSplade`, which saves and loads each of them) sharing one tokenizer and one vocabulary.
-    ``kwargs``: the runtime options of :class:`~pyterrier_lsr.encoders.TorchSparseModel` and ``name``."""
+    ``kwargs``: the runtime options of :class:`~pyterrier_lsr.kinds.splade.TorchSparseModel` and ``name``."""
     kind = 'asymmetric'
 
     def __init__(self, model, tokenizer, query_model, sides: type = Splade, **kwargs):
@@ -52,12 +52,12 @@ class AsymmetricSplade(SparseModel):
     def runtime(self) -> dict:
         return self.docs.runtime()
 
-    def encode_docs(self, texts: Sequence, batch_size: Optional[int] = None,
-                    verbose: bool = False) -> List[Dict[str, float]]:
+    def encode_docs(self, texts: Sequence, batch_size: int | None = None,
+                    verbose: bool = False) -> list[dict[str, float]]:
         return self.docs.encode_docs(texts, batch_size, verbose)
 
-    def encode_queries(self, texts: Sequence, batch_size: Optional[int] = None,
-                       verbose: bool = False) -> List[Dict[str, float]]:
+    def encode_queries(self, texts: Sequence, batch_size: int | None = None,
+                       verbose: bool = False) -> list[dict[str, float]]:
         return self.query_splade.encode_queries(texts, batch_size, verbose)
 
     def settings(self) -> dict:

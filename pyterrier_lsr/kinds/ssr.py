@@ -1,10 +1,10 @@
 """SSR, single-stage sparse retrieval over multi-vector token embeddings (METHODS.md §7).
 
-A TopK sparse autoencoder maps each token embedding ``e_t`` of a :class:`~pyterrier_lsr.multivector.MultiVector`
+A TopK sparse autoencoder maps each token embedding ``e_t`` of a :class:`~pyterrier_lsr.kinds.multivector.MultiVector`
 encoder to a sparse code ``z_t`` (at most ``k`` active latents out of ``n_latents``, :meth:`SSR.token_codes`);
 latents become index terms ``l<id>`` and documents are searched in one stage, with no clustering.  Two scorings:
 
-* **token-level** (:class:`~pyterrier_lsr.ssr_index.SSRIndex`, the default): postings keep token identity and a
+* **token-level** (:class:`~pyterrier_lsr.index.ssr.SSRIndex`, the default): postings keep token identity and a
   query scores ``sum_i max_{t in d} <z_i, z_t>`` exactly: MaxSim with ``<e_i, e_t>`` replaced by ``<z_i, z_t>``
   (``<e_i, e_t> ~ <z_i, z_t>`` up to the decoder's cross terms, its rows being unit-norm); by default the query side
   is exact instead, ``<e_i, D_a>`` against the decoder rows on the top ``query_latents`` (:meth:`SSR.query_codes`);
@@ -17,27 +17,27 @@ latents become index terms ``l<id>`` and documents are searched in one stage, wi
 
 Weights are the SAE's activations of unit-norm vectors (about 0-1), so the index's default scale 100 keeps two
 digits.  A second stage (:meth:`SSR.reranked`) re-scores the top ``depth`` documents of an ``SSRIndex`` by exact
-MaxSim from a :class:`~pyterrier_lsr.multivector.MaxSimIndex`.
+MaxSim from a :class:`~pyterrier_lsr.index.maxsim.MaxSimIndex`.
 
-A model folder is the encoder's folder (see :class:`~pyterrier_lsr.multivector.MultiVector`) + ``sae/`` (a
+A model folder is the encoder's folder (see :class:`~pyterrier_lsr.kinds.multivector.MultiVector`) + ``sae/`` (a
 :class:`~pyterrier_lsr.models.sae.SparseAutoencoder` folder), with ``kind: ssr`` and the poolings in ``config.json``
 under ``lsr``, so :func:`~pyterrier_lsr.load_model` (and an index's stored copy) reloads it.
 """
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import pandas as pd
 import pyterrier as pt
 import torch
 
+from ..core.checks import check_choice, check_int, check_matrix, check_settings
+from ..core.encoding import to_dicts
+from ..core.selection import top_k_positive
+from ..models.sae import ENCODE_ROWS, SAEConfig, SparseAutoencoder, latent_term_names, train_sae
 from .base import SparseModel
-from .checks import check_choice, check_int, check_matrix, check_settings
-from .encoding import to_dicts
 from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
-from .models.sae import ENCODE_ROWS, SAEConfig, SparseAutoencoder, latent_term_names, train_sae
-from .multivector import MaxSimIndex, MultiVector
-from .selection import top_k_positive
+from .multivector import MultiVector
 
 SAE_FOLDER = 'sae'
 POOLINGS = ('max', 'sum')
@@ -60,12 +60,12 @@ def pool_codes(indices: torch.Tensor, values: torch.Tensor, owner: torch.Tensor,
 
 
 @torch.inference_mode()
-def token_codes(sae: SparseAutoencoder, vectors: np.ndarray, k: Optional[int] = None, rows_per_batch: int = 65536
-                ) -> Tuple[np.ndarray, np.ndarray]:
+def token_codes(sae: SparseAutoencoder, vectors: np.ndarray, k: int | None = None, rows_per_batch: int = 65536
+                ) -> tuple[np.ndarray, np.ndarray]:
     """Each row's sparse code: ``(indices, values)``, ``rows x k`` int64 latent ids and float32 activations (relu'd,
     so some may be 0), as :meth:`SparseAutoencoder.encode_topk` gives them (``k``: default the SAE's), computed on the
     SAE's device (``rows_per_batch`` rows moved there at a time).  On a CPU the selection is
-    :func:`~pyterrier_lsr.selection.top_k_positive` (the codes 1.8-2.4x faster at k = 96, level at 16): the same
+    :func:`~pyterrier_lsr.core.selection.top_k_positive` (the codes 1.8-2.4x faster at k = 96, level at 16): the same
     positive latents, in no particular order, exact ties kept at lower latent ids, zeros at latent 0."""
     k = sae.config.k if k is None else check_int('k', k, 1, sae.n_latents)
     indices, values = np.zeros((len(vectors), k), np.int64), np.zeros((len(vectors), k), np.float32)
@@ -83,7 +83,7 @@ def token_codes(sae: SparseAutoencoder, vectors: np.ndarray, k: Optional[int] = 
 
 @torch.inference_mode()
 def decoder_codes(sae: SparseAutoencoder, vectors: np.ndarray, m: int, rows_per_batch: int = ENCODE_ROWS
-                  ) -> Tuple[np.ndarray, np.ndarray]:
+                  ) -> tuple[np.ndarray, np.ndarray]:
     """Each row's ``m`` largest weights ``<e, D_a>`` (the embedding itself against the decoder's unit rows ``D_a``)
     as ``(indices, values)`` like :func:`token_codes`; non-positive weights are set to 0 (not scored).  Against a
     document token's code, ``sum_a <e, D_a> z_ta = <e, x̂_t - b_dec>``: the exact query token against the token's
@@ -100,11 +100,11 @@ def decoder_codes(sae: SparseAutoencoder, vectors: np.ndarray, m: int, rows_per_
 
 class SSR(SparseModel):
     """A multi-vector encoder + a TopK SAE over its token embeddings (see the module docs for the scorings).  Index
-    token-level with :class:`~pyterrier_lsr.ssr_index.SSRIndex` (``SSRIndex.write`` or ``SSRIndexer``), pooled with
+    token-level with :class:`~pyterrier_lsr.index.ssr.SSRIndex` (``SSRIndex.write`` or ``SSRIndexer``), pooled with
     ``SpladeIndexer(path, ssr)``; :meth:`reranked` adds exact MaxSim to an ``SSRIndex``.
 
     Args:
-        encoder: the :class:`~pyterrier_lsr.multivector.MultiVector` whose token embeddings the SAE reads.
+        encoder: the :class:`~pyterrier_lsr.kinds.multivector.MultiVector` whose token embeddings the SAE reads.
         sae: a per-token TopK :class:`~pyterrier_lsr.models.sae.SparseAutoencoder` with ``d_in`` = the encoder's dim.
         doc_pooling, query_pooling: ``'max'`` or ``'sum'`` of token codes per latent (defaults: max for documents,
             sum for queries).
@@ -119,7 +119,7 @@ class SSR(SparseModel):
     terms_namespace = 'latent'
 
     def __init__(self, encoder: MultiVector, sae: SparseAutoencoder, doc_pooling: str = 'max',
-                 query_pooling: str = 'sum', name: Optional[str] = None, doc_k: Optional[int] = None):
+                 query_pooling: str = 'sum', name: str | None = None, doc_k: int | None = None):
         if sae.config.d_in != encoder.dim:
             raise ValueError(f'the SAE reads {sae.config.d_in}-d vectors, the encoder gives {encoder.dim}-d')
         if sae.config.batch_topk:
@@ -136,17 +136,17 @@ class SSR(SparseModel):
         self.terms = latent_term_names(sae.n_latents)
         self.name = name
 
-    def token_codes(self, vectors: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    def token_codes(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each token embedding's sparse code (see :func:`token_codes`)."""
         return token_codes(self.sae, vectors)
 
-    def doc_codes(self, vectors: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
+    def doc_codes(self, vectors: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """Each document token embedding's sparse code for the token-level index: :func:`token_codes` with
         ``doc_k`` latents (default: the SAE's ``k``)."""
         return token_codes(self.sae, vectors, self.doc_k)
 
-    def query_codes(self, vectors: np.ndarray, query: str = 'decoder', query_latents: Optional[int] = None
-                    ) -> Tuple[np.ndarray, np.ndarray]:
+    def query_codes(self, vectors: np.ndarray, query: str = 'decoder', query_latents: int | None = None
+                    ) -> tuple[np.ndarray, np.ndarray]:
         """The query tokens' weights per latent for token-level scoring: ``query='decoder'``, their embeddings against
         the decoder rows, the top ``query_latents`` (default: ``2 k``, chosen on pseudo-queries) per token
         (:func:`decoder_codes`; only the documents are then approximated); ``'codes'``, their SAE codes (as
@@ -154,7 +154,7 @@ class SSR(SparseModel):
         m = self.query_width(query, query_latents)
         return self.token_codes(vectors) if m is None else decoder_codes(self.sae, vectors, m)
 
-    def query_width(self, query: str, query_latents: Optional[int]) -> Optional[int]:
+    def query_width(self, query: str, query_latents: int | None) -> int | None:
         """The checked ``query`` side and its ``query_latents`` (see :meth:`query_codes`): ``m`` for ``'decoder'``,
         None for ``'codes'``."""
         check_choice('query', query, QUERY_SIDES)
@@ -167,7 +167,7 @@ class SSR(SparseModel):
 
     @torch.inference_mode()
     def encode_vectors(self, vectors: np.ndarray, offsets: np.ndarray, query: bool = False,
-                       texts_per_batch: int = 256) -> List[Dict[str, float]]:
+                       texts_per_batch: int = 256) -> list[dict[str, float]]:
         """``{'l<id>': weight}`` per text from token embeddings grouped by text (as :meth:`MultiVector.embed` returns),
         without a transformer pass."""
         pooling = self.query_pooling if query else self.doc_pooling
@@ -181,21 +181,21 @@ class SSR(SparseModel):
                                            self.sae.n_latents, pooling), self.terms))
         return out
 
-    def _encode(self, texts: Sequence, query: bool, verbose: bool) -> List[Dict[str, float]]:
+    def _encode(self, texts: Sequence, query: bool, verbose: bool) -> list[dict[str, float]]:
         vectors, offsets = self.encoder.embed(texts, query=query, verbose=verbose)
         return self.encode_vectors(vectors, offsets, query=query)
 
-    def encode_docs(self, texts: Sequence, batch_size: Optional[int] = None,
-                    verbose: bool = False) -> List[Dict[str, float]]:
+    def encode_docs(self, texts: Sequence, batch_size: int | None = None,
+                    verbose: bool = False) -> list[dict[str, float]]:
         return self._encode(texts, False, verbose)
 
-    def encode_queries(self, texts: Sequence, batch_size: Optional[int] = None,
-                       verbose: bool = False) -> List[Dict[str, float]]:
+    def encode_queries(self, texts: Sequence, batch_size: int | None = None,
+                       verbose: bool = False) -> list[dict[str, float]]:
         return self._encode(texts, True, verbose)
 
-    def reranked(self, index, store: MaxSimIndex, depth: int = 100, mode: str = 'tokens',
-                 query: Optional[str] = None, query_latents: Optional[int] = None) -> pt.Transformer:
-        """Two stages: the top ``depth`` of ``index`` (an :class:`~pyterrier_lsr.ssr_index.SSRIndex` of this model,
+    def reranked(self, index, store, depth: int = 100, mode: str = 'tokens',
+                 query: str | None = None, query_latents: int | None = None) -> pt.Transformer:
+        """Two stages: the top ``depth`` of ``index`` (an :class:`~pyterrier_lsr.index.ssr.SSRIndex` of this model,
         scored as its ``retriever(mode=, query=, query_latents=)`` scores), re-scored by exact MaxSim from
         ``store``'s vectors.  Each query goes through the transformer once; its token embeddings serve both
         stages."""
@@ -230,7 +230,7 @@ class SSR(SparseModel):
 
 
 class _TwoStage(pt.Transformer):
-    def __init__(self, index, store: MaxSimIndex, first):
+    def __init__(self, index, store, first):
         self.index = index
         self.store = store
         self.first = first
@@ -250,7 +250,7 @@ class _TwoStage(pt.Transformer):
         return f'{self.first!r} >> MaxSim top-{self.first.num_results}'
 
 
-def train_ssr_sae(vectors: np.ndarray, sae: Optional[dict] = None, max_train_vectors: Optional[int] = 200_000,
+def train_ssr_sae(vectors: np.ndarray, sae: dict | None = None, max_train_vectors: int | None = 200_000,
                   device=None, verbose: bool = True):
     """A TopK SAE over token embeddings (``vectors``: tokens x dim, e.g. a corpus's :meth:`MultiVector.embed`),
     trained on a seeded sample of at most ``max_train_vectors`` rows; ``sae``: :class:`SAEConfig` settings

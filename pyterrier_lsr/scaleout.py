@@ -12,7 +12,7 @@ Each shard's texts go through ``model.encode`` in groups of ``chunk_size`` docum
 default), and ``shard_size`` is a multiple of ``chunk_size``: with the same settings and device, the vectors are
 bit-identical to a single process's. ``num_workers=0`` runs the same shards in this process, without Ray.
 
-The folder is our artifact (marked ``encoded_vectors``, see :mod:`pyterrier_lsr.storage`): a new or empty folder is
+The folder is our artifact (marked ``encoded_vectors``, see :mod:`pyterrier_lsr.core.storage`): a new or empty folder is
 marked when a job starts, and a folder holding anything else is refused, so no user file is overwritten or removed;
 the shards a job wrote are the ones its ``part-<i>.json`` records name. The folder must be visible to every worker
 (one machine, or a shared filesystem on a cluster); so must the model folder (a model object is saved into
@@ -26,16 +26,16 @@ import os
 import re
 import time
 import warnings
+from collections.abc import Iterable, Iterator, Sequence
 from glob import glob
 from pathlib import Path
-from typing import Iterable, Iterator, List, Optional, Sequence, Tuple
 
 from tqdm.auto import tqdm
 
-from . import storage
-from .checks import UniqueDocnos, check_float, check_int, check_vector
+from .core import storage
+from .core.checks import UniqueDocnos, check_float, check_int, check_vector
 from .index.vectors import VectorStore, shard_name, write_manifest, write_shard
-from .loading import load_model, local_folder
+from .kinds.loading import load_model, local_folder
 
 JOB_FILE = 'encode.json'
 MODEL_FOLDER = 'model'
@@ -46,7 +46,7 @@ SHARD_RECORD = re.compile(r'part-(\d{5})\.json')
 __all__ = ['encode', 'index', 'read_corpus']
 
 
-def read_corpus(corpus, text_field: str = 'text') -> Tuple[Iterable[dict], Optional[int]]:
+def read_corpus(corpus, text_field: str = 'text') -> tuple[Iterable[dict], int | None]:
     """Documents (dicts with ``docno`` and ``text_field``) in corpus order, and their number when known, from an
     iterable of dicts, a DataFrame, an ``irds:`` id, or Parquet/JSONL files (a path, a glob, or a list of paths)."""
     import pandas as pd
@@ -82,7 +82,7 @@ def _read_files(files: Sequence[str], text_field: str) -> Iterator[dict]:
             raise ValueError(f'{file}: corpus files must be .parquet, .jsonl or .jsonl.gz')
 
 
-def _shards(docs: Iterable[dict], text_field: str, shard_size: int) -> Iterator[Tuple[int, List[str], list]]:
+def _shards(docs: Iterable[dict], text_field: str, shard_size: int) -> Iterator[tuple[int, list[str], list]]:
     number, docnos, texts = 0, [], []
     unique = UniqueDocnos('the corpus')
     for position, doc in enumerate(docs):
@@ -112,7 +112,7 @@ def _shard_record(folder: Path, number: int) -> Path:
     return folder / shard_name(number).replace('.parquet', '.json')
 
 
-def _written(folder: Path, number: int, digest: str) -> Optional[dict]:
+def _written(folder: Path, number: int, digest: str) -> dict | None:
     """The manifest entry of shard ``number`` if it is complete and holds these documents."""
     record = _shard_record(folder, number)
     if not record.is_file():
@@ -133,14 +133,14 @@ def _written(folder: Path, number: int, digest: str) -> Optional[dict]:
 class ShardEncoder:
     """Encodes and writes shards: the body of each Ray actor, and of ``num_workers=0``."""
 
-    def __init__(self, model, folder, chunk_size: int, threads: Optional[int] = None, model_kwargs: dict = None):
+    def __init__(self, model, folder, chunk_size: int, threads: int | None = None, model_kwargs: dict = None):
         if threads:
             import torch
             torch.set_num_threads(threads)
         self.model = load_model(model, **(model_kwargs or {})) if isinstance(model, (str, Path)) else model
         self.folder, self.chunk_size = Path(folder), chunk_size
 
-    def encode(self, number: int, docnos: List[str], texts: list, digest: str) -> dict:
+    def encode(self, number: int, docnos: list[str], texts: list, digest: str) -> dict:
         start, cpu = time.perf_counter(), time.process_time()
         vectors = []
         for i in range(0, len(texts), self.chunk_size):
@@ -182,7 +182,7 @@ def _check_job(folder: Path, job: dict) -> None:
         storage.write_json(path, job)
 
 
-def _model_kwargs(model, model_kwargs: Optional[dict], device: str) -> dict:
+def _model_kwargs(model, model_kwargs: dict | None, device: str) -> dict:
     """The settings a worker loads the model with: a given model's batch and length limits (so workers encode as it
     does), the worker's device, and ``model_kwargs`` over both."""
     kwargs = {k: getattr(model, k) for k in ('batch_size', 'max_length') if hasattr(model, k)}
@@ -209,7 +209,7 @@ class _Pool:
     def full(self) -> bool:
         return len(self.pending) >= self.in_flight * len(self.actors)
 
-    def next_done(self) -> Tuple[int, int, dict]:
+    def next_done(self) -> tuple[int, int, dict]:
         """Waits for a shard; returns ``(number, documents, manifest entry)``."""
         [future], _ = self.ray.wait(list(self.pending), num_returns=1)
         actor, number, count = self.pending.pop(future)
@@ -229,9 +229,9 @@ class _Pool:
             self.ray.kill(actor)
 
 
-def encode(corpus, model, folder, *, num_workers: Optional[int] = None, shard_size: int = 16_384,
-           chunk_size: int = 1024, text_field: str = 'text', ray_address: Optional[str] = None,
-           gpus_per_worker: Optional[float] = None, threads_per_worker: int = 1, model_kwargs: Optional[dict] = None,
+def encode(corpus, model, folder, *, num_workers: int | None = None, shard_size: int = 16_384,
+           chunk_size: int = 1024, text_field: str = 'text', ray_address: str | None = None,
+           gpus_per_worker: float | None = None, threads_per_worker: int = 1, model_kwargs: dict | None = None,
            max_retries: int = 2, in_flight: int = 2, verbose: bool = True) -> VectorStore:
     """Encodes ``corpus`` into the vector folder ``folder`` on Ray workers; returns its :class:`VectorStore`.
 

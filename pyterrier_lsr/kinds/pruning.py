@@ -11,18 +11,18 @@ or a non-dict vector raises an error naming the term or row (a missing vector, N
 """
 import math
 import numbers
-from typing import Dict, Optional, Sequence
+from collections.abc import Sequence
 
 import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
-from .checks import check_choice, check_float, check_int, is_missing
+from ..core.checks import check_choice, check_float, check_int, is_missing
 
 FIELDS = ('toks', 'query_toks')
 
 
-def check_rules(top_n: Optional[int], ratio: Optional[float], threshold: Optional[float]):
+def check_rules(top_n: int | None, ratio: float | None, threshold: float | None):
     """The rules, checked (one error naming the bad one); at least one must be given."""
     if top_n is None and ratio is None and threshold is None:
         raise ValueError('give at least one of top_n, ratio, threshold')
@@ -31,8 +31,8 @@ def check_rules(top_n: Optional[int], ratio: Optional[float], threshold: Optiona
             None if threshold is None else check_float('threshold', threshold, 0))
 
 
-def prune(vector: Dict[str, float], top_n: Optional[int] = None, ratio: Optional[float] = None,
-          threshold: Optional[float] = None) -> Dict[str, float]:
+def prune(vector: dict[str, float], top_n: int | None = None, ratio: float | None = None,
+          threshold: float | None = None) -> dict[str, float]:
     """One vector, pruned by the rules given (see the module docs)."""
     top_n, ratio, threshold = check_rules(top_n, ratio, threshold)
     for term, weight in vector.items():
@@ -58,8 +58,8 @@ class Prune(pt.Transformer):
     ``Prune(ratio=0.1, fields=['query_toks'])``.
     """
 
-    def __init__(self, top_n: Optional[int] = None, ratio: Optional[float] = None, threshold: Optional[float] = None,
-                 fields: Optional[Sequence[str]] = None):
+    def __init__(self, top_n: int | None = None, ratio: float | None = None, threshold: float | None = None,
+                 fields: Sequence[str] | None = None):
         self.top_n, self.ratio, self.threshold = check_rules(top_n, ratio, threshold)
         if isinstance(fields, str):  # a list of the string's characters is never meant
             fields = [fields]
@@ -74,7 +74,7 @@ class Prune(pt.Transformer):
         pta.validate.columns(inp, includes=fields)
         return inp.assign(**{f: [self._prune(v, f, row) for row, v in enumerate(inp[f])] for f in fields})
 
-    def _prune(self, vector, field: str, row: int) -> Dict[str, float]:
+    def _prune(self, vector, field: str, row: int) -> dict[str, float]:
         if is_missing(vector):
             return {}
         if not isinstance(vector, dict):

@@ -3,17 +3,17 @@
 The model itself (backbone + SAE encoder + α) is :class:`pyterrier_lsr.models.sae_splade.SaeSpladeModel`; stage 1
 (the token-state SAE) is :func:`pyterrier_lsr.train.train_token_sae`.
 """
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Dict, List, Optional, Sequence, Tuple
 
 import numpy as np
 import torch
 
-from .encoders import TorchSparseModel
-from .encoding import is_blank, length_sorted_batches
-from .models.features import load_dense
-from .models.sae import SparseAutoencoder
-from .models.sae_splade import DEFAULT_ALPHA, KIND, SaeSpladeModel, latent_idf, structural_token_ids
+from ..core.encoding import is_blank, length_sorted_batches
+from ..models.features import load_dense
+from ..models.sae import SparseAutoencoder
+from ..models.sae_splade import DEFAULT_ALPHA, KIND, SaeSpladeModel, latent_idf, structural_token_ids
+from .splade import TorchSparseModel
 
 __all__ = ['SaeSplade', 'idf_weighted_queries', 'latent_top_words', 'explain']
 
@@ -21,7 +21,7 @@ __all__ = ['SaeSplade', 'idf_weighted_queries', 'latent_top_words', 'explain']
 class SaeSplade(TorchSparseModel):
     """An :class:`SaeSpladeModel` (backbone + SAE encoder + α) and its tokenizer: SPLADE's encoders, scorer, indexer
     and training loop, with latent ids (``l<id>``) as terms, plus interpretability helpers.  Arguments: see
-    :class:`~pyterrier_lsr.encoders.TorchSparseModel`."""
+    :class:`~pyterrier_lsr.kinds.splade.TorchSparseModel`."""
     kind = KIND
     display = 'SAE-SPLADE'
     terms_namespace = 'latent'
@@ -48,13 +48,13 @@ class SaeSplade(TorchSparseModel):
         self.model.save_pretrained(folder)
         self.tokenizer.save_pretrained(str(folder))
 
-    def top_words(self, texts: Sequence, latents: Optional[Sequence[int]] = None, n: int = 10,
-                  batch_size: Optional[int] = None) -> Dict[int, List[Tuple[str, float]]]:
+    def top_words(self, texts: Sequence, latents: Sequence[int] | None = None, n: int = 10,
+                  batch_size: int | None = None) -> dict[int, list[tuple[str, float]]]:
         """See :func:`latent_top_words`."""
         return latent_top_words(self, texts, latents, n, batch_size)
 
     def explain(self, text: str, top: int = 10,
-                words: Optional[Dict[int, List[Tuple[str, float]]]] = None) -> List[dict]:
+                words: dict[int, list[tuple[str, float]]] | None = None) -> list[dict]:
         """See :func:`explain`."""
         return explain(self, text, top, words)
 
@@ -77,10 +77,10 @@ def idf_weighted_queries(splade, document_frequencies, num_docs: int):
     return AsymmetricSplade(splade.model, splade.tokenizer, queries, SaeSplade, name=splade.name, **splade.runtime())
 
 
-def _word_spans(encoding, text: str, n_tokens: int) -> List[Optional[str]]:
+def _word_spans(encoding, text: str, n_tokens: int) -> list[str | None]:
     """The (lowercased) word each token position belongs to, wordpieces merged (``None`` for special tokens)."""
     word_ids = encoding.word_ids[:n_tokens]
-    spans: Dict[int, List[int]] = {}
+    spans: dict[int, list[int]] = {}
     for (start, end), word in zip(encoding.offsets[:n_tokens], word_ids):
         if word is not None:
             span = spans.setdefault(word, [start, end])
@@ -88,8 +88,8 @@ def _word_spans(encoding, text: str, n_tokens: int) -> List[Optional[str]]:
     return [None if w is None else text[spans[w][0]:spans[w][1]].lower() for w in word_ids]
 
 
-def latent_top_words(splade: SaeSplade, texts: Sequence, latents: Optional[Sequence[int]] = None, n: int = 10,
-                     batch_size: Optional[int] = None) -> Dict[int, List[Tuple[str, float]]]:
+def latent_top_words(splade: SaeSplade, texts: Sequence, latents: Sequence[int] | None = None, n: int = 10,
+                     batch_size: int | None = None) -> dict[int, list[tuple[str, float]]]:
     """For each latent (all, or ``latents``), the ``n`` words of ``texts`` that activate it most: ``{latent: [(word,
     activation), ...]}``, best first, a word's activation being its largest SAE activation ``z`` over its wordpieces
     and occurrences.  Words are whole words (wordpieces merged through the fast tokenizer's offsets), lowercased.
@@ -102,7 +102,7 @@ def latent_top_words(splade: SaeSplade, texts: Sequence, latents: Optional[Seque
         raise ValueError(f'n must be >= 1, got {n}')
     texts = [str(t) for t in texts if not is_blank(t)]
     wanted = None if latents is None else torch.tensor(sorted(set(latents)), dtype=torch.long)
-    vocabulary: Dict[str, int] = {}
+    vocabulary: dict[str, int] = {}
     keys, values = torch.empty(0, dtype=torch.long), torch.empty(0)  # (latent, word) pairs and their best activation
     was_training = model.training
     model.eval()
@@ -130,7 +130,7 @@ def latent_top_words(splade: SaeSplade, texts: Sequence, latents: Optional[Seque
     words = np.array(list(vocabulary), dtype=object)
     latent_of, word_of = (keys >> 32).numpy(), (keys & ((1 << 32) - 1)).numpy()
     order = np.lexsort((-values.numpy(), latent_of))
-    out: Dict[int, List[Tuple[str, float]]] = {}
+    out: dict[int, list[tuple[str, float]]] = {}
     for i in order:
         found = out.setdefault(int(latent_of[i]), [])
         if len(found) < n:
@@ -139,7 +139,7 @@ def latent_top_words(splade: SaeSplade, texts: Sequence, latents: Optional[Seque
 
 
 def explain(splade: SaeSplade, text: str, top: int = 10,
-            words: Optional[Dict[int, List[Tuple[str, float]]]] = None) -> List[dict]:
+            words: dict[int, list[tuple[str, float]]] | None = None) -> list[dict]:
     """The ``top`` latents of ``text`` by weight, each as ``{'term', 'latent', 'weight', 'in_text', 'words'}``:
     ``in_text`` = the words of this text that activate it (best first, with their activations), ``words`` = its top
     words on a corpus when ``words`` (a :func:`latent_top_words` result) is given, else ``[]``."""

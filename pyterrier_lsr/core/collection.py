@@ -7,7 +7,6 @@ import itertools
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
 
 import pandas as pd
 
@@ -15,11 +14,11 @@ import pandas as pd
 @dataclass
 class Collection:
     name: str
-    corpus: List[dict]
+    corpus: list[dict]
     topics: pd.DataFrame
     qrels: pd.DataFrame
 
-    def subset(self, docs: Optional[int] = None, topics: Optional[int] = None) -> 'Collection':
+    def subset(self, docs: int | None = None, topics: int | None = None) -> 'Collection':
         """A smaller collection for quick runs: the first ``topics`` topics, and a corpus of ``docs`` documents
         made of the documents judged relevant to those topics first (so every query has something to find, up to
         ``docs`` of them), then the collection's first other documents; the corpus keeps collection order and the

@@ -13,23 +13,25 @@ declares its settings (``kind``, ``scoring``, ``terms`` namespace) and writes/re
 * ``pt.Transformer`` behaviour (a frame with ``query`` and ``text`` is re-ranked, else ``query`` or ``text`` is
   encoded), a short ``repr`` and a display ``label`` for tables;
 * name resolution (a local folder, an offline short name such as ``'splade-tiny'``, or a hub name) and atomic,
-  guarded folder writes (:mod:`pyterrier_lsr.storage`): a model folder is built beside and swapped in, replaces only a
+  guarded folder writes (:mod:`pyterrier_lsr.core.storage`): a model folder is built beside and swapped in, replaces
+  only a
   model folder of ours, and saving never renames the model.
 
 This is pyterrier_dr's ``BiEncoder`` idea for sparse vectors (sentence-transformers' ``SparseEncoder`` is the same
 split: ``encode_query`` / ``encode_document``).
 """
 import abc
+from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar, Dict, List, Optional, Sequence, Union
+from typing import ClassVar, Optional
 
 import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
-from . import storage
-from .checks import check_result_frame
-from .encoding import as_text
+from ..core import storage
+from ..core.checks import check_result_frame
+from ..core.encoding import as_text
 from .loading import local_folder, update_settings
 
 MODEL_ARTIFACT = 'model'
@@ -46,7 +48,7 @@ class SparseTextEncoder(pt.Transformer):
     out_field = 'toks'
     model: Optional['SparseModel'] = None
 
-    def encode(self, texts: Sequence) -> List[Dict[str, float]]:
+    def encode(self, texts: Sequence) -> list[dict[str, float]]:
         raise NotImplementedError
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
@@ -70,7 +72,7 @@ def hand_over(model: Optional['SparseModel'], other):
 class SparseEncoder(SparseTextEncoder):
     """One side of a :class:`SparseModel` as a transformer (made by ``query_encoder()`` / ``doc_encoder()``)."""
 
-    def __init__(self, model: 'SparseModel', query: bool, text_field: str, batch_size: Optional[int] = None,
+    def __init__(self, model: 'SparseModel', query: bool, text_field: str, batch_size: int | None = None,
                  verbose: bool = False):
         self.model = model
         self.query = query
@@ -79,7 +81,7 @@ class SparseEncoder(SparseTextEncoder):
         self.batch_size = batch_size
         self.verbose = verbose
 
-    def encode(self, texts: Sequence) -> List[Dict[str, float]]:
+    def encode(self, texts: Sequence) -> list[dict[str, float]]:
         encode = self.model.encode_queries if self.query else self.model.encode_docs
         return encode(texts, batch_size=self.batch_size, verbose=self.verbose)
 
@@ -87,7 +89,7 @@ class SparseEncoder(SparseTextEncoder):
         return f'{self.model!r}.{"query" if self.query else "doc"}'
 
 
-def sparse_dot(query: Dict[str, float], doc: Dict[str, float]) -> float:
+def sparse_dot(query: dict[str, float], doc: dict[str, float]) -> float:
     if len(doc) < len(query):
         query, doc = doc, query
     return sum(w * doc.get(t, 0.) for t, w in query.items())
@@ -122,7 +124,8 @@ class SparseModel(pt.Transformer, abc.ABC):
 
     A kind implements :meth:`encode_docs`, :meth:`encode_queries`, :meth:`write_folder` (its files into an empty
     folder) and :meth:`load_folder` (a classmethod reading a local folder), and sets :attr:`kind` (its key in
-    :data:`pyterrier_lsr.loading.MODEL_KINDS`, recorded in the folder), :attr:`scoring` and :attr:`terms_namespace`.
+    :data:`pyterrier_lsr.kinds.loading.MODEL_KINDS`, recorded in the folder), :attr:`scoring` and
+    :attr:`terms_namespace`.
     """
     kind: ClassVar[str]
     #: how an index of this model scores: ``{'kind': 'dot'}``, or BM25 over term frequencies (Latent Terms)
@@ -131,17 +134,17 @@ class SparseModel(pt.Transformer, abc.ABC):
     terms_namespace: ClassVar[str] = 'vocabulary'
     #: the kind's name in tables (``label``)
     display: ClassVar[str] = 'model'
-    name: Optional[str] = None
+    name: str | None = None
 
     # -- the contract ---------------------------------------------------------------------------------------------
     @abc.abstractmethod
-    def encode_docs(self, texts: Sequence, batch_size: Optional[int] = None,
-                    verbose: bool = False) -> List[Dict[str, float]]:
+    def encode_docs(self, texts: Sequence, batch_size: int | None = None,
+                    verbose: bool = False) -> list[dict[str, float]]:
         """Documents to ``{term: weight}`` dicts, in order; None/NaN/blank texts give ``{}``."""
 
     @abc.abstractmethod
-    def encode_queries(self, texts: Sequence, batch_size: Optional[int] = None,
-                       verbose: bool = False) -> List[Dict[str, float]]:
+    def encode_queries(self, texts: Sequence, batch_size: int | None = None,
+                       verbose: bool = False) -> list[dict[str, float]]:
         """Queries to ``{term: weight}`` dicts, in order; None/NaN/blank texts give ``{}``."""
 
     @abc.abstractmethod
@@ -158,12 +161,12 @@ class SparseModel(pt.Transformer, abc.ABC):
         return {'kind': self.kind, 'terms': self.terms_namespace}
 
     # -- given once -----------------------------------------------------------------------------------------------
-    def encode(self, texts: Sequence, batch_size: Optional[int] = None,
-               verbose: bool = False) -> List[Dict[str, float]]:
+    def encode(self, texts: Sequence, batch_size: int | None = None,
+               verbose: bool = False) -> list[dict[str, float]]:
         """Documents to ``{term: weight}`` dicts (:meth:`encode_docs`)."""
         return self.encode_docs(texts, batch_size=batch_size, verbose=verbose)
 
-    def save_pretrained(self, path: Union[str, Path], overwrite: bool = True) -> Path:
+    def save_pretrained(self, path: str | Path, overwrite: bool = True) -> Path:
         """Writes the model folder atomically: built beside ``path`` and swapped in; an existing ``path`` is replaced
         only when it is empty or a model folder written by this package (never a user folder).  The model keeps its
         name (saving a copy, e.g. into an index, never renames it)."""
@@ -179,23 +182,23 @@ class SparseModel(pt.Transformer, abc.ABC):
         update_settings(folder, **self.settings())
 
     @classmethod
-    def from_pretrained(cls, name_or_path: Union[str, Path], name: Optional[str] = None, **kwargs) -> 'SparseModel':
+    def from_pretrained(cls, name_or_path: str | Path, name: str | None = None, **kwargs) -> 'SparseModel':
         """Loads a model folder, an offline short name (``'splade-tiny'``) or a hub name, resolved here for every
         kind; the model is named ``name`` (default: ``name_or_path``); ``kwargs``: device, batch_size, precision..."""
         model = cls.load_folder(local_folder(name_or_path), **kwargs)
         model.name = name or str(name_or_path)
         return model
 
-    def query_encoder(self, batch_size: Optional[int] = None, verbose: bool = False) -> SparseTextEncoder:
+    def query_encoder(self, batch_size: int | None = None, verbose: bool = False) -> SparseTextEncoder:
         """Transformer adding ``query_toks`` from ``query``."""
         return SparseEncoder(self, True, 'query', batch_size, verbose)
 
-    def doc_encoder(self, text_field: str = 'text', batch_size: Optional[int] = None,
+    def doc_encoder(self, text_field: str = 'text', batch_size: int | None = None,
                     verbose: bool = False) -> SparseTextEncoder:
         """Transformer adding ``toks`` from ``text_field`` (hands this model to a following indexer)."""
         return SparseEncoder(self, False, text_field, batch_size, verbose)
 
-    def scorer(self, text_field: str = 'text', batch_size: Optional[int] = None) -> SparseScorer:
+    def scorer(self, text_field: str = 'text', batch_size: int | None = None) -> SparseScorer:
         """Transformer re-ranking ``qid, query, docno, text`` by the exact dot product."""
         return SparseScorer(self.query_encoder(batch_size), self.doc_encoder(text_field, batch_size))
 

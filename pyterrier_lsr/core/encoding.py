@@ -5,18 +5,18 @@ own longest text only; results come back in input order.  Models are any ``nn.Mo
 ``(input_ids, attention_mask)`` to a batch x vocabulary tensor of non-negative weights.
 """
 
+from collections.abc import Iterator, Sequence
 from contextlib import nullcontext
-from typing import Dict, Iterator, List, NamedTuple, Optional, Sequence
+from typing import NamedTuple
 
 import torch
 from tqdm.auto import tqdm
 
 from .checks import is_missing
 
-
 # The autocast dtype of each precision.
 PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
-# Not an autocast: the module itself is quantized (pyterrier_lsr.int8), so only kinds that quantize accept it.
+# Not an autocast: the module itself is quantized (pyterrier_lsr.core.int8), so only kinds that quantize accept it.
 INT8 = 'int8'
 
 
@@ -26,7 +26,7 @@ def resolve_device(device=None) -> torch.device:
     return torch.device(device)
 
 
-def resolve_precision(precision: Optional[str], device: torch.device, int8: bool = False) -> str:
+def resolve_precision(precision: str | None, device: torch.device, int8: bool = False) -> str:
     """``None`` means fp32 on CPU (exact) and bf16/fp16 on GPU (fast); ``'int8'`` (CPU only) where ``int8``."""
     if precision is None:
         if device.type != 'cuda':
@@ -45,7 +45,7 @@ def autocast(device: torch.device, precision: str):
     return nullcontext() if dtype is None else torch.autocast(device.type, dtype=dtype)
 
 
-def as_text(value, position: Optional[int] = None) -> str:
+def as_text(value, position: int | None = None) -> str:
     """A text to encode: missing values (see :func:`is_missing`) become ``''``; anything but a ``str`` (bytes, lists,
     numbers, ...) raises ``TypeError`` naming its position, since ``str(value)`` would encode ``"b'...'"``, ``"[...]"``
     or ``"<NA>"`` as if it were text. Bytes are refused rather than decoded: their encoding is the caller's to know."""
@@ -63,7 +63,7 @@ def is_blank(text) -> bool:
     return not as_text(text).strip()
 
 
-def as_texts(values, what: str) -> List[str]:
+def as_texts(values, what: str) -> list[str]:
     """``values`` as texts (see :func:`as_text`): missing values are ``''``; bytes, lists and numbers are a
     ``TypeError`` naming ``what`` and the row rather than their ``repr`` encoded as text."""
     try:
@@ -72,7 +72,7 @@ def as_texts(values, what: str) -> List[str]:
         raise TypeError(f'{what}: {ex}') from None
 
 
-def to_dicts(weights: torch.Tensor, terms: Sequence[str]) -> List[Dict[str, float]]:
+def to_dicts(weights: torch.Tensor, terms: Sequence[str]) -> list[dict[str, float]]:
     """Rows of a (batch x vocab) tensor to ``{term: weight}`` dicts of the non-zero entries."""
     weights = weights.float().cpu()
     rows, cols = weights.nonzero(as_tuple=True)
@@ -87,7 +87,7 @@ def to_dicts(weights: torch.Tensor, terms: Sequence[str]) -> List[Dict[str, floa
 
 
 class Batch(NamedTuple):
-    positions: List[int]  # indices into the texts given to :func:`length_sorted_batches`
+    positions: list[int]  # indices into the texts given to :func:`length_sorted_batches`
     input_ids: torch.Tensor  # padded to the batch's longest text
     attention_mask: torch.Tensor
     encodings: list  # the fast tokenizer's encodings of these texts (offsets, word ids), or []
@@ -146,7 +146,7 @@ def encode_texts(
     precision: str = 'fp32',
     verbose: bool = False,
     desc: str = 'encoding',
-) -> List[Dict[str, float]]:
+) -> list[dict[str, float]]:
     """Encodes ``texts`` with ``model`` into ``{term: weight}`` dicts, in input order.
 
     Texts longer than ``max_length`` tokens (special tokens included) are truncated. Missing, blank and texts that
@@ -155,7 +155,7 @@ def encode_texts(
     """
     device = resolve_device(device)
     texts = [as_text(text, i) for i, text in enumerate(texts)]
-    results: List[Dict[str, float]] = [{} for _ in texts]
+    results: list[dict[str, float]] = [{} for _ in texts]
     was_training = model.training
     if was_training:  # toggling every submodule costs ~1 ms, noticeable when encoding one query at a time
         model.eval()
@@ -177,7 +177,7 @@ def encode_texts(
     return results
 
 
-def vocabulary_terms(tokenizer, size: int = 0) -> List[str]:
+def vocabulary_terms(tokenizer, size: int = 0) -> list[str]:
     """Term strings indexed by token id, ``size`` at least (ids without a token get a placeholder name)."""
     size = max(size, len(tokenizer), max(tokenizer.get_vocab().values()) + 1)
     terms = [f'[unused_id_{i}]' for i in range(size)]

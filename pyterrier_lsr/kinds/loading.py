@@ -10,27 +10,26 @@ query module is ``inference-free``; any other masked-LM folder is ``splade``.
 import importlib
 import os
 from pathlib import Path
-from typing import List, Union
 
-from . import storage
-from .offline import resolve_model
+from ..core import storage
+from ..core.offline import resolve_model
 
 CONFIG_FILE = 'config.json'
 CONFIG_KEY = 'lsr'
 MODEL_KINDS = {
-    'splade': 'pyterrier_lsr.encoders:Splade',
-    'inference-free': 'pyterrier_lsr.inference_free:InferenceFreeSplade',
-    'asymmetric': 'pyterrier_lsr.asymmetric:AsymmetricSplade',
-    'sae-splade': 'pyterrier_lsr.sae_splade:SaeSplade',
-    'latent-terms': 'pyterrier_lsr.latent_terms:LatentTerms',
-    'ssr': 'pyterrier_lsr.ssr:SSR',
+    'splade': 'pyterrier_lsr.kinds.splade:Splade',
+    'inference-free': 'pyterrier_lsr.kinds.inference_free:InferenceFreeSplade',
+    'asymmetric': 'pyterrier_lsr.kinds.asymmetric:AsymmetricSplade',
+    'sae-splade': 'pyterrier_lsr.kinds.sae_splade:SaeSplade',
+    'latent-terms': 'pyterrier_lsr.kinds.latent_terms:LatentTerms',
+    'ssr': 'pyterrier_lsr.kinds.ssr:SSR',
 }
 
 __all__ = ['load_model', 'model_class', 'model_kind', 'model_settings', 'update_settings', 'local_folder',
            'MODEL_KINDS']
 
 
-def local_folder(name_or_path: Union[str, Path]) -> Path:
+def local_folder(name_or_path: str | Path) -> Path:
     """A local folder for a model: the folder itself, an offline short name's folder, or a hub snapshot."""
     name = resolve_model(str(name_or_path))
     if os.path.isdir(name):
@@ -41,7 +40,7 @@ def local_folder(name_or_path: Union[str, Path]) -> Path:
     return Path(snapshot_download(name))
 
 
-def model_settings(folder: Union[str, Path]) -> dict:
+def model_settings(folder: str | Path) -> dict:
     """The ``lsr`` settings saved in ``folder/config.json`` (``{}`` for a folder written by another project)."""
     config = Path(folder) / CONFIG_FILE
     if not config.is_file():
@@ -52,7 +51,7 @@ def model_settings(folder: Union[str, Path]) -> dict:
     return settings
 
 
-def update_settings(folder: Union[str, Path], **settings):
+def update_settings(folder: str | Path, **settings):
     """Sets ``settings`` in the ``lsr`` block of ``folder/config.json`` (the rest of the file kept; created when the
     folder has none), atomically: the one way any model folder's settings are written."""
     config_file = Path(folder) / CONFIG_FILE
@@ -61,11 +60,11 @@ def update_settings(folder: Union[str, Path], **settings):
     storage.write_json(config_file, config, indent=2)
 
 
-def _files(folder: Path) -> List[str]:
+def _files(folder: Path) -> list[str]:
     return [str(p.relative_to(folder)) for p in folder.rglob('*') if p.is_file()]
 
 
-def model_kind(name_or_path: Union[str, Path]) -> str:
+def model_kind(name_or_path: str | Path) -> str:
     folder = local_folder(name_or_path)
     kind = model_settings(folder).get('kind')
     if kind is None:
@@ -84,7 +83,7 @@ def model_class(kind: str) -> type:
     return getattr(importlib.import_module(module), cls)
 
 
-def load_model(name_or_path: Union[str, Path], **kwargs):
+def load_model(name_or_path: str | Path, **kwargs):
     """Any model of the project from its folder, offline short name or hub name (resolved once, here, for every
     kind); ``kwargs`` (device, batch_size, precision...) go to the model class."""
     folder = local_folder(name_or_path)

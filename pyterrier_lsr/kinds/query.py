@@ -9,16 +9,16 @@ import itertools
 import math
 import os
 from collections import Counter
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
-from typing import Dict, Iterable, List, Mapping, Optional, Sequence
 
 import torch
 from torch import nn
 
-from . import storage
+from ..core import storage
+from ..core.checks import check_int, check_weights
+from ..core.encoding import as_text, is_blank
 from .base import SparseTextEncoder
-from .checks import check_int, check_weights
-from .encoding import as_text, is_blank
 from .loading import local_folder, model_settings
 
 WEIGHTS_FILE = 'idf.json'
@@ -47,14 +47,14 @@ class StaticQueryEncoder(SparseTextEncoder):
         self.max_length = check_int('max_length', max_length, 1)
         self._special = set(tokenizer.all_special_tokens)
 
-    def _tokens(self, texts: List[str]) -> List[List[str]]:
+    def _tokens(self, texts: list[str]) -> list[list[str]]:
         if self.tokenizer.is_fast:  # the Rust tokenizer directly: half the per-query cost of the Python wrapper
             rows = self.tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
             return [row.tokens[:self.max_length] for row in rows]
         ids = self.tokenizer(texts, add_special_tokens=False, truncation=True, max_length=self.max_length)['input_ids']
         return [self.tokenizer.convert_ids_to_tokens(row) for row in ids]
 
-    def encode(self, texts: Sequence) -> List[Dict[str, float]]:
+    def encode(self, texts: Sequence) -> list[dict[str, float]]:
         texts = [as_text(t, i) for i, t in enumerate(texts)]
         out = []
         for tokens in (self._tokens(texts) if texts else []):
@@ -154,7 +154,7 @@ class StaticQueryWeights(nn.Module):
     table as a :class:`StaticQueryEncoder`.  Negative learned weights are clipped to 0 (``relu``).
     """
 
-    def __init__(self, tokenizer, init: Optional[Mapping[str, float]] = None, trainable: bool = True):
+    def __init__(self, tokenizer, init: Mapping[str, float] | None = None, trainable: bool = True):
         super().__init__()
         self.tokenizer = tokenizer
         vocab = tokenizer.get_vocab()
@@ -178,7 +178,7 @@ class StaticQueryWeights(nn.Module):
         return StaticQueryEncoder.from_tensor(self.tokenizer, torch.relu(self.weight), **kwargs)
 
 
-def static_module_folder(folder: Path) -> Optional[Path]:
+def static_module_folder(folder: Path) -> Path | None:
     """The folder of a sentence-transformers ``SparseStaticEmbedding`` module inside ``folder``, if any."""
     for path in sorted(folder.rglob('model.safetensors')):
         if 'SparseStaticEmbedding' in path.parent.name and path.parent != folder:
