@@ -245,6 +245,22 @@ def transfer_vocabulary(model: nn.Module, source_tokenizer, target_tokenizer, em
     if not temperature > 0:
         raise ValueError(f'temperature must be > 0, got {temperature}')
     mlm = copy.deepcopy(getattr(model, 'mlm', model))
+    source_weight, source_bias = _source_rows(mlm, source_tokenizer)
+    weight, bias, kind = _copied_rows(source_weight, source_bias, source_tokenizer, target_tokenizer, merge)
+    report = {'source_vocab_size': len(source_weight), 'target_vocab_size': len(weight),
+              'source_style': tokenizer_style(source_tokenizer), 'target_style': tokenizer_style(target_tokenizer),
+              'composition': composition, 'temperature': temperature, 'support_mean': 0., 'norm_scale': 1.}
+    if composition == 'sparsemax':
+        _semantic_init(weight, bias, kind, source_weight, source_bias, target_tokenizer, report,
+                       embedder or decomposition_embedder(mlm, source_tokenizer), temperature)
+    report.update({k: kind.count(k) for k in ('special', 'copied', 'averaged', 'composed', 'fallback')})
+    _install_rows(mlm, weight, bias, target_tokenizer, report)
+    tokenizer = _model_tokenizer(target_tokenizer, mlm, source_tokenizer)
+    return SpladeModel(mlm, tokenizer.all_special_ids), tokenizer, report
+
+
+def _source_rows(mlm: nn.Module, source_tokenizer) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """The source input embeddings and output bias (float copies), checked against the source tokenizer."""
     source_weight = mlm.get_input_embeddings().weight.detach().float().clone()
     decoder = mlm.get_output_embeddings()
     if decoder is None:
@@ -253,7 +269,12 @@ def transfer_vocabulary(model: nn.Module, source_tokenizer, target_tokenizer, em
     if tokenizer_size(source_tokenizer) > len(source_weight):
         raise ValueError(f'source tokenizer has ids up to {tokenizer_size(source_tokenizer) - 1} but the model only '
                          f'{len(source_weight)} embeddings: is it the model\'s own tokenizer?')
+    return source_weight, source_bias
 
+
+def _copied_rows(source_weight, source_bias, source_tokenizer, target_tokenizer, merge: str):
+    """The target rows every token starts from (the mean source row, ``fallback``), with the special tokens and the
+    tokens found in the source vocabulary (``copied``, or ``averaged`` over several source forms) filled in."""
     size = tokenizer_size(target_tokenizer)
     weight = source_weight.mean(0).repeat(size, 1)
     bias = None if source_bias is None else source_bias.mean().repeat(size)
@@ -278,17 +299,14 @@ def transfer_vocabulary(model: nn.Module, source_tokenizer, target_tokenizer, em
             if bias is not None:
                 bias[target] = source_bias[sources].mean()
             kind[target] = 'averaged'
+    return weight, bias, kind
 
-    report = {'source_vocab_size': len(source_weight), 'target_vocab_size': size,
-              'source_style': tokenizer_style(source_tokenizer), 'target_style': tokenizer_style(target_tokenizer),
-              'composition': composition, 'temperature': temperature, 'support_mean': 0., 'norm_scale': 1.}
-    if composition == 'sparsemax':
-        _semantic_init(weight, bias, kind, source_weight, source_bias, target_tokenizer, report,
-                       embedder or decomposition_embedder(mlm, source_tokenizer), temperature)
-    report.update({k: kind.count(k) for k in ('special', 'copied', 'averaged', 'composed', 'fallback')})
 
+def _install_rows(mlm: nn.Module, weight: torch.Tensor, bias, target_tokenizer, report: dict):
+    """Resizes ``mlm`` to the target vocabulary, ties its decoder to the new embeddings and records the transfer in
+    its config."""
     old_pad = mlm.config.pad_token_id
-    mlm.resize_token_embeddings(size, mean_resizing=False)
+    mlm.resize_token_embeddings(len(weight), mean_resizing=False)
     embeddings = mlm.get_input_embeddings()
     embeddings.weight.data = weight.to(embeddings.weight.dtype)
     mlm.config.tie_word_embeddings = True
@@ -300,8 +318,6 @@ def transfer_vocabulary(model: nn.Module, source_tokenizer, target_tokenizer, em
     settings['vocab_transfer'] = {k: report[k]
                                   for k in ('source_vocab_size', 'copied', 'averaged', 'composed', 'fallback')}
     setattr(mlm.config, CONFIG_KEY, settings)
-    tokenizer = _model_tokenizer(target_tokenizer, mlm, source_tokenizer)
-    return SpladeModel(mlm, tokenizer.all_special_ids), tokenizer, report
 
 
 def _semantic_init(weight, bias, kind, source_weight, source_bias, target_tokenizer, report, embed: Embedder,
