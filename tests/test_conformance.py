@@ -23,8 +23,8 @@ from pyterrier_lsr import (
 )
 from pyterrier_lsr.index.bm25 import bm25_index
 from pyterrier_lsr.index.engines import ENGINES, get_engine
-from pyterrier_lsr.index.maxsim import MaxSimIndexer
-from pyterrier_lsr.index.ssr import SSRIndexer
+from pyterrier_lsr.index.maxsim import MaxSimIndex
+from pyterrier_lsr.index.ssr import SSRIndex
 from pyterrier_lsr.kinds.loading import MODEL_KINDS, model_class
 from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
 from pyterrier_lsr.models.sae_splade import SaeSpladeModel, structural_token_ids
@@ -152,8 +152,8 @@ def token_stores(tmp_path_factory):
     """An SSR index and a MaxSim store of the same (MiniLM, 16-d) encoder over the conformance corpus."""
     folder = tmp_path_factory.mktemp('token_stores')
     model = ssr()
-    return SSRIndexer(folder / 'ssr', model, verbose=False).index(CORPUS), \
-        MaxSimIndexer(folder / 'store', model.encoder, verbose=False).index(CORPUS)
+    return (model >> SSRIndex(folder / 'ssr', verbose=False).indexer()).index(CORPUS), \
+        (model.encoder >> MaxSimIndex(folder / 'store', verbose=False).indexer()).index(CORPUS)
 
 
 TOKEN_RETRIEVERS = {
