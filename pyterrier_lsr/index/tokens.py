@@ -209,6 +209,10 @@ class TokenStore(pta.Artifact, pt.Indexer):
         """The store as its own default retriever: ``self.retriever()(inp)``."""
         return self.retriever()(inp)
 
+    def fuse_rank_cutoff(self, k: int):
+        """``store % k``: the default retriever asking for the top ``k`` (PyTerrier's rank cutoff protocol)."""
+        return self.retriever().fuse_rank_cutoff(k)
+
     # -- building ------------------------------------------------------------------------------------------------
     def indexer(self, model=None, **settings) -> 'TokenStore':
         """This store as an indexer: ``model`` (default: the one given) encodes the documents; ``settings``

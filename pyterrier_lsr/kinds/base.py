@@ -135,7 +135,8 @@ class SparseModel(pt.Transformer, abc.ABC):
     """The contract of every model kind: two encoders to sparse vectors, settings, and a folder format.
 
     A kind implements :meth:`encode_docs`, :meth:`encode_queries`, :meth:`write_folder` (its files into an empty
-    folder) and :meth:`load_folder` (a classmethod reading a local folder), and sets :attr:`kind` (its key in
+    folder), :meth:`load_folder` (a classmethod reading a local folder) and :meth:`example` (a classmethod giving a
+    small offline instance, for the conformance suite), and sets :attr:`kind` (its key in
     :data:`pyterrier_lsr.kinds.loading.MODEL_KINDS`, recorded in the folder), :attr:`scoring` and
     :attr:`terms_namespace`.
     """
@@ -167,6 +168,12 @@ class SparseModel(pt.Transformer, abc.ABC):
     @abc.abstractmethod
     def load_folder(cls, folder: Path, **kwargs) -> 'SparseModel':
         """The model saved in the local ``folder``; ``kwargs`` are the kind's runtime options (device, ...)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def example(cls) -> 'SparseModel':
+        """A small instance of this kind built from the offline checkpoints (random where the kind trains a part),
+        on the CPU: what the conformance suite runs every registered kind with."""
 
     def settings(self) -> dict:
         """What the folder's ``config.json`` records under ``lsr`` (read back by :func:`~pyterrier_lsr.load_model`)."""

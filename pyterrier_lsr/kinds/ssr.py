@@ -214,6 +214,12 @@ class SSR(SparseModel):
         self.sae.save_pretrained(folder / SAE_FOLDER)
 
     @classmethod
+    def example(cls) -> 'SSR':
+        """all-MiniLM-L6-v2 projected to 16 dimensions and a random SAE of 32 latents (k = 4) over them."""
+        encoder = MultiVector.from_backbone('all-MiniLM-L6-v2', dim=16, device='cpu', batch_size=2)
+        return cls(encoder, SparseAutoencoder(SAEConfig(d_in=16, n_latents=32, k=4, seed=1)))
+
+    @classmethod
     def load_folder(cls, folder: Path, **kwargs) -> 'SSR':
         """Loads a folder written by :meth:`save_pretrained`; ``kwargs`` go to :meth:`MultiVector.from_pretrained`."""
         settings = model_settings(folder)
