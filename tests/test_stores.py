@@ -266,3 +266,13 @@ def test_transformers_holding_models_name_them_as_subtransformers(encoder, ssr, 
     assert list(pt.inspect.subtransformers(two)) == ['first']
     for transformer in (store, maxsim.retriever(), store.retriever(), index):
         pt.inspect.subtransformers(transformer)  # an InspectError before for some
+
+
+def test_a_store_written_before_build_ids_opens_by_its_files(encoder, tmp_path):
+    from pyterrier_lsr.core import storage
+    store = build('maxsim', tmp_path / 's', encoder, None)
+    expected = store.retriever()(TOPICS)
+    storage.mark(store.path, 'maxsim_store', files=storage.read_marker(store.path)['files'])  # no build id
+    reopened = MaxSimIndex(store.path, encoder)
+    assert len(reopened.build_id()) == 64
+    pd.testing.assert_frame_equal(reopened.retriever()(TOPICS), expected)

@@ -105,33 +105,29 @@ def write_array(path: PathLike, array) -> Path:
 
 
 class ArrayWriter:
-    """A ``.npy`` array written row chunk by row chunk (a corpus's token rows, which need not fit in memory), for a
-    folder being built (:func:`build_folder`: the folder, not the file, is what appears atomically).  Rows go to a
-    scratch file beside ``path``; :meth:`close` writes the ``.npy`` header, now that the number of rows is known, and
-    the rows after it."""
+    """A ``.npy`` array written chunk by chunk of rows (a corpus's token rows need not fit in memory) into a folder
+    being built (:func:`build_folder` makes the folder appear atomically): rows go to a scratch file beside ``path``,
+    and :meth:`close` writes the header, the number of rows now known, and the rows after it."""
 
     def __init__(self, path: PathLike, dtype, row_shape: tuple = ()):
         import numpy as np
-        self.path, self.dtype, self.row_shape = Path(path), np.dtype(dtype), tuple(row_shape)
-        self.rows = 0
+        self.np, self.path, self.dtype, self.row_shape, self.rows = np, Path(path), np.dtype(dtype), tuple(row_shape), 0
         self._scratch = self.path.with_name(f'.{self.path.name}.rows')
         self._file = open(self._scratch, 'wb')
 
     def add(self, rows) -> None:
-        import numpy as np
-        rows = np.ascontiguousarray(rows, dtype=self.dtype)
+        rows = self.np.ascontiguousarray(rows, dtype=self.dtype)
         if rows.shape[1:] != self.row_shape:
             raise ValueError(f'{self.path.name}: rows of shape {rows.shape[1:]}, expected {self.row_shape}')
         self._file.write(rows.tobytes())
         self.rows += len(rows)
 
     def close(self) -> Path:
-        import numpy as np
         self._file.close()
-        header = {'descr': np.lib.format.dtype_to_descr(self.dtype), 'fortran_order': False,
+        header = {'descr': self.np.lib.format.dtype_to_descr(self.dtype), 'fortran_order': False,
                   'shape': (self.rows, *self.row_shape)}
         with open(self.path, 'wb') as out, open(self._scratch, 'rb') as rows:
-            np.lib.format.write_array_header_2_0(out, header)
+            self.np.lib.format.write_array_header_2_0(out, header)
             shutil.copyfileobj(rows, out, 1 << 22)
             out.flush()
             os.fsync(out.fileno())

@@ -18,6 +18,8 @@ owns token rows ``offsets[i]:offsets[i + 1]``), plus what the store keeps per to
   between opening and reading it, and a retriever made before a rebuild refuses to run, so no result ever mixes
   two builds' docnos and rows.
 """
+import hashlib
+import json
 import os
 import uuid
 from pathlib import Path
@@ -74,6 +76,15 @@ def result_frame(rows: list[tuple[int, str, float]], inp: pd.DataFrame) -> pd.Da
                       rank=pd.Series(positions).groupby(positions).cumcount().to_numpy(dtype=np.int64))
 
 
+def _build_of(marker: dict) -> str:
+    """The build id a store's marker records; stores written before build ids are told apart by their files' digests
+    (their embeddings are costly to compute again)."""
+    build = marker.get('build')
+    if isinstance(build, str):
+        return build
+    return hashlib.sha256(json.dumps(marker['files'], sort_keys=True).encode()).hexdigest()
+
+
 class TokenStore(pta.Artifact, pt.Indexer):
     """A folder of documents' token rows (see the module docs); subclasses say what they keep per token.
 
@@ -124,15 +135,15 @@ class TokenStore(pta.Artifact, pt.Indexer):
             raise FileNotFoundError(f'no {self.label} at {self.path} (no {storage.MARKER} naming {self.kind!r}); '
                                     f'build one with {type(self).__name__}(path, {self.model_name}).indexer()'
                                     '.index(docs)')
-        if not isinstance(marker.get('files'), dict) or not isinstance(marker.get('build'), str):
-            raise ValueError(f'{self.label} {self.path}: its {storage.MARKER} records no build or files (written by '
-                             'an older pyterrier-lsr, or edited); write it again')
+        if not isinstance(marker.get('files'), dict):
+            raise ValueError(f'{self.label} {self.path}: its {storage.MARKER} records no files (written by an older '
+                             'pyterrier-lsr, or edited); write it again')
         self._seen = key, marker
         return marker
 
     def build_id(self) -> str:
         """The id of the build now at ``path`` (new whenever the store is written again)."""
-        return self._marker()['build']
+        return _build_of(self._marker())
 
     def _state(self) -> dict:
         """What was read from the folder for the build now there (read again after a rebuild)."""
@@ -156,7 +167,7 @@ class TokenStore(pta.Artifact, pt.Indexer):
         problem = layout_problem(docnos, offsets, meta['num_docs'], meta['num_tokens'])
         if problem:
             raise ValueError(f'{self.label} {self.path}: {problem}')
-        return {'build': marker['build'], 'files': files, 'meta': meta, 'docnos': docnos,
+        return {'build': _build_of(marker), 'files': files, 'meta': meta, 'docnos': docnos,
                 'offsets': offsets.astype(np.int64, copy=False)}
 
     def _lazy_array(self, state: dict, name: str, convert=lambda a: a):
