@@ -284,7 +284,7 @@ def test_token_scores_equal_brute_force_on_random_codes(random_ssr, tmp_path):
             dense_codes(random_ssr.sae, q).sum(0).double().numpy()
         assert np.allclose(index.score_pooled(*random_ssr.token_codes(q)), pooled, rtol=1e-5, atol=1e-6)
     # the search ranks every positive-scoring document, best first, and keeps at most num_results
-    (docs, scores), = index.search(queries[1:5], np.array([0, 4]), num_results=3, query='codes')
+    (docs, scores), = index.search_embeddings(queries[1:5], np.array([0, 4]), num_results=3, query='codes')
     expected = brute_force(dense_codes(random_ssr.sae, queries[1:5]), d_codes, offsets)
     assert docs.tolist() == np.argsort(-expected, kind='stable')[:3].tolist()
     assert np.allclose(scores, np.sort(expected)[::-1][:3], rtol=1e-5)
@@ -318,7 +318,8 @@ def test_decoder_query_side_equals_brute_force(random_ssr, tmp_path):
     default = random_ssr.query_codes(queries)
     assert default[0].shape == (6, 6)
     assert not np.allclose(index.score_tokens(*default), index.score_tokens(*random_ssr.token_codes(queries)))
-    (docs, scores), = index.search(queries, np.array([0, 6]), 3, query_latents=32)  # query='decoder': the default
+    # query='decoder': the default
+    (docs, scores), = index.search_embeddings(queries, np.array([0, 6]), 3, query_latents=32)
     expected = brute_force(decoder_weights(random_ssr.sae, queries, 32), d_codes, offsets)
     assert docs.tolist() == np.argsort(-expected, kind='stable')[:3].tolist()
     assert np.allclose(scores, np.sort(expected)[::-1][:3], rtol=1e-5)

@@ -192,7 +192,7 @@ def test_a_rank_cutoff_of_the_text_retriever_reaches_the_engine(splade, tmp_path
 def test_a_rank_cutoff_asks_the_token_stores_for_k(kind, encoder, ssr, tmp_path, monkeypatch):
     store = build('ssr' if kind == 'ssr' else 'maxsim', tmp_path / 's', encoder, ssr)
     if kind == 'ssr':
-        calls = _spy(monkeypatch, SSRIndex, 'search', 'num_results')
+        calls = _spy(monkeypatch, SSRIndex, 'search_embeddings', 'num_results')
         retriever = store.retriever()
     else:
         calls = _spy(monkeypatch, MaxSimIndex, '_top', 'k')
@@ -276,3 +276,23 @@ def test_a_store_written_before_build_ids_opens_by_its_files(encoder, tmp_path):
     reopened = MaxSimIndex(store.path, encoder)
     assert len(reopened.build_id()) == 64
     pd.testing.assert_frame_equal(reopened.retriever()(TOPICS), expected)
+
+
+def test_nothing_shadows_the_transformer_methods(encoder, ssr, tmp_path):
+    docs = [{'docno': f'd{i}', 'toks': {'a': 1.0 + i, f't{i % 3}': 2.0}} for i in range(10)]
+    index = SpladeIndexer(tmp_path / 'x.lsr', engines=sorted(ENGINES), verbose=False).index(docs)
+    stores = [build('maxsim', tmp_path / 'm', encoder, None), build('ssr', tmp_path / 's', encoder, ssr)]
+    toks = [index.toks_retriever(engine=engine) for engine in sorted(ENGINES)]
+    objects = [index, *stores, *(s.retriever() for s in stores), *toks, *(t.engine_retriever for t in toks)]
+    methods = [m for m in dir(pt.Transformer) if not m.startswith('_') and callable(getattr(pt.Transformer, m))]
+    for obj in objects:
+        # the MaxSim retriever and the BMP/Seismic searchers assigned self.search; SSRIndex.search took embeddings
+        # (pt.Transformer binds transform/transform_iter to the instance itself: those are its own methods)
+        assigned = {name for name, value in vars(obj).items() if getattr(value, '__self__', None) is not obj}
+        assert not set(methods) & assigned, f'{obj!r} shadows {set(methods) & assigned}'
+        for method in ('search', 'compile', 'parallel'):
+            assert getattr(type(obj), method) is getattr(pt.Transformer, method), f'{obj!r}.{method}'
+    for store in stores:
+        expected = store.retriever()(TOPICS.iloc[:1])
+        assert list(type(store)(store.path, encoder if store is stores[0] else None).search('reactor physics')[
+            'docno']) == list(expected['docno'])

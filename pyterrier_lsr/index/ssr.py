@@ -250,9 +250,9 @@ class SSRIndex(TokenStore):
             out[docs[start:stop]] += float(query[latent]) * maxima[start:stop]
         return out
 
-    def search(self, vectors: np.ndarray, offsets: np.ndarray, num_results: int, mode: str = 'tokens',
-               query: str | None = None, query_latents: int | None = None, state: dict | None = None
-               ) -> list[tuple[np.ndarray, np.ndarray]]:
+    def search_embeddings(self, vectors: np.ndarray, offsets: np.ndarray, num_results: int, mode: str = 'tokens',
+                          query: str | None = None, query_latents: int | None = None, state: dict | None = None
+                          ) -> list[tuple[np.ndarray, np.ndarray]]:
         """The top ``num_results`` ``(document ids, scores)`` (best first, ties by id, positive scores only) of each
         query given as token embeddings grouped by query (as :meth:`MultiVector.embed` returns); ``query`` and
         ``query_latents``: the query tokens' weights (:meth:`SSR.query_codes`; ``query`` defaults as in
@@ -281,7 +281,7 @@ class SSRIndex(TokenStore):
         check_query_frame(inp, ['query'])
         state = self._state() if build is None else self._check_build(build)
         vectors, offsets = self.ssr.encoder.embed(as_texts(inp['query'], 'column "query"'), query=True)
-        found = self.search(vectors, offsets, num_results, mode, query, query_latents, state)
+        found = self.search_embeddings(vectors, offsets, num_results, mode, query, query_latents, state)
         docnos = state['docnos']
         rows = [(position, docnos[d], s) for position, (docs, scores) in enumerate(found)
                 for d, s in zip(docs.tolist(), scores)]
