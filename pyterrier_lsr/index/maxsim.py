@@ -65,8 +65,10 @@ class MaxSimIndex(TokenStore):
     ARTIFACT_TYPE = 'multivector_index'
     ARTIFACT_FORMAT = 'maxsim'
 
-    def __init__(self, path, encoder: MultiVector | None = None, **settings):
-        super().__init__(path, encoder, **settings)
+    def __init__(self, path, encoder: MultiVector | None = None, *, overwrite: bool = False,
+                 text_field: str = 'text', batch_size: int = 1024, verbose: bool = True):
+        super().__init__(path, encoder, overwrite=overwrite, text_field=text_field, batch_size=batch_size,
+                         verbose=verbose)
 
     def _open(self, marker: dict) -> dict:
         state = super()._open(marker)
@@ -118,11 +120,15 @@ class MaxSimIndex(TokenStore):
 
     @property
     def encoder(self) -> MultiVector:
-        if self._model is None:
-            if not self.meta.get('model'):
+        """The encoder given, else the one the build at ``path`` records (by name), loaded once per build."""
+        if self._model is not None:
+            return self._model
+        state = self._state()
+        if 'encoder' not in state:
+            if not state['meta'].get('model'):
                 raise ValueError(f'{self.path} records no model; pass encoder= to MaxSimIndex')
-            self._model = MultiVector.from_pretrained(self.meta['model'])
-        return self._model
+            state['encoder'] = MultiVector.from_pretrained(state['meta']['model'])
+        return state['encoder']
 
     def score_all(self, query: torch.Tensor, state: dict | None = None) -> torch.Tensor:
         """Exact MaxSim of one query's embeddings (Lq x dim) against every document."""

@@ -136,8 +136,10 @@ class SSRIndex(TokenStore):
     ARTIFACT_TYPE = 'sparse_index'
     ARTIFACT_FORMAT = 'ssr'
 
-    def __init__(self, path, ssr: SSR | None = None, *, save_model: bool = True, **settings):
-        super().__init__(path, ssr, save_model=check_bool('save_model', save_model), **settings)
+    def __init__(self, path, ssr: SSR | None = None, *, save_model: bool = True, overwrite: bool = False,
+                 text_field: str = 'text', batch_size: int = 1024, verbose: bool = True):
+        super().__init__(path, ssr, overwrite=overwrite, text_field=text_field, batch_size=batch_size, verbose=verbose)
+        self._settings['save_model'] = check_bool('save_model', save_model)
 
     def _open(self, marker: dict) -> dict:
         state = super()._open(marker)

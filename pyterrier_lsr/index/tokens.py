@@ -107,12 +107,13 @@ class TokenStore(pta.Artifact, pt.Indexer):
     encodes_text = True
 
     def __init__(self, path, model=None, *, overwrite: bool = False, text_field: str = 'text',
-                 batch_size: int = 1024, verbose: bool = True, **settings):
+                 batch_size: int = 1024, verbose: bool = True):
         super().__init__(path)
         self._model = model
+        # the indexing settings, checked; indexer() hands them to the copy it makes (a subclass adds its own)
         self._settings = dict(overwrite=check_bool('overwrite', overwrite), text_field=check_str('text_field',
                               text_field), batch_size=check_int('batch_size', batch_size, 1),
-                              verbose=check_bool('verbose', verbose), **settings)
+                              verbose=check_bool('verbose', verbose))
         self._loaded = None  # (marker, what was read under it)
         self._seen = None  # (the marker file's stat, its content)
 
