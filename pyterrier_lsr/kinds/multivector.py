@@ -92,8 +92,9 @@ class MultiVector(pt.Transformer):
               batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Token embeddings of ``texts``: ``(vectors, offsets)``, float32 ``n x dim`` rows grouped by text in input
         order, text ``i`` owning ``vectors[offsets[i]:offsets[i + 1]]`` (no rows for blank texts).  Texts are
-        length-sorted and padded per batch (``batch_size`` texts, default the encoder's), so a result does not depend
-        on the other texts of the batch."""
+        length-sorted and padded per batch (``batch_size`` texts, default the encoder's): a result depends on the other
+        texts of its batch only through the padding, in the last bits of its floats (measured: within 1e-3 after an
+        SAE, tests/test_stores.py)."""
         max_length = self.query_max_length if query else self.doc_max_length
         batch_size = self.batch_size if batch_size is None else check_int('batch_size', batch_size, 1)
         per_text: list[np.ndarray] = [np.zeros((0, self.dim), np.float32)] * len(texts)
