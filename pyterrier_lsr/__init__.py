@@ -12,6 +12,7 @@ __version__ = _version('pyterrier-lsr')  # stated once, in pyproject.toml
 
 from .index import LsrIndex, SpladeIndexer
 from .index.maxsim import MaxSimIndex
+from .index.ssr import SSRIndex
 from .kinds.asymmetric import AsymmetricSplade
 from .kinds.base import SparseModel, SparseScorer
 from .kinds.inference_free import InferenceFreeSplade
@@ -34,6 +35,7 @@ __all__ = [
     'SSR',
     'MultiVector',
     'MaxSimIndex',
+    'SSRIndex',
     'LsrIndex',
     'SpladeIndexer',
     'IDFQueryEncoder',

@@ -1,5 +1,4 @@
 """Every public transformer that can be built from the offline models passes :func:`conformance.check_transformer`."""
-import copy
 
 import pandas as pd
 import pyterrier as pt
@@ -7,15 +6,11 @@ import pytest
 from conformance import TEXTS, check_retriever, check_transformer
 
 from pyterrier_lsr import (
-    SSR,
-    AsymmetricSplade,
     IDFQueryEncoder,
-    InferenceFreeSplade,
     LatentTerms,
     LsrIndex,
     MultiVector,
     Prune,
-    SaeSplade,
     SparseModel,
     Splade,
     SpladeIndexer,
@@ -23,11 +18,9 @@ from pyterrier_lsr import (
 )
 from pyterrier_lsr.index.bm25 import bm25_index
 from pyterrier_lsr.index.engines import ENGINES, get_engine
-from pyterrier_lsr.index.maxsim import MaxSimIndexer
-from pyterrier_lsr.index.ssr import SSRIndexer
+from pyterrier_lsr.index.maxsim import MaxSimIndex
+from pyterrier_lsr.index.ssr import SSRIndex
 from pyterrier_lsr.kinds.loading import MODEL_KINDS, model_class
-from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder
-from pyterrier_lsr.models.sae_splade import SaeSpladeModel, structural_token_ids
 from pyterrier_lsr.systems.dense import dense_retriever
 from pyterrier_lsr.train import DenseScorer, RetrieverScorer, ZScoreFusion
 
@@ -36,59 +29,56 @@ def idf(splade):
     return IDFQueryEncoder.from_corpus(splade.tokenizer, TEXTS * 2 + ['nuclear physics'])
 
 
-def asymmetric(splade):
-    return AsymmetricSplade(splade.model, splade.tokenizer, copy.deepcopy(splade.model), batch_size=2)
-
-
-def sae_splade(tiny):
-    mlm, tokenizer = tiny[0].mlm, tiny[1]
-    sae = SparseAutoencoder(SAEConfig(d_in=32, n_latents=64, k=4, seed=1))
-    return SaeSplade(SaeSpladeModel(mlm.bert, sae, structural_token_ids(tokenizer)), tokenizer, batch_size=2)
-
-
-def ssr():
-    encoder = MultiVector.from_backbone('all-MiniLM-L6-v2', dim=16, device='cpu', batch_size=2)
-    return SSR(encoder, SparseAutoencoder(SAEConfig(d_in=16, n_latents=32, k=4, seed=1)))
-
-
 def retriever_scorer(folder):
     # BM25 over the conformance corpus, candidates matched by text (each text is in the corpus, so scores are real)
     corpus = [{'docno': f'd{i}', 'text': text} for i, text in enumerate(TEXTS)]
     return RetrieverScorer(bm25_index(folder / 'bm25.pisa', corpus).bm25(), {d['docno']: d['text'] for d in corpus})
 
 
-def latent_terms():
-    return LatentTerms('all-MiniLM-L6-v2', SparseAutoencoder(SAEConfig(d_in=384, n_latents=64, k=4, seed=1)),
-                       mode='multi', batch_size=2)
+@pytest.fixture(scope='module')
+def examples():
+    """Each registered kind's :meth:`~pyterrier_lsr.SparseModel.example`, made once per module."""
+    made = {}
+
+    def example(kind):
+        if kind not in made:
+            made[kind] = model_class(kind).example()
+        return made[kind]
+    return example
 
 
-CASES = {  # name -> (fixtures, factory, inputs kind)
-    'splade.doc_encoder': ('splade', lambda s: s.doc_encoder(), 'doc'),
-    'splade.query_encoder': ('splade', lambda s: s.query_encoder(), 'query'),
-    'splade.scorer': ('splade', lambda s: s.scorer(), 'result'),
-    'Splade as a query encoder': ('splade', lambda s: s, 'query'),
-    'Splade as a doc encoder': ('splade', lambda s: s, 'doc'),
+# every registered kind, from the registry: its two encoders, its scorer, and the model itself on either input
+KIND_CASES = {  # name -> (make from the model, inputs kind)
+    'doc_encoder': (lambda m: m.doc_encoder(), 'doc'),
+    'query_encoder': (lambda m: m.query_encoder(), 'query'),
+    'scorer': (lambda m: m.scorer(), 'result'),
+    'model on queries': (lambda m: m, 'query'),
+    'model on documents': (lambda m: m, 'doc'),
+}
+
+
+@pytest.mark.parametrize('kind, case', [(kind, case) for kind in MODEL_KINDS for case in KIND_CASES])
+def test_kind_conformance(kind, case, examples):
+    make, inputs = KIND_CASES[case]
+    check_transformer(make(examples(kind)), inputs)
+
+
+def test_every_registered_kind_has_an_offline_example(examples):
+    for kind in MODEL_KINDS:
+        assert type(examples(kind)) is model_class(kind), f'{kind}: example() gives {type(examples(kind))}'
+
+
+CASES = {  # transformers that are no model kind: name -> (fixtures, factory, inputs kind)
     'random BERT Splade.doc_encoder': ('tiny', lambda t: Splade(*t, batch_size=2).doc_encoder(), 'doc'),
     'IDFQueryEncoder': ('splade', idf, 'query'),
     'StaticQueryEncoder.binary': ('splade', lambda s: StaticQueryEncoder.binary(s.tokenizer), 'query'),
-    'InferenceFreeSplade.query_encoder':
-        ('splade', lambda s: InferenceFreeSplade(s.model, s.tokenizer, idf(s)).query_encoder(), 'query'),
-    'InferenceFreeSplade.doc_encoder':
-        ('splade', lambda s: InferenceFreeSplade(s.model, s.tokenizer, idf(s)).doc_encoder(), 'doc'),
-    'AsymmetricSplade.query_encoder': ('splade', lambda s: asymmetric(s).query_encoder(), 'query'),
-    'AsymmetricSplade.doc_encoder': ('splade', lambda s: asymmetric(s).doc_encoder(), 'doc'),
     'Prune toks': (None, lambda: Prune(top_n=2), 'toks'),
     'Prune query_toks': (None, lambda: Prune(ratio=0.5, threshold=0.2, fields=['query_toks']), 'query_toks'),
     'query_encoder >> Prune': ('splade', lambda s: s.query_encoder() >> Prune(top_n=3), 'query'),
-    'SaeSplade.doc_encoder': ('tiny', lambda t: sae_splade(t).doc_encoder(), 'doc'),
-    'SaeSplade.query_encoder': ('tiny', lambda t: sae_splade(t).query_encoder(), 'query'),
-    'LatentTerms.doc_encoder': (None, lambda: latent_terms().doc_encoder(), 'doc'),
-    'LatentTerms.query_encoder': (None, lambda: latent_terms().query_encoder(), 'query'),
-    'SSR.doc_encoder': (None, lambda: ssr().doc_encoder(), 'doc'),
-    'SSR.query_encoder': (None, lambda: ssr().query_encoder(), 'query'),
-    'SSR.scorer': (None, lambda: ssr().scorer(), 'result'),
     'MaxSimScorer': (None, lambda: MultiVector.from_backbone('all-MiniLM-L6-v2', dim=16, device='cpu').scorer(),
                      'result'),
+    'MultiVector (its MaxSim scorer)': (None, lambda: MultiVector.from_backbone('all-MiniLM-L6-v2', dim=16,
+                                                                                device='cpu'), 'result'),
     'DenseScorer (teacher)': (None, lambda: DenseScorer('all-MiniLM-L6-v2', batch_size=2, device='cpu'), 'result'),
     'RetrieverScorer (teacher)': ('tmp_path', retriever_scorer, 'result'),
     'ZScoreFusion (teacher)': ('tmp_path', lambda folder: ZScoreFusion(
@@ -121,15 +111,23 @@ def test_every_registered_kind_implements_the_one_contract():
         assert not cls.__abstractmethods__, f'{kind} leaves {sorted(cls.__abstractmethods__)} unimplemented'
 
 
+def test_a_kind_without_an_example_fails_the_contract():
+    # what test_every_registered_kind_implements_the_one_contract then reports, naming example
+    class Abstract(SparseModel):
+        kind = 'abstract'
+        encode_docs = encode_queries = write_folder = load_folder = None
+    assert Abstract.__abstractmethods__ == {'example'}
+
+
 CORPUS = [{'docno': f'd{i}', 'text': text} for i, text in enumerate(TEXTS * 3)]
 
 
 @pytest.fixture(scope='module')
-def indexes(splade, tmp_path_factory):
-    """One SPLADE index with every engine, and a Latent Terms (BM25-scored) index."""
+def indexes(examples, tmp_path_factory):
+    """One index of each scoring: SPLADE's (dot) with every engine, and Latent Terms' (BM25-scored)."""
     folder = tmp_path_factory.mktemp('conformance')
-    dot = SpladeIndexer(folder / 'dot.lsr', splade, engines=sorted(ENGINES), verbose=False).index(CORPUS)
-    bm25 = SpladeIndexer(folder / 'bm25.lsr', latent_terms(), verbose=False).index(CORPUS)
+    dot = SpladeIndexer(folder / 'dot.lsr', examples('splade'), engines=sorted(ENGINES), verbose=False).index(CORPUS)
+    bm25 = SpladeIndexer(folder / 'bm25.lsr', examples('latent-terms'), verbose=False).index(CORPUS)
     return {'dot': dot, 'bm25': bm25}
 
 
@@ -148,17 +146,19 @@ def test_retriever_conformance(scoring, engine, side, indexes):
 
 
 @pytest.fixture(scope='module')
-def token_stores(tmp_path_factory):
+def token_stores(examples, tmp_path_factory):
     """An SSR index and a MaxSim store of the same (MiniLM, 16-d) encoder over the conformance corpus."""
     folder = tmp_path_factory.mktemp('token_stores')
-    model = ssr()
-    return SSRIndexer(folder / 'ssr', model, verbose=False).index(CORPUS), \
-        MaxSimIndexer(folder / 'store', model.encoder, verbose=False).index(CORPUS)
+    model = examples('ssr')
+    return (model >> SSRIndex(folder / 'ssr', verbose=False).indexer()).index(CORPUS), \
+        (model.encoder >> MaxSimIndex(folder / 'store', verbose=False).indexer()).index(CORPUS)
 
 
 TOKEN_RETRIEVERS = {
     'MaxSimIndex.retriever': lambda index, store: store.retriever(num_results=3),
+    'MaxSimIndex % 3': lambda index, store: (store % 3).compile(),
     'SSRIndex.retriever': lambda index, store: index.retriever(num_results=3),
+    'SSRIndex % 3': lambda index, store: (index % 3).compile(),
     'SSR.reranked': lambda index, store: index.ssr.reranked(index, store, depth=3),
 }
 

@@ -44,3 +44,15 @@ def test_permute_rows_moves_whole_rows():
     got_docnos, got_indptr, got_ids, got_values = permute_rows(np.array([2, 0, 1]), docnos, indptr, ids, values)
     assert got_docnos == ['c', 'a', 'b'] and got_indptr.tolist() == [0, 3, 5, 5]
     assert got_ids.tolist() == [3, 4, 5, 1, 2] and got_values.tolist() == [30, 40, 50, 10, 20]
+
+
+@pytest.mark.parametrize('ids, num_terms', [(np.array([0, 5]), 5), (np.array([-1, 2]), 5), (np.array([0, 1]), 0)])
+def test_bisection_refuses_term_ids_out_of_range(ids, num_terms):
+    # they were accepted: a negative id counted into the last term, one past num_terms failed inside scipy or not at all
+    with pytest.raises(ValueError, match=r'term ids must lie in \[0, '):
+        bisection_order(np.array([0, 1, 2]), ids, num_terms)
+
+
+def test_bisection_refuses_non_integer_term_ids():
+    with pytest.raises(ValueError, match='term ids must be integers'):
+        bisection_order(np.array([0, 1, 2]), np.array([0., 1.]), 5)

@@ -10,8 +10,8 @@ import torch
 
 from pyterrier_lsr import LsrIndex, SpladeIndexer, load_model
 from pyterrier_lsr.core import storage
-from pyterrier_lsr.index.maxsim import MaxSimIndex, MaxSimIndexer
-from pyterrier_lsr.index.ssr import SSRIndex, SSRIndexer, token_postings
+from pyterrier_lsr.index.maxsim import MaxSimIndex
+from pyterrier_lsr.index.ssr import SSRIndex, token_postings
 from pyterrier_lsr.kinds.multivector import MultiVector, maxsim_rows, segment_max
 from pyterrier_lsr.kinds.ssr import SSR, pool_codes, token_codes, train_ssr_sae
 from pyterrier_lsr.models.multivector import MultiVectorModel, maxsim, maxsim_infonce
@@ -158,7 +158,7 @@ def test_train_multivector_refuses_a_length_past_the_tokenizers_before_any_step(
 
 def test_maxsim_store_retriever_scorer_and_ivf(minilm, tmp_path):
     docs = [{'docno': f'd{i}', 'text': t} for i, t in enumerate(SHORT_DOCS)]
-    store = MaxSimIndexer(tmp_path / 'store', minilm, verbose=False).index(docs)
+    store = (minilm >> MaxSimIndex(tmp_path / 'store', verbose=False).indexer()).index(docs)
     assert store.num_docs() == len(docs) and store.meta['num_tokens'] == store.vectors.shape[0]
     topics = pd.DataFrame({'qid': ['1', '2'], 'query': [SHORT_DOCS[1], SHORT_DOCS[4]]})
     res = store.retriever(num_results=5)(topics)
@@ -187,7 +187,7 @@ def test_maxsim_store_retriever_scorer_and_ivf(minilm, tmp_path):
     empty = store.retriever()(topics.iloc[:0])
     assert len(empty) == 0 and {'docno', 'score', 'rank'} <= set(empty.columns)
     with pytest.raises(FileExistsError):
-        MaxSimIndexer(tmp_path / 'store', minilm, verbose=False).index(docs)
+        MaxSimIndex(tmp_path / 'store', minilm, verbose=False).indexer().index(docs)
     reopened = MaxSimIndex(tmp_path / 'store', minilm)
     assert reopened.docnos == store.docnos
 
@@ -284,7 +284,7 @@ def test_token_scores_equal_brute_force_on_random_codes(random_ssr, tmp_path):
             dense_codes(random_ssr.sae, q).sum(0).double().numpy()
         assert np.allclose(index.score_pooled(*random_ssr.token_codes(q)), pooled, rtol=1e-5, atol=1e-6)
     # the search ranks every positive-scoring document, best first, and keeps at most num_results
-    (docs, scores), = index.search(queries[1:5], np.array([0, 4]), num_results=3, query='codes')
+    (docs, scores), = index.search_embeddings(queries[1:5], np.array([0, 4]), num_results=3, query='codes')
     expected = brute_force(dense_codes(random_ssr.sae, queries[1:5]), d_codes, offsets)
     assert docs.tolist() == np.argsort(-expected, kind='stable')[:3].tolist()
     assert np.allclose(scores, np.sort(expected)[::-1][:3], rtol=1e-5)
@@ -318,7 +318,8 @@ def test_decoder_query_side_equals_brute_force(random_ssr, tmp_path):
     default = random_ssr.query_codes(queries)
     assert default[0].shape == (6, 6)
     assert not np.allclose(index.score_tokens(*default), index.score_tokens(*random_ssr.token_codes(queries)))
-    (docs, scores), = index.search(queries, np.array([0, 6]), 3, query_latents=32)  # query='decoder': the default
+    # query='decoder': the default
+    (docs, scores), = index.search_embeddings(queries, np.array([0, 6]), 3, query_latents=32)
     expected = brute_force(decoder_weights(random_ssr.sae, queries, 32), d_codes, offsets)
     assert docs.tolist() == np.argsort(-expected, kind='stable')[:3].tolist()
     assert np.allclose(scores, np.sort(expected)[::-1][:3], rtol=1e-5)
@@ -376,7 +377,7 @@ def test_doc_k_indexes_more_latents_per_document_token_and_round_trips(random_ss
 
 def test_decoder_query_side_retriever_reranked_and_checks(random_ssr, tmp_path):
     docs = [{'docno': f'd{i}', 'text': t} for i, t in enumerate(SHORT_DOCS)]
-    index = SSRIndexer(tmp_path / 'ssr', random_ssr, verbose=False).index(docs)
+    index = (random_ssr >> SSRIndex(tmp_path / 'ssr', verbose=False).indexer()).index(docs)
     topics = pd.DataFrame({'qid': ['1', '2'], 'query': ['reactor physics noise', 'electron density']})
     res = index.retriever(num_results=4, query='decoder', query_latents=8)(topics)
     q_vectors, q_offsets = random_ssr.encoder.embed(topics['query'].tolist(), query=True)
@@ -407,6 +408,12 @@ def test_decoder_query_side_retriever_reranked_and_checks(random_ssr, tmp_path):
         index.retriever(query='decoder', query_latents=2.5)
 
 
+def rerecord(folder):
+    """The marker's file records rewritten to match the files now in ``folder``."""
+    marker = storage.read_marker(folder)
+    storage.mark(folder, marker['artifact'], build=marker['build'], files=storage.record_files(folder))
+
+
 def test_token_index_bad_parameters_and_files(random_ssr, tmp_path):
     vectors = np.random.default_rng(1).standard_normal((6, 8)).astype(np.float32)
     with pytest.raises(ValueError, match='offsets'):
@@ -429,11 +436,11 @@ def test_token_index_bad_parameters_and_files(random_ssr, tmp_path):
         SSRIndex.write(tmp_path / 'ssr', ['a', 'b'], vectors, np.array([0, 2, 6]), random_ssr)
     other = SSR(random_ssr.encoder, SparseAutoencoder(SAEConfig(d_in=8, n_latents=64, k=3)))
     with pytest.raises(ValueError, match='32 latents'):
-        SSRIndex(tmp_path / 'ssr', other)
+        SSRIndex(tmp_path / 'ssr', other).retriever()
     with pytest.raises(ValueError, match='finite'):
         SSRIndex.write(tmp_path / 'nan', ['a'], np.full((2, 8), np.nan, np.float32), np.array([0, 2]), random_ssr)
     with pytest.raises(FileNotFoundError, match='no SSR index'):
-        SSRIndex(tmp_path / 'store')
+        SSRIndex(tmp_path / 'store').num_docs()
     # the compiled kernel reads memory at the latent ids it is given: they are checked first
     codes = random_ssr.token_codes(vectors[:2])
     for bad in (codes[0] + 32, -codes[0] - 1):
@@ -445,16 +452,16 @@ def test_token_index_bad_parameters_and_files(random_ssr, tmp_path):
         index.score_tokens(codes[0].astype(float), codes[1])
     tokens = index.tokens.copy()
     np.save(tmp_path / 'ssr' / 'postings-tokens.npy', tokens.astype(np.float32))
-    storage.mark(tmp_path / 'ssr', 'ssr_index', files=storage.record_files(tmp_path / 'ssr'))
+    rerecord(tmp_path / 'ssr')
     with pytest.raises(ValueError, match='types int64 / float32 / float32; rebuild'):
-        SSRIndex(tmp_path / 'ssr')
-    np.save(tmp_path / 'ssr' / 'postings-tokens.npy', np.full(len(index.tokens), 99, dtype=np.int32))
+        SSRIndex(tmp_path / 'ssr').num_docs()
+    np.save(tmp_path / 'ssr' / 'postings-tokens.npy', np.full(len(tokens), 99, dtype=np.int32))
     with pytest.raises(ValueError, match='postings-tokens.npy .content differs'):
-        SSRIndex(tmp_path / 'ssr')
+        SSRIndex(tmp_path / 'ssr').num_docs()
     # records rewritten to match: the layout check behind the digests still refuses the postings
-    storage.mark(tmp_path / 'ssr', 'ssr_index', files=storage.record_files(tmp_path / 'ssr'))
+    rerecord(tmp_path / 'ssr')
     with pytest.raises(ValueError, match='outside the corpus'):
-        SSRIndex(tmp_path / 'ssr')
+        SSRIndex(tmp_path / 'ssr').num_docs()
 
 
 def test_token_level_ssr_on_a_tiny_corpus_and_reranked(minilm, vaswani_docs, tmp_path):
@@ -462,7 +469,7 @@ def test_token_level_ssr_on_a_tiny_corpus_and_reranked(minilm, vaswani_docs, tmp
     vectors, offsets = minilm.embed([d['text'] for d in docs])
     sae, _ = train_ssr_sae(vectors, {'n_latents': 256, 'k': 8, 'epochs': 3, 'batch_size': 256}, verbose=False)
     ssr = SSR(minilm, sae, query_pooling='max')
-    index = SSRIndexer(tmp_path / 'ssr', ssr, verbose=False).index(docs)
+    index = SSRIndex(tmp_path / 'ssr', ssr, verbose=False).indexer().index(docs)
     topics = pd.DataFrame({'qid': ['1', '2', '3'],
                            'query': [docs[3]['text'][:80], 'electron density of the ionosphere', 'radio waves']})
     res = index.retriever(num_results=10, query='codes')(topics)
@@ -516,7 +523,9 @@ def test_token_stores_notice_edited_swapped_and_shortened_files(kind, random_ssr
             return MaxSimIndex.write(path, docnos, vecs, np.array([0, 2, 6]), random_ssr.encoder)
         return SSRIndex.write(path, docnos, vecs, np.array([0, 2, 6]), random_ssr)
     def reopen(path):
-        return MaxSimIndex(path, random_ssr.encoder) if kind == 'store' else SSRIndex(path)
+        store = MaxSimIndex(path, random_ssr.encoder) if kind == 'store' else SSRIndex(path)
+        store.num_docs()  # opened
+        return store
     a, b = write(tmp_path / 'a', ['a', 'b'], vectors), write(tmp_path / 'b', ['a', 'b'], vectors[::-1].copy())
     array = 'vectors.npy' if kind == 'store' else 'postings-values.npy'
     edits = {

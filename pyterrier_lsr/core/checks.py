@@ -34,7 +34,8 @@ MAX_SCALE = (2 ** 31 - 1) / MAX_WEIGHT
 
 __all__ = ['MAX_WEIGHT', 'MAX_SCALE', 'WeightError', 'check_int', 'check_float', 'check_choice', 'check_bool',
            'check_str', 'check_docno', 'UniqueDocnos', 'check_docnos', 'check_term', 'check_weights', 'check_vector',
-           'is_missing', 'check_query_frame', 'check_result_frame', 'check_matrix', 'check_max_length']
+           'is_missing', 'check_query_frame', 'check_result_frame', 'check_matrix', 'check_max_length',
+           'documents', 'check_document']
 
 
 def is_missing(value) -> bool:
@@ -139,6 +140,38 @@ class UniqueDocnos:
             raise ValueError(f'docno {docno!r} occurs twice in {self.where}; docnos must be unique')
         self.seen.add(docno)
         return docno
+
+
+def documents(it, fields: Sequence[str], where: str):
+    """The documents given to an indexer's ``index(it)``, each checked as it is read: an iterable of dicts or a
+    DataFrame (its rows as dicts: iterating a frame would yield its column names); strings and single dicts are
+    refused.  Every document must be a dict holding ``fields`` (a ``TypeError`` / ``KeyError`` naming the document's
+    position and the columns it has).  Returns ``(iterator, number of documents or None)``: nothing is read ahead."""
+    if isinstance(it, pd.DataFrame):
+        columns = list(it.columns)
+        missing = [c for c in fields if c not in columns]
+        if missing:
+            raise KeyError(f'{where}: documents must have columns {missing}; the DataFrame has {columns}')
+        rows = (dict(zip(columns, row)) for row in it.itertuples(index=False, name=None))
+        return rows, len(it)
+    if isinstance(it, (str, bytes, Mapping)) or not isinstance(it, Iterable):
+        raise TypeError(f'{where}: index() takes an iterable of documents (dicts with {list(fields)}) or a DataFrame, '
+                        f'got {type(it).__name__}')
+
+    def checked():
+        for position, doc in enumerate(it):
+            yield check_document(doc, position, fields, where)
+    return checked(), (len(it) if hasattr(it, '__len__') else None)
+
+
+def check_document(doc, position: int, fields: Sequence[str], where: str) -> Mapping:
+    """``doc`` if it is a dict holding ``fields``, else an error naming its position and what it holds."""
+    if not isinstance(doc, Mapping):
+        raise TypeError(f'{where}: document {position} is a {type(doc).__name__}, not a dict with {list(fields)}')
+    missing = [c for c in fields if c not in doc]
+    if missing:
+        raise KeyError(f'{where}: documents must have columns {missing}; document {position} has {sorted(doc)}')
+    return doc
 
 
 def check_docnos(docnos: Iterable, where: str = 'the collection') -> list:

@@ -41,7 +41,7 @@ __all__ = ['MARKER', 'DOMAIN_CACHE', 'EMBEDDINGS_CACHE', 'SHARED_CACHES', 'artif
            'write_file', 'write_bytes', 'write_text', 'write_json', 'write_array', 'read_json', 'build_folder',
            'replace_folder', 'remove_artifact', 'mark', 'read_marker', 'move_file', 'temporary_sibling',
            'remove_temporary', 'link_tree', 'file_digest', 'model_digest', 'check_replaceable', 'CHEAP_DIGEST_BYTES',
-           'record_files', 'check_files', 'check_claimable', 'claim_folder']
+           'record_files', 'check_files', 'check_claimable', 'claim_folder', 'ArrayWriter']
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -102,6 +102,37 @@ def write_array(path: PathLike, array) -> Path:
         with open(tmp, 'wb') as f:
             np.save(f, np.asarray(array), allow_pickle=False)
     return write_file(path, write)
+
+
+class ArrayWriter:
+    """A ``.npy`` array written chunk by chunk of rows (a corpus's token rows need not fit in memory) into a folder
+    being built (:func:`build_folder` makes the folder appear atomically): rows go to a scratch file beside ``path``,
+    and :meth:`close` writes the header, the number of rows now known, and the rows after it."""
+
+    def __init__(self, path: PathLike, dtype, row_shape: tuple = ()):
+        import numpy as np
+        self.np, self.path, self.dtype, self.row_shape, self.rows = np, Path(path), np.dtype(dtype), tuple(row_shape), 0
+        self._scratch = self.path.with_name(f'.{self.path.name}.rows')
+        self._file = open(self._scratch, 'wb')
+
+    def add(self, rows) -> None:
+        rows = self.np.ascontiguousarray(rows, dtype=self.dtype)
+        if rows.shape[1:] != self.row_shape:
+            raise ValueError(f'{self.path.name}: rows of shape {rows.shape[1:]}, expected {self.row_shape}')
+        self._file.write(rows.tobytes())
+        self.rows += len(rows)
+
+    def close(self) -> Path:
+        self._file.close()
+        header = {'descr': self.np.lib.format.dtype_to_descr(self.dtype), 'fortran_order': False,
+                  'shape': (self.rows, *self.row_shape)}
+        with open(self.path, 'wb') as out, open(self._scratch, 'rb') as rows:
+            self.np.lib.format.write_array_header_2_0(out, header)
+            shutil.copyfileobj(rows, out, 1 << 22)
+            out.flush()
+            os.fsync(out.fileno())
+        self._scratch.unlink()
+        return self.path
 
 
 def read_json(path: PathLike, what: str | None = None, expect: type = dict):

@@ -34,7 +34,7 @@ import pyterrier_alpha as pta
 from tqdm.auto import tqdm
 
 from ..core import storage
-from ..core.checks import MAX_SCALE, UniqueDocnos, check_float, check_int, check_vector
+from ..core.checks import MAX_SCALE, UniqueDocnos, check_document, check_float, check_int, check_vector, documents
 from ..core.quiet import quiet_native
 from ..kinds.loading import load_model
 from .engines import ENGINES, get_engine
@@ -60,20 +60,10 @@ def is_lsr_index(path) -> bool:
     return storage.is_artifact(path, INDEX_KIND)
 
 
-def _documents(it):
-    """The documents of ``index(it)``: a DataFrame's rows as dicts (iterating a frame would yield its column names),
-    or the iterable itself; strings and single dicts are refused."""
-    if isinstance(it, pd.DataFrame):
-        columns = list(it.columns)
-        return (dict(zip(columns, row)) for row in it.itertuples(index=False, name=None)), len(it)
-    if isinstance(it, (str, bytes, Mapping)) or not isinstance(it, Iterable):
-        raise TypeError(f'index() takes an iterable of documents (dicts with "docno" and "toks" or text) or a '
-                        f'DataFrame, got {type(it).__name__}')
-    return it, (len(it) if hasattr(it, '__len__') else None)
-
-
 class LsrIndex(pta.Artifact, pt.Indexer):
-    """A learned-sparse index: stored vectors + engines + the model; a PyTerrier artifact and indexer.
+    """A learned-sparse index: stored vectors + engines + the model; a PyTerrier artifact, its own indexer
+    (:meth:`index`, or a configured copy from :meth:`indexer`) and its own default retriever (``LsrIndex(path)(topics)``
+    retrieves from ``query`` text, or from ``query_toks`` when the frame carries them).
 
     Args:
         path: the index folder.
@@ -98,6 +88,9 @@ class LsrIndex(pta.Artifact, pt.Indexer):
                  overwrite: bool = False, save_model: bool = True, scoring: dict | None = None,
                  text_field: str = 'text', batch_size: int = 1024, verbose: bool = True):
         super().__init__(path)
+        # as given, for indexer(): a configured copy takes them over, nothing else is copied
+        self._settings = dict(scale=scale, engines=engines, overwrite=overwrite, save_model=save_model,
+                              scoring=scoring, text_field=text_field, batch_size=batch_size, verbose=verbose)
         self.save_model = save_model
         self._scoring = scoring
         self._model = model
@@ -250,7 +243,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         build = str(self._stamp.get('build'))
         with quiet_native(params.get('verbose', False)):
             inner = impl.retriever(self, self.path / impl.subfolder, num_results, **params)
-        return QueryToksRetriever(inner, self, engine, build)
+        return QueryToksRetriever(inner, self, engine, build, num_results, params)
 
     def retriever(self, num_results: int = 1000, engine: str = 'pisa', query_encoder: pt.Transformer = None,
                   **params) -> pt.Transformer:
@@ -261,30 +254,38 @@ class LsrIndex(pta.Artifact, pt.Indexer):
             query_encoder = self.model().query_encoder()
         return Retriever(system_label(query_encoder, self, engine), query_encoder, toks_retriever)
 
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        """The index as its own default retriever: :meth:`toks_retriever` for frames carrying ``query_toks`` (e.g.
+        after the model's query encoder, ``model >> index``), else :meth:`retriever`."""
+        return (self.toks_retriever() if 'query_toks' in inp.columns else self.retriever())(inp)
+
     # -- building ------------------------------------------------------------------------------------------------
     def index_inputs(self):
         return [['docno', 'toks'], ['docno', self.text_field]] if self._model is not None else [['docno', 'toks']]
 
-    def indexer(self, model=None, **kwargs) -> 'SpladeIndexer':
-        """A :class:`SpladeIndexer` writing this index (``kwargs``: scale, engines, overwrite, ...)."""
-        return SpladeIndexer(self.path, model if model is not None else self._model, **kwargs)
+    def indexer(self, model=None, **settings) -> 'LsrIndex':
+        """The one way to configure indexing: this index with ``model`` (default: the one given) encoding or
+        recorded, and ``settings`` (scale, engines, overwrite, save_model, scoring, text_field, batch_size, verbose)
+        replacing its own; ``.index(docs)`` builds it."""
+        return LsrIndex(self.path, model if model is not None else self._model, **{**self._settings, **settings})
+
+    def with_model(self, model) -> 'LsrIndex':
+        """This indexer with ``model`` recorded in the index (``toks`` are still taken as given), so that the index
+        retrieves on its own; ``doc_encoder >> index.indexer()`` calls it."""
+        return self.indexer(model)
 
     def _encoded(self, docs: Iterable[dict]):
         """Lists of ``(docno, vector)`` pairs, one per chunk, validated (docnos: non-empty strings, unique).
         Documents carrying ``toks`` (encoded upstream) are taken as they are; others are encoded from ``text_field``
         in chunks by the index's model."""
-        unique = UniqueDocnos(f'the documents indexed into {self.path}')
+        where = f'the documents indexed into {self.path}'
+        unique = UniqueDocnos(where)
         position = 0
         for chunk in more_itertools.chunked(docs, self.batch_size):
             encode = isinstance(chunk[0], Mapping) and 'toks' not in chunk[0] and self._model is not None
             field = self.text_field if encode else 'toks'
             for doc in chunk:
-                if not isinstance(doc, Mapping):
-                    raise TypeError(f'document {position} is a {type(doc).__name__}, not a dict with "docno" and '
-                                    f'"{field}"')
-                missing = [c for c in ('docno', field) if c not in doc]
-                if missing:
-                    raise KeyError(f'documents must have columns {missing}; document {position} has {sorted(doc)}')
+                check_document(doc, position, ('docno', field), where)
                 position += 1
             docnos = [unique.add(doc['docno']) for doc in chunk]
             texts = [doc[field] for doc in chunk]
@@ -294,7 +295,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
     def index(self, it: Iterable[dict]) -> 'LsrIndex':
         """Encodes (with a model) or takes ``toks`` of documents (an iterable of dicts, or a DataFrame) and builds
         the index atomically; returns ``self``."""
-        it, total = _documents(it)
+        it, total = documents(it, (), f'the documents indexed into {self.path}')
         with storage.build_folder(self.path, INDEX_KIND, self.overwrite, what='index') as tmp:
             writer, df, count, empty = VectorWriter(tmp / VECTORS_FOLDER), Counter(), 0, 0
             # Advanced once per encoded chunk: per-document updates made the first one report the time of a whole
@@ -406,45 +407,11 @@ class _Building:
         return VectorStore(self.folder / VECTORS_FOLDER)
 
 
-class SpladeIndexer(pt.Indexer):
-    """Encodes documents (when given a model) and writes an :class:`LsrIndex`.
+def SpladeIndexer(path, encoder=None, **settings) -> LsrIndex:  # noqa: N802  (the indexer's user-facing name)
+    """The indexer of a new :class:`LsrIndex` at ``path``: ``LsrIndex(path).indexer(encoder, **settings)``.
 
-    Args:
-        path: index folder to create.
-        encoder: a model of the project (anything with ``encode(texts) -> [{term: weight}]`` and
-            ``save_pretrained``). Without one, input documents must carry ``toks`` already (e.g. ``(splade >>
-            SpladeIndexer(path)).index(corpus)``: the model hands itself over, so the index records it all the same).
-        scale: quantization scale (see :mod:`.quantization`). Stored with the index.
-        overwrite: replace an existing index at ``path`` (never another folder), atomically.
-        engines: engines to build (default PISA; ``'bmp'``, ``'seismic'`` with the ``engines`` extra).
-        text_field: the document text column to encode.
-        batch_size: documents encoded per chunk (the encoder sorts each chunk by length).
-        verbose: progress bar over documents, and the engines' own output.
-    """
-
-    def __init__(self, path, encoder=None, scale: float = 100., overwrite: bool = False, text_field: str = 'text',
-                 batch_size: int = 1024, verbose: bool = True, engines: Sequence[str] = ('pisa',),
-                 save_model: bool = True, scoring: dict | None = None):
-        self.artifact = LsrIndex(path, encoder, scale=scale, engines=engines, overwrite=overwrite,
-                                 save_model=save_model, scoring=scoring, text_field=text_field,
-                                 batch_size=batch_size, verbose=verbose)
-
-    @property
-    def path(self) -> Path:
-        return self.artifact.path
-
-    def with_model(self, model) -> 'SpladeIndexer':
-        """This indexer with ``model`` recorded in the index (``toks`` are still taken as given), so that the index
-        retrieves on its own; ``doc_encoder >> SpladeIndexer(path)`` calls it."""
-        a = self.artifact
-        return SpladeIndexer(a.path, model, a._scale, a.overwrite, a.text_field, a.batch_size, a.verbose, a.new_engines,
-                             a.save_model, a._scoring)
-
-    def index_inputs(self):
-        return self.artifact.index_inputs()
-
-    def index(self, it: Iterable[dict]) -> LsrIndex:
-        return self.artifact.index(it)
-
-    def __repr__(self):
-        return f'SpladeIndexer({str(self.path)!r})'
+    ``encoder``: a model of the project that encodes the documents' text; without one, documents must carry ``toks``
+    already (``(splade >> SpladeIndexer(path)).index(corpus)``: the model hands itself over, so the index records it
+    all the same).  ``settings``: scale, engines, overwrite, save_model, scoring, text_field, batch_size, verbose (see
+    :class:`LsrIndex`)."""
+    return LsrIndex(path).indexer(encoder, **settings)

@@ -37,6 +37,13 @@ def bisection_order(indptr: np.ndarray, ids: np.ndarray, num_terms: int, leaf_si
     n = len(indptr) - 1
     if n < 0 or indptr[0] != 0 or indptr[-1] != len(ids) or (np.diff(indptr) < 0).any():
         raise ValueError(f'indptr must rise from 0 to the {len(ids)} term ids')
+    num_terms = check_int('num_terms', num_terms, 0)
+    # term ids index the per-term arrays of every level: one out of range would count into another term, or fail deep
+    # inside scipy
+    if not np.issubdtype(ids.dtype, np.integer) and len(ids):
+        raise ValueError(f'term ids must be integers, got {ids.dtype}')
+    if len(ids) and (ids.min() < 0 or ids.max() >= num_terms):
+        raise ValueError(f'term ids must lie in [0, {num_terms}) (num_terms), got {ids.min()}..{ids.max()}')
     if n == 0 or len(ids) == 0:
         return np.arange(n)
     if len(ids) >= 2 ** 31:

@@ -12,11 +12,14 @@ class QueryToksRetriever(pt.Transformer):
     """Validates ``query_toks`` (naming the query and value of any bad weight), runs an engine, and returns
     ``qid, docno, score, rank`` plus the input's other columns (not ``query_toks``)."""
 
-    def __init__(self, engine_retriever: pt.Transformer, index, engine: str, build_id: str):
+    def __init__(self, engine_retriever: pt.Transformer, index, engine: str, build_id: str, num_results: int,
+                 params: dict):
         self.engine_retriever = engine_retriever
         self.index = index
         self.engine = engine
         self.build_id = build_id
+        self.num_results = num_results
+        self.params = params
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         check_query_frame(inp, ['query_toks'])
@@ -28,6 +31,18 @@ class QueryToksRetriever(pt.Transformer):
         toks = [dict(check_vector(q, f'query {qid!r}')) for qid, q in zip(inp['qid'], inp['query_toks'])]
         # The checked queries go to the engine as they are: the frame is never copied to hold them.
         return self.engine_retriever.results(inp, toks)
+
+    def fuse_rank_cutoff(self, k: int) -> 'QueryToksRetriever | None':
+        """``retriever % k``: the engine asked for the top ``k`` (PyTerrier's rank cutoff protocol), on the build this
+        retriever was made for (a rebuild since is refused when it runs, as here)."""
+        if k >= self.num_results:
+            return None
+        fused = self.index.toks_retriever(k, self.engine, **self.params)
+        fused.build_id = self.build_id
+        return fused
+
+    def subtransformers(self) -> dict:
+        return {'engine': self.engine_retriever}
 
     def __repr__(self):
         return f'{self.engine.upper()}({self.index.path.name})'

@@ -14,17 +14,17 @@ code but its exact embedding against the SAE's decoder rows, ``w_ia = <e_i, D_a>
 latents (:meth:`SSR.query_codes`), so ``sum_i max_t <w_i, z_t>`` approximates only the documents; the same postings
 and kernel serve both.  The cheaper ``mode='pooled'`` scores the same index as
 :class:`~pyterrier_lsr.kinds.ssr.SSR`'s pooled vectors do (documents max-pooled per latent, queries pooled by the
-model's
-``query_pooling``), in floats, without PISA's quantization.
+model's ``query_pooling``), in floats, without PISA's quantization.
 
-An index is a folder (our artifact, marked ``ssr_index``; built beside its final name and swapped in, see
-:mod:`pyterrier_lsr.core.storage`): ``ssr_index.json`` (counts and the model's name), ``docnos.json``, ``offsets.npy``
-(document ``i`` owns tokens ``offsets[i]:offsets[i + 1]``), ``postings-indptr.npy`` / ``postings-tokens.npy`` /
-``postings-values.npy`` (latent ``j``'s postings are ``indptr[j]:indptr[j + 1]``, tokens ascending) and ``model/``,
-a copy of the SSR model, so the index reopens alone.  Only documents with a positive score are returned (as an inverted
-index does): a document sharing no latent with the query is not a result.
+An index is a token store folder (see :mod:`.tokens`: marked ``ssr_index``, ``pt_meta.json``, ``docnos.json``,
+``offsets.npy``, document ``i`` owning tokens ``offsets[i]:offsets[i + 1]``; built by streaming documents, beside its
+final name, and swapped in) with ``ssr_index.json`` (counts and the model's name), ``postings-indptr.npy`` /
+``postings-tokens.npy`` / ``postings-values.npy`` (latent ``j``'s postings are ``indptr[j]:indptr[j + 1]``, tokens
+ascending) and ``model/``, a copy of the SSR model, so the index reopens alone.  Only documents with a positive score
+are returned (as an inverted index does): a document sharing no latent with the query is not a result.
 """
-from collections.abc import Iterable, Sequence
+import copy
+from collections.abc import Sequence
 from pathlib import Path
 
 import numba
@@ -34,10 +34,10 @@ import pyterrier as pt
 import torch
 
 from ..core import storage
-from ..core.checks import check_choice, check_docnos, check_int, check_matrix, check_query_frame
+from ..core.checks import check_bool, check_choice, check_int, check_query_frame
 from ..core.encoding import as_texts
 from ..kinds.ssr import QUERY_SIDES, SSR, pool_codes
-from .maxsim import TokenStore, _load_npy, _result_frame
+from .tokens import TokenStore, load_npy, result_frame
 
 INDEX_KIND = 'ssr_index'
 META_FILE = 'ssr_index.json'
@@ -45,7 +45,7 @@ POSTINGS_FILES = ('postings-indptr.npy', 'postings-tokens.npy', 'postings-values
 MODEL_FOLDER = 'model'
 MODES = ('tokens', 'pooled')
 
-__all__ = ['SSRIndex', 'SSRIndexer', 'token_postings', 'maxsim_over_codes', 'MODES']
+__all__ = ['SSRIndex', 'SSRRetriever', 'token_postings', 'maxsim_over_codes', 'MODES']
 
 
 def token_postings(indices: np.ndarray, values: np.ndarray, n_latents: int):
@@ -119,48 +119,64 @@ def maxsim_over_codes(indptr, tokens, values, offsets, q_indices, q_values):
 
 
 class SSRIndex(TokenStore):
-    """A token-level SSR index (see the module docs): ``retriever(mode='tokens')`` is exact MaxSim over the codes,
-    ``mode='pooled'`` the pooled dot product; :meth:`SSR.reranked` re-scores its top documents by exact MaxSim.
+    """A token-level SSR index (see the module docs; artifact type ``sparse_index``, format ``ssr``):
+    ``retriever(mode='tokens')`` is exact MaxSim over the codes, ``mode='pooled'`` the pooled dot product; the index
+    is its own default retriever (``SSRIndex(path)(topics)``); :meth:`SSR.reranked` re-scores its top documents by
+    exact MaxSim.
 
     Args:
-        path: the folder.
-        ssr: the :class:`~pyterrier_lsr.kinds.ssr.SSR` model that encoded the documents (it encodes queries); default:
-        the
-            copy stored in the index.
+        path: the folder; a missing or empty one is an index to build (:meth:`built` is False).
+        ssr: the :class:`~pyterrier_lsr.kinds.ssr.SSR` model that encodes documents (when indexing) and queries;
+            default: the copy stored in the index.
+        save_model: store a copy of the model in the index when indexing (without it, pass ``ssr=`` when reopening).
+        overwrite, text_field, batch_size, verbose: for :meth:`index` (see :class:`~.tokens.TokenStore`).
     """
 
-    kind, meta_file, label = INDEX_KIND, META_FILE, 'SSR index'
+    kind, meta_file, label, model_name = INDEX_KIND, META_FILE, 'SSR index', 'ssr'
+    ARTIFACT_TYPE = 'sparse_index'
+    ARTIFACT_FORMAT = 'ssr'
 
-    def __init__(self, path, ssr: SSR | None = None):
-        super().__init__(path)
-        self.indptr, self.tokens, self.values = (_load_npy(self.path / name) for name in POSTINGS_FILES)
-        self._check()
-        # the types token_postings writes, so the compiled kernel has one specialization
-        self.indptr, self.tokens, self.values = (self.indptr.astype(np.int64, copy=False),
-                                                 self.tokens.astype(np.int32, copy=False),
-                                                 self.values.astype(np.float32, copy=False))
-        self.offsets = self.offsets.astype(np.int64, copy=False)
-        self._owner = np.repeat(np.arange(self.num_docs(), dtype=np.int64), np.diff(self.offsets))
-        self._pooled = None
-        self._ssr = None if ssr is None else self._matching(ssr)
+    def __init__(self, path, ssr: SSR | None = None, *, save_model: bool = True, overwrite: bool = False,
+                 text_field: str = 'text', batch_size: int = 1024, verbose: bool = True):
+        super().__init__(path, ssr, overwrite=overwrite, text_field=text_field, batch_size=batch_size, verbose=verbose)
+        self._settings['save_model'] = check_bool('save_model', save_model)
 
-    def _check(self):
-        meta, problem = self.meta, None
+    def _open(self, marker: dict) -> dict:
+        state = super()._open(marker)
+        meta = state['meta']
         try:
             check_int('n_latents', meta.get('n_latents'), 0)
         except (TypeError, ValueError) as ex:
             raise ValueError(f'{self.path / META_FILE}: {ex}') from None
-        if not (np.issubdtype(self.indptr.dtype, np.integer) and np.issubdtype(self.tokens.dtype, np.integer)
-                and np.issubdtype(self.values.dtype, np.floating)):
-            problem = f'the postings arrays have types {self.indptr.dtype} / {self.tokens.dtype} / {self.values.dtype}'
-        elif self.indptr.shape != (meta['n_latents'] + 1,) or self.indptr[0] != 0 or \
-                (np.diff(self.indptr) < 0).any() or self.indptr[-1] != len(self.tokens) or \
-                self.tokens.shape != self.values.shape:
+        indptr, tokens, values = (load_npy(self.path / name) for name in POSTINGS_FILES)
+        problem = None
+        if not (np.issubdtype(indptr.dtype, np.integer) and np.issubdtype(tokens.dtype, np.integer)
+                and np.issubdtype(values.dtype, np.floating)):
+            problem = f'the postings arrays have types {indptr.dtype} / {tokens.dtype} / {values.dtype}'
+        elif indptr.shape != (meta['n_latents'] + 1,) or indptr[0] != 0 or (np.diff(indptr) < 0).any() or \
+                indptr[-1] != len(tokens) or tokens.shape != values.shape:
             problem = 'the postings arrays do not describe the same postings'
-        elif len(self.tokens) and (self.tokens.min() < 0 or self.tokens.max() >= meta['num_tokens']):
+        elif len(tokens) and (tokens.min() < 0 or tokens.max() >= meta['num_tokens']):
             problem = 'a posting names a token outside the corpus'
         if problem:
             raise ValueError(f'SSR index {self.path}: {problem}; rebuild it')
+        # the types token_postings writes, so the compiled kernel has one specialization
+        state.update(indptr=indptr.astype(np.int64, copy=False), tokens=tokens.astype(np.int32, copy=False),
+                     values=values.astype(np.float32, copy=False),
+                     owner=np.repeat(np.arange(meta['num_docs'], dtype=np.int64), np.diff(state['offsets'])))
+        return state
+
+    @property
+    def indptr(self) -> np.ndarray:
+        return self._state()['indptr']
+
+    @property
+    def tokens(self) -> np.ndarray:
+        return self._state()['tokens']
+
+    @property
+    def values(self) -> np.ndarray:
+        return self._state()['values']
 
     @classmethod
     def write(cls, path, docnos: Sequence[str], vectors: np.ndarray, offsets: np.ndarray, ssr: SSR,
@@ -168,29 +184,27 @@ class SSRIndex(TokenStore):
         """An index from token embeddings already computed (e.g. :meth:`MultiVector.embed` of a corpus, as a
         :class:`~pyterrier_lsr.index.maxsim.MaxSimIndex` store holds them); ``overwrite`` replaces only another SSR
         index; ``save_model`` stores a copy of ``ssr`` (without it, pass ``ssr=`` when reopening)."""
-        path = Path(path)
-        vectors = check_matrix('vectors', vectors)
-        docnos, offsets = cls._checked(path, docnos, offsets, len(vectors))
-        indices, values = ssr.doc_codes(vectors)
-        indptr, tokens, weights = token_postings(indices, values, ssr.sae.n_latents)
-        meta = {'num_tokens': int(len(vectors)), 'n_latents': ssr.sae.n_latents, 'k': ssr.sae.config.k,
-                'doc_k': indices.shape[1], 'model': ssr.name}
-        with cls._building(path, docnos, offsets, meta, overwrite) as tmp:
-            for name, array in zip(POSTINGS_FILES, (indptr, tokens, weights)):
-                storage.write_array(tmp / name, array)
-            if save_model:
-                ssr.save_into(tmp / MODEL_FOLDER)
-        return cls(path, ssr)
+        return cls._from_arrays(path, docnos, vectors, offsets, ssr, overwrite=overwrite, save_model=save_model)
+
+    def _embed(self, model: SSR, texts):
+        return model.encoder.embed(texts)
+
+    def _sink(self, folder: Path, model: SSR):
+        return _CodeSink(folder, model, self._settings['save_model'])
 
     @property
     def ssr(self) -> SSR:
-        if self._ssr is None:
+        """The model: the one given, else the copy stored in the index (its files checked first)."""
+        if self._model is not None:
+            return self._matching(self._model)
+        state = self._state()
+        if 'model' not in state:
             if not (self.path / MODEL_FOLDER).is_dir():
                 raise ValueError(f'{self.path} holds no model (written with save_model=False); pass ssr= to SSRIndex')
-            storage.check_files(self.path, self.files, 'the model copy of the SSR index', full=True,
+            storage.check_files(self.path, state['files'], 'the model copy of the SSR index', full=True,
                                 prefix=f'{MODEL_FOLDER}/')  # weights edited in place
-            self._ssr = self._matching(SSR.from_pretrained(self.path / MODEL_FOLDER))
-        return self._ssr
+            state['model'] = self._matching(SSR.from_pretrained(self.path / MODEL_FOLDER))
+        return state['model']
 
     def _matching(self, ssr: SSR) -> SSR:
         """``ssr`` if its SAE has the index's latents (a query's latent ids index the postings)."""
@@ -201,54 +215,59 @@ class SSRIndex(TokenStore):
 
     # -- scoring --------------------------------------------------------------------------------------------------
 
-    def score_tokens(self, indices: np.ndarray, values: np.ndarray) -> np.ndarray:
+    def score_tokens(self, indices: np.ndarray, values: np.ndarray, state: dict | None = None) -> np.ndarray:
         """``sum_i max_{t in d} <w_i, z_t>`` of one query's token weights (``indices``/``values``: query tokens x
         k or m, its codes or decoder weights, :meth:`SSR.query_codes`; values taken as float32) against every document
         (float64, 0 for a document sharing no latent with the query)."""
-        return maxsim_over_codes(self.indptr, self.tokens, self.values, self.offsets,
-                                 *_checked_codes(indices, values, self.meta['n_latents']))
+        state = state or self._state()
+        return maxsim_over_codes(state['indptr'], state['tokens'], state['values'], state['offsets'],
+                                 *_checked_codes(indices, values, state['meta']['n_latents']))
 
-    @property
-    def pooled(self):
+    def pooled(self, state: dict | None = None):
         """The documents' codes max-pooled per latent, as ``(indptr, docs, values)`` postings per latent."""
-        if self._pooled is None:
+        state = state or self._state()
+        if 'pooled' not in state:
+            n_docs, n_latents, tokens, values = state['meta']['num_docs'], state['meta']['n_latents'], \
+                state['tokens'], state['values']
             # tokens ascend within a latent, so (latent, document) keys ascend and runs of equal keys are contiguous
-            latents = np.repeat(np.arange(self.meta['n_latents']), np.diff(self.indptr))
-            keys = latents * self.num_docs() + self._owner[self.tokens]
+            latents = np.repeat(np.arange(n_latents), np.diff(state['indptr']))
+            keys = latents * n_docs + state['owner'][tokens]
             starts = np.flatnonzero(np.concatenate([[True], keys[1:] != keys[:-1]])) if len(keys) else keys
-            maxima = np.maximum.reduceat(self.values, starts) if len(keys) else self.values
-            indptr = np.searchsorted(keys[starts] // self.num_docs(), np.arange(self.meta['n_latents'] + 1))
-            self._pooled = (indptr, keys[starts] % self.num_docs(), maxima)
-        return self._pooled
+            maxima = np.maximum.reduceat(values, starts) if len(keys) else values
+            indptr = np.searchsorted(keys[starts] // n_docs, np.arange(n_latents + 1))
+            state['pooled'] = (indptr, keys[starts] % n_docs, maxima)
+        return state['pooled']
 
-    def score_pooled(self, indices: np.ndarray, values: np.ndarray) -> np.ndarray:
+    def score_pooled(self, indices: np.ndarray, values: np.ndarray, state: dict | None = None) -> np.ndarray:
         """The pooled dot product ``<q, d>`` of one query's token codes: ``q`` pooled by the model's
         ``query_pooling``, ``d_j = max_t z_tj``."""
-        indptr, docs, maxima = self.pooled
+        state = state or self._state()
+        indptr, docs, maxima = self.pooled(state)
         owner = torch.zeros(len(indices), dtype=torch.long)
         query = pool_codes(torch.as_tensor(indices, dtype=torch.long), torch.as_tensor(values), owner, 1,
-                           self.meta['n_latents'], self.ssr.query_pooling)[0].numpy()
-        out = np.zeros(self.num_docs())
+                           state['meta']['n_latents'], self.ssr.query_pooling)[0].numpy()
+        out = np.zeros(state['meta']['num_docs'])
         for latent in np.flatnonzero(query > 0).tolist():
             start, stop = indptr[latent], indptr[latent + 1]
             out[docs[start:stop]] += float(query[latent]) * maxima[start:stop]
         return out
 
-    def search(self, vectors: np.ndarray, offsets: np.ndarray, num_results: int, mode: str = 'tokens',
-               query: str | None = None, query_latents: int | None = None
-               ) -> list[tuple[np.ndarray, np.ndarray]]:
+    def search_embeddings(self, vectors: np.ndarray, offsets: np.ndarray, num_results: int, mode: str = 'tokens',
+                          query: str | None = None, query_latents: int | None = None, state: dict | None = None
+                          ) -> list[tuple[np.ndarray, np.ndarray]]:
         """The top ``num_results`` ``(document ids, scores)`` (best first, ties by id, positive scores only) of each
         query given as token embeddings grouped by query (as :meth:`MultiVector.embed` returns); ``query`` and
         ``query_latents``: the query tokens' weights (:meth:`SSR.query_codes`; ``query`` defaults as in
         :meth:`retriever`)."""
         num_results = check_int('num_results', num_results, 1)
         query = check_query(mode, query)
+        state = state or self._state()
         score = self.score_tokens if mode == 'tokens' else self.score_pooled
         indices, values = self.ssr.query_codes(vectors, query, query_latents)
         out = []
         for q in range(len(offsets) - 1):
             start, stop = offsets[q], offsets[q + 1]
-            scores = score(indices[start:stop], values[start:stop])
+            scores = score(indices[start:stop], values[start:stop], state)
             docs = np.flatnonzero(scores > 0)
             if len(docs) > num_results:
                 docs = docs[np.argpartition(-scores[docs], num_results - 1)[:num_results]]
@@ -257,18 +276,21 @@ class SSRIndex(TokenStore):
         return out
 
     def ranked(self, inp: pd.DataFrame, num_results: int, mode: str, query: str | None = None,
-               query_latents: int | None = None):
+               query_latents: int | None = None, build: str | None = None):
         """The input's queries embedded once and searched: ``(result frame, each row's input position, the
-        embeddings (vectors, offsets) by input position)``."""
+        embeddings (vectors, offsets) by input position)``; ``build``: the build a retriever was made on (refused if
+        the index was rebuilt since)."""
         check_query_frame(inp, ['query'])
+        state = self._state() if build is None else self._check_build(build)
         vectors, offsets = self.ssr.encoder.embed(as_texts(inp['query'], 'column "query"'), query=True)
-        found = self.search(vectors, offsets, num_results, mode, query, query_latents)
-        rows = [(position, self.docnos[d], s) for position, (docs, scores) in enumerate(found)
+        found = self.search_embeddings(vectors, offsets, num_results, mode, query, query_latents, state)
+        docnos = state['docnos']
+        rows = [(position, docnos[d], s) for position, (docs, scores) in enumerate(found)
                 for d, s in zip(docs.tolist(), scores)]
-        return _result_frame(rows, inp), [r[0] for r in rows], (vectors, offsets)
+        return result_frame(rows, inp), [r[0] for r in rows], (vectors, offsets)
 
     def retriever(self, num_results: int = 1000, mode: str = 'tokens', query: str | None = None,
-                  query_latents: int | None = None) -> pt.Transformer:
+                  query_latents: int | None = None) -> 'SSRRetriever':
         """``qid, query`` -> ``qid, query, docno, score, rank``: ``mode='tokens'`` scores
         ``sum_i max_{t in d} <w_i, z_t>``, ``'pooled'`` the pooled dot product (see the module docs).  The query
         token's weights ``w_i``: ``query='decoder'`` (tokens only; the default there), its embedding against the
@@ -279,9 +301,6 @@ class SSRIndex(TokenStore):
         query = check_query(mode, query)
         self.ssr.query_width(query, query_latents)
         return SSRRetriever(self, num_results, mode, query, query_latents)
-
-    def __repr__(self):
-        return f'SSRIndex({str(self.path)!r})'
 
 
 def check_query(mode: str, query: str | None) -> str:
@@ -298,42 +317,64 @@ def check_query(mode: str, query: str | None) -> str:
 
 
 class SSRRetriever(pt.Transformer):
+    """``qid, query`` -> the top ``num_results`` documents of an :class:`SSRIndex`; bound to the build it was made
+    on."""
+
     def __init__(self, index: SSRIndex, num_results: int, mode: str, query: str, query_latents: int | None):
         self.index = index
         self.num_results = num_results
         self.mode = mode
         self.query = query
         self.query_latents = query_latents
+        self.build = index.build_id()
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        return self.index.ranked(inp, self.num_results, self.mode, self.query, self.query_latents)[0]
+        return self.ranked(inp)[0]
+
+    def ranked(self, inp: pd.DataFrame):
+        """:meth:`SSRIndex.ranked` with this retriever's settings."""
+        return self.index.ranked(inp, self.num_results, self.mode, self.query, self.query_latents, self.build)
+
+    def fuse_rank_cutoff(self, k: int) -> 'SSRRetriever | None':
+        """``retriever % k``: this retriever asking for the top ``k`` (PyTerrier's rank cutoff protocol)."""
+        if k >= self.num_results:
+            return None
+        fused = copy.copy(self)
+        fused.num_results = k
+        return fused
 
     def __repr__(self):
         return f'SSR({self.mode}, query={self.query}, {self.index.path.name})'
 
 
-class SSRIndexer(pt.Indexer):
-    """Encodes ``docno, text`` documents with an :class:`~pyterrier_lsr.kinds.ssr.SSR` model's encoder and writes an
-    :class:`SSRIndex`."""
+class _CodeSink:
+    """The documents' token codes (:meth:`SSR.doc_codes`), appended chunk by chunk to scratch arrays in the folder
+    being built, turned into postings (:func:`token_postings`) when complete."""
 
-    def __init__(self, path, ssr: SSR, overwrite: bool = False, text_field: str = 'text', verbose: bool = True):
-        self.path = Path(path)
-        self.ssr = ssr
-        self.overwrite = overwrite
-        self.text_field = text_field
-        self.verbose = verbose
+    def __init__(self, folder: Path, ssr: SSR, save_model: bool):
+        self.folder, self.ssr, self.save_model = folder, ssr, save_model
+        k = ssr.doc_k or ssr.sae.config.k
+        self.scratch = [folder / '.codes-indices.npy', folder / '.codes-values.npy']
+        self.writers = [storage.ArrayWriter(self.scratch[0], np.int32, (k,)),
+                        storage.ArrayWriter(self.scratch[1], np.float32, (k,))]
 
-    def index_inputs(self):
-        return [['docno', self.text_field]]
+    def add(self, vectors: np.ndarray):
+        if vectors.shape[1] != self.ssr.encoder.dim:
+            raise ValueError(f'vectors of {vectors.shape[1]} dimensions; the SSR model reads {self.ssr.encoder.dim}')
+        for writer, array in zip(self.writers, self.ssr.doc_codes(vectors)):
+            writer.add(array)
 
-    def index(self, it: Iterable[dict]) -> SSRIndex:
-        docs = list(it)
-        for doc in docs[:1]:
-            missing = [c for c in ('docno', self.text_field) if c not in doc]
-            if missing:
-                raise KeyError(f'documents must have columns {missing}; got {sorted(doc)}')
-        docnos = check_docnos([d['docno'] for d in docs], f'the documents indexed into {self.path}')
-        vectors, offsets = self.ssr.encoder.embed(as_texts([d[self.text_field] for d in docs], 'documents'),
-                                                  verbose=self.verbose)
-        return SSRIndex.write(self.path, docnos, vectors, offsets, self.ssr, overwrite=self.overwrite)
-
+    def close(self) -> dict:
+        for writer in self.writers:
+            writer.close()
+        indices, values = (load_npy(path, 'r') for path in self.scratch)
+        postings = token_postings(indices, values, self.ssr.sae.n_latents)
+        del indices, values
+        for path in self.scratch:
+            path.unlink()
+        for name, array in zip(POSTINGS_FILES, postings):
+            storage.write_array(self.folder / name, array)
+        if self.save_model:
+            self.ssr.save_into(self.folder / MODEL_FOLDER)
+        return {'n_latents': self.ssr.sae.n_latents, 'k': self.ssr.sae.config.k,
+                'doc_k': self.writers[0].row_shape[0], 'model': self.ssr.name}

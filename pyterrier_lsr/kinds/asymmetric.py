@@ -69,6 +69,13 @@ class AsymmetricSplade(SparseModel):
         self.query_splade.save_into(Path(folder) / QUERY_FOLDER)
 
     @classmethod
+    def example(cls) -> 'AsymmetricSplade':
+        """SPLADE-tiny on both sides (two copies, so they can drift apart)."""
+        import copy
+        splade = Splade.example()
+        return cls(splade.model, splade.tokenizer, copy.deepcopy(splade.model), device='cpu', batch_size=2)
+
+    @classmethod
     def load_folder(cls, folder: Path, **kwargs) -> 'AsymmetricSplade':
         """Loads a folder written by :meth:`save_pretrained`; ``kwargs``: runtime options."""
         if not (folder / QUERY_FOLDER / 'config.json').is_file():

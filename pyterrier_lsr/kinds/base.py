@@ -9,7 +9,8 @@ declares its settings (``kind``, ``scoring``, ``terms`` namespace) and writes/re
 * ``query_encoder()`` / ``doc_encoder()`` (transformers adding ``query_toks`` / ``toks``) and ``scorer()`` (exact
   float dot-product re-ranking);
 * the model hand-over to indexers: ``model.doc_encoder() >> SpladeIndexer(path)`` (and ``model >> indexer``) records
-  the model in the index, whatever the kind;
+  the model in the index, whatever the kind; an indexer that encodes the text itself (``ssr >>
+  SSRIndex(path).indexer()``) is handed the model and is then the whole pipeline (:func:`compose`);
 * ``pt.Transformer`` behaviour (a frame with ``query`` and ``text`` is re-ranked, else ``query`` or ``text`` is
   encoded), a short ``repr`` and a display ``label`` for tables;
 * name resolution (a local folder, an offline short name such as ``'splade-tiny'``, or a hub name) and atomic,
@@ -37,7 +38,8 @@ from .loading import local_folder, update_settings
 MODEL_ARTIFACT = 'model'
 TERM_NAMESPACES = ('vocabulary', 'latent')
 
-__all__ = ['SparseModel', 'SparseTextEncoder', 'SparseEncoder', 'SparseScorer', 'sparse_dot', 'MODEL_ARTIFACT']
+__all__ = ['SparseModel', 'SparseTextEncoder', 'SparseEncoder', 'SparseScorer', 'sparse_dot', 'MODEL_ARTIFACT',
+           'hand_over', 'compose']
 
 
 class SparseTextEncoder(pt.Transformer):
@@ -67,6 +69,16 @@ def hand_over(model: Optional['SparseModel'], other):
     if model is not None and callable(getattr(other, 'with_model', None)):
         return other.with_model(model)
     return other
+
+
+def compose(model, other) -> pt.Transformer:
+    """``model >> other`` for a model: the model is handed over (:func:`hand_over`); a transformer that encodes the
+    text itself with the model it was handed (``encodes_text``: a token-level store, whose rows no frame column
+    carries) is then the whole pipeline, as composing the model in front would encode every text twice."""
+    other = hand_over(model, other)
+    if getattr(other, 'encodes_text', False):
+        return other
+    return pt.Transformer.__rshift__(model, other)
 
 
 class SparseEncoder(SparseTextEncoder):
@@ -123,7 +135,8 @@ class SparseModel(pt.Transformer, abc.ABC):
     """The contract of every model kind: two encoders to sparse vectors, settings, and a folder format.
 
     A kind implements :meth:`encode_docs`, :meth:`encode_queries`, :meth:`write_folder` (its files into an empty
-    folder) and :meth:`load_folder` (a classmethod reading a local folder), and sets :attr:`kind` (its key in
+    folder), :meth:`load_folder` (a classmethod reading a local folder) and :meth:`example` (a classmethod giving a
+    small offline instance, for the conformance suite), and sets :attr:`kind` (its key in
     :data:`pyterrier_lsr.kinds.loading.MODEL_KINDS`, recorded in the folder), :attr:`scoring` and
     :attr:`terms_namespace`.
     """
@@ -155,6 +168,12 @@ class SparseModel(pt.Transformer, abc.ABC):
     @abc.abstractmethod
     def load_folder(cls, folder: Path, **kwargs) -> 'SparseModel':
         """The model saved in the local ``folder``; ``kwargs`` are the kind's runtime options (device, ...)."""
+
+    @classmethod
+    @abc.abstractmethod
+    def example(cls) -> 'SparseModel':
+        """A small instance of this kind built from the offline checkpoints (random where the kind trains a part),
+        on the CPU: what the conformance suite runs every registered kind with."""
 
     def settings(self) -> dict:
         """What the folder's ``config.json`` records under ``lsr`` (read back by :func:`~pyterrier_lsr.load_model`)."""
@@ -210,7 +229,7 @@ class SparseModel(pt.Transformer, abc.ABC):
         return getattr(self, v.mode)()(inp)
 
     def __rshift__(self, other):
-        return super().__rshift__(hand_over(self, other))
+        return compose(self, other)
 
     @property
     def short_name(self) -> str:

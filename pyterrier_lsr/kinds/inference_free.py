@@ -36,6 +36,14 @@ class InferenceFreeSplade(TorchSparseModel):
         self.query_side.save_pretrained(str(folder))
 
     @classmethod
+    def example(cls) -> 'InferenceFreeSplade':
+        """SPLADE-tiny's documents and a binary query side over its vocabulary."""
+        from .splade import Splade
+        splade = Splade.example()
+        return cls(splade.model, splade.tokenizer, StaticQueryEncoder.binary(splade.tokenizer), device='cpu',
+                   batch_size=2)
+
+    @classmethod
     def load_folder(cls, folder: Path, **kwargs) -> 'InferenceFreeSplade':
         """An OpenSearch-style folder (HF model + ``idf.json``) or a sentence-transformers doc-only layout; ``kwargs``
         go to :class:`~pyterrier_lsr.kinds.splade.TorchSparseModel`."""

@@ -33,7 +33,7 @@ from ..core.checks import check_bool, check_choice, check_float, check_str
 from ..core.encoding import autocast, length_sorted_batches, to_dicts
 from ..core.offline import offline_name, resolve_model
 from ..models.features import MODES, DenseFeatures, LatentTermsModel, load_dense, st_max_length, st_pooling
-from ..models.sae import SparseAutoencoder, latent_term_names
+from ..models.sae import SAEConfig, SparseAutoencoder, latent_term_names
 from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
 from .splade import TorchSparseModel
 
@@ -127,6 +127,12 @@ class LatentTerms(TorchSparseModel):
             self.features.dense.save_pretrained(folder / DENSE_FOLDER)
             self.tokenizer.save_pretrained(folder / DENSE_FOLDER)
         self.sae.save_pretrained(folder / SAE_FOLDER)
+
+    @classmethod
+    def example(cls) -> 'LatentTerms':
+        """all-MiniLM-L6-v2 (an offline checkpoint) and a random SAE of 64 latents (k = 4) over its token vectors."""
+        return cls('all-MiniLM-L6-v2', SparseAutoencoder(SAEConfig(d_in=384, n_latents=64, k=4, seed=1)),
+                   mode='multi', device='cpu', batch_size=2)
 
     @classmethod
     def load_folder(cls, folder: Path, **kwargs) -> 'LatentTerms':

@@ -1,8 +1,10 @@
 """The multi-vector (ColBERT-style) encoder: token embeddings of texts, and an exact MaxSim re-ranker over them.
 
-Its documents are stored by :class:`~pyterrier_lsr.index.maxsim.MaxSimIndex` (``MultiVector >> MaxSimIndex(path)``
-hands the encoder to the store's indexer); :mod:`pyterrier_lsr.kinds.ssr` reads its token vectors through a sparse
-autoencoder.
+A :class:`MultiVector` is not a :class:`~pyterrier_lsr.kinds.base.SparseModel` (it gives dense token vectors, not
+``{term: weight}``): as a PyTerrier transformer it is its MaxSim scorer (a ``qid, query, docno, text`` frame is
+re-ranked), and ``encoder >> MaxSimIndex(path).indexer()`` hands it to the store's indexer, which embeds the documents
+(see :func:`~pyterrier_lsr.kinds.base.compose`); :mod:`pyterrier_lsr.kinds.ssr` reads its token vectors through a
+sparse autoencoder.
 """
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,13 +19,14 @@ from ..core.checks import check_int, check_max_length, check_result_frame
 from ..core.encoding import as_texts, autocast, length_sorted_batches, resolve_device, resolve_precision
 from ..models.multivector import SETTINGS_FILE, MultiVectorModel
 from ..models.sae_splade import structural_token_ids
-from .base import MODEL_ARTIFACT
+from .base import MODEL_ARTIFACT, compose
 from .loading import local_folder
 
 
-class MultiVector:
-    """A :class:`~pyterrier_lsr.models.multivector.MultiVectorModel` and its tokenizer: token embeddings of texts,
-    an exact MaxSim scorer and an indexer for a :class:`MaxSimIndex`.
+class MultiVector(pt.Transformer):
+    """A :class:`~pyterrier_lsr.models.multivector.MultiVectorModel` and its tokenizer: token embeddings of texts and
+    an exact MaxSim scorer (also as the encoder's own transformer); ``encoder >> MaxSimIndex(path).indexer()`` indexes
+    with it.
 
     Args:
         model, tokenizer: the encoder and its HF tokenizer.
@@ -85,14 +88,18 @@ class MultiVector:
         storage.write_json(Path(folder) / SETTINGS_FILE, settings)
 
     @torch.inference_mode()
-    def embed(self, texts: Sequence, query: bool = False, verbose: bool = False) -> tuple[np.ndarray, np.ndarray]:
+    def embed(self, texts: Sequence, query: bool = False, verbose: bool = False,
+              batch_size: int | None = None) -> tuple[np.ndarray, np.ndarray]:
         """Token embeddings of ``texts``: ``(vectors, offsets)``, float32 ``n x dim`` rows grouped by text in input
         order, text ``i`` owning ``vectors[offsets[i]:offsets[i + 1]]`` (no rows for blank texts).  Texts are
-        length-sorted and padded per batch, so a result does not depend on the other texts of the batch."""
+        length-sorted and padded per batch (``batch_size`` texts, default the encoder's): a result depends on the other
+        texts of its batch only through the padding, in the last bits of its floats (measured: within 1e-3 after an
+        SAE, tests/test_stores.py)."""
         max_length = self.query_max_length if query else self.doc_max_length
+        batch_size = self.batch_size if batch_size is None else check_int('batch_size', batch_size, 1)
         per_text: list[np.ndarray] = [np.zeros((0, self.dim), np.float32)] * len(texts)
         with autocast(self.device, self.precision):
-            for batch in length_sorted_batches(self.tokenizer, texts, self.batch_size, max_length, self.device,
+            for batch in length_sorted_batches(self.tokenizer, texts, batch_size, max_length, self.device,
                                                verbose, 'embedding'):
                 emb, mask = self.model(batch.input_ids, batch.attention_mask)
                 emb, mask = emb.float().cpu().numpy(), mask.cpu().numpy()
@@ -104,6 +111,13 @@ class MultiVector:
     def scorer(self, text_field: str = 'text') -> 'MaxSimScorer':
         """Re-ranks ``qid, query, docno, text`` by exact MaxSim, encoding the documents' texts."""
         return MaxSimScorer(self, text_field)
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        """The encoder as its MaxSim scorer (:meth:`scorer`)."""
+        return self.scorer()(inp)
+
+    def __rshift__(self, other):
+        return compose(self, other)
 
     def __repr__(self):
         return f'MultiVector({self.name or "<model>"!r}, dim={self.dim})'
@@ -152,6 +166,12 @@ class MaxSimScorer(pt.Transformer):
             sub, sub_lengths = gather_rows(vectors, offsets, lengths, np.asarray(docs))
             scores[idx] = maxsim_rows(queries[query], sub, sub_lengths).numpy()
         return pt.model.add_ranks(inp.assign(score=scores))
+
+    def subtransformers(self) -> dict:
+        return {'encoder': self.encoder}
+
+    def __repr__(self):
+        return f'{self.encoder!r}.scorer'
 
 
 def gather_rows(vectors: torch.Tensor, offsets: np.ndarray, lengths: torch.Tensor, docs: np.ndarray):

@@ -11,7 +11,7 @@ import torch
 
 from ..core.encoding import is_blank, length_sorted_batches
 from ..models.features import load_dense
-from ..models.sae import SparseAutoencoder
+from ..models.sae import SAEConfig, SparseAutoencoder
 from ..models.sae_splade import DEFAULT_ALPHA, KIND, SaeSpladeModel, latent_idf, structural_token_ids
 from .splade import TorchSparseModel
 
@@ -33,6 +33,13 @@ class SaeSplade(TorchSparseModel):
         tokenizer = AutoTokenizer.from_pretrained(str(folder))
         model = SaeSpladeModel.from_pretrained(folder, structural_token_ids(tokenizer))
         return cls(model, tokenizer, **kwargs)
+
+    @classmethod
+    def example(cls) -> 'SaeSplade':
+        """SPLADE-tiny's encoder and a random SAE of 64 latents (k = 4) over its token states."""
+        model, tokenizer = load_dense('splade-tiny')
+        sae = SparseAutoencoder(SAEConfig(d_in=model.config.hidden_size, n_latents=64, k=4, seed=1))
+        return cls(SaeSpladeModel(model, sae, structural_token_ids(tokenizer)), tokenizer, device='cpu', batch_size=2)
 
     @classmethod
     def from_backbone(cls, backbone: str, sae: SparseAutoencoder, alpha: float = DEFAULT_ALPHA,

@@ -124,6 +124,11 @@ class Splade(TorchSparseModel):
         return cls(model, tokenizer, **kwargs)
 
     @classmethod
+    def example(cls) -> 'Splade':
+        """SPLADE-tiny (an offline checkpoint)."""
+        return cls.from_pretrained('splade-tiny', device='cpu', batch_size=8)
+
+    @classmethod
     def from_encoder(cls, name_or_path: str, **kwargs) -> 'Splade':
         """SPLADE on an encoder without MLM head (e.g. ``'all-MiniLM-L6-v2'``) with a deliberately initialised new
         head (:func:`~pyterrier_lsr.models.heads.splade_from_encoder`: decoder tied to the input embeddings, identity

@@ -100,8 +100,9 @@ def decoder_codes(sae: SparseAutoencoder, vectors: np.ndarray, m: int, rows_per_
 
 class SSR(SparseModel):
     """A multi-vector encoder + a TopK SAE over its token embeddings (see the module docs for the scorings).  Index
-    token-level with :class:`~pyterrier_lsr.index.ssr.SSRIndex` (``SSRIndex.write`` or ``SSRIndexer``), pooled with
-    ``SpladeIndexer(path, ssr)``; :meth:`reranked` adds exact MaxSim to an ``SSRIndex``.
+    token-level with :class:`~pyterrier_lsr.index.ssr.SSRIndex` (``ssr >> SSRIndex(path).indexer()``, or
+    ``SSRIndex.write`` from embeddings at hand), pooled with ``SpladeIndexer(path, ssr)``; :meth:`reranked` adds exact
+    MaxSim to an ``SSRIndex``.
 
     Args:
         encoder: the :class:`~pyterrier_lsr.kinds.multivector.MultiVector` whose token embeddings the SAE reads.
@@ -181,17 +182,17 @@ class SSR(SparseModel):
                                            self.sae.n_latents, pooling), self.terms))
         return out
 
-    def _encode(self, texts: Sequence, query: bool, verbose: bool) -> list[dict[str, float]]:
-        vectors, offsets = self.encoder.embed(texts, query=query, verbose=verbose)
+    def _encode(self, texts: Sequence, query: bool, batch_size: int | None, verbose: bool) -> list[dict[str, float]]:
+        vectors, offsets = self.encoder.embed(texts, query=query, verbose=verbose, batch_size=batch_size)
         return self.encode_vectors(vectors, offsets, query=query)
 
     def encode_docs(self, texts: Sequence, batch_size: int | None = None,
                     verbose: bool = False) -> list[dict[str, float]]:
-        return self._encode(texts, False, verbose)
+        return self._encode(texts, False, batch_size, verbose)
 
     def encode_queries(self, texts: Sequence, batch_size: int | None = None,
                        verbose: bool = False) -> list[dict[str, float]]:
-        return self._encode(texts, True, verbose)
+        return self._encode(texts, True, batch_size, verbose)
 
     def reranked(self, index, store, depth: int = 100, mode: str = 'tokens',
                  query: str | None = None, query_latents: int | None = None) -> pt.Transformer:
@@ -211,6 +212,12 @@ class SSR(SparseModel):
         ``lsr``."""
         self.encoder.write_folder(folder)
         self.sae.save_pretrained(folder / SAE_FOLDER)
+
+    @classmethod
+    def example(cls) -> 'SSR':
+        """all-MiniLM-L6-v2 projected to 16 dimensions and a random SAE of 32 latents (k = 4) over them."""
+        encoder = MultiVector.from_backbone('all-MiniLM-L6-v2', dim=16, device='cpu', batch_size=2)
+        return cls(encoder, SparseAutoencoder(SAEConfig(d_in=16, n_latents=32, k=4, seed=1)))
 
     @classmethod
     def load_folder(cls, folder: Path, **kwargs) -> 'SSR':
@@ -236,9 +243,7 @@ class _TwoStage(pt.Transformer):
         self.first = first
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        first = self.first
-        candidates, positions, (vectors, offsets) = self.index.ranked(inp, first.num_results, first.mode, first.query,
-                                                                      first.query_latents)
+        candidates, positions, (vectors, offsets) = self.first.ranked(inp)
         if not len(candidates):
             return candidates
         vectors = torch.from_numpy(vectors)

@@ -200,7 +200,7 @@ class ToksSearcher(pt.Transformer):
 
     def __init__(self, search: Callable[[list[dict[str, float]]], list[tuple[np.ndarray, np.ndarray]]],
                  docnos: pd.api.extensions.ExtensionArray, name: str):
-        self.search = search
+        self.searcher = search
         self.docnos = docnos  # of pandas' str dtype (Forward.docnos)
         self.name = name
 
@@ -211,7 +211,7 @@ class ToksSearcher(pt.Transformer):
         """:meth:`transform` with the frame's ``query_toks`` given as ``toks`` (checked by the caller), so that the
         frame itself is never copied to hold them."""
         asked = [row for row, query in enumerate(toks) if query]
-        found = self.search([toks[row] for row in asked]) if asked else []
+        found = self.searcher([toks[row] for row in asked]) if asked else []
         counts = np.array([len(rows) for rows, _ in found], dtype=np.int64)
         rows = np.repeat(np.asarray(asked, dtype=np.int64), counts)
         # Built column by column: taking whole rows of the input (query_toks' dicts included) and assigning into that
