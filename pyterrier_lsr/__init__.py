@@ -10,6 +10,7 @@ from importlib.metadata import version as _version
 
 __version__ = _version('pyterrier-lsr')  # stated once, in pyproject.toml
 
+from .core.collection import Collection, load_collection
 from .index import LsrIndex, SpladeIndexer
 from .index.maxsim import MaxSimIndex
 from .kinds.asymmetric import AsymmetricSplade
@@ -41,4 +42,6 @@ __all__ = [
     'SparseScorer',
     'Prune',
     'load_model',
+    'Collection',
+    'load_collection',
 ]
