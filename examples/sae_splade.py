@@ -1,4 +1,4 @@
-"""SAE-SPLADE vs SPLADE from the same backbone, data and training budget on Vaswani (METHODS.md §4).
+"""SAE-SPLADE vs SPLADE from the same backbone, data and training budget on Vaswani (docs/sae-splade.md).
 
 Stage 1 trains a TopK SAE on the backbone's frozen token states of the corpus (``--n-latents``, ``--k``); stage 2
 fine-tunes backbone + SAE encoder + α with the bundled loop.  The baseline fine-tunes the backbone's own SPLADE (its

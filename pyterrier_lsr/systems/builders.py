@@ -33,11 +33,11 @@ __all__ = ['BM25', 'bm25', 'sparse_index', 'latent_terms_index', 'best_dense', '
 
 SYSTEM_FILE = 'system.json'
 # SAE-SPLADE's stage-1 SAE: chosen on held-out pseudo-queries over 4,096 latents / 1 epoch on both development
-# collections (benchmarks/RESULTS.md, "SAE-SPLADE's queries adapt too...")
+# collections (the record of 2026-12-01: git show df4b050:benchmarks/claims/domain-adaptation.md)
 SAE_SPLADE = {'n_latents': 16384, 'k': 4, 'epochs': 6}
 # Its sample: every token state of the corpus up to this many.  The held-out pseudo-queries prefer all of Vaswani's
 # 547,792 states to a 200,000 sample (+0.057 / +0.029 first-stage nDCG@10, two seeds; CISI's 219,115 against 200,000:
-# level); the cap bounds stage 1's time on large corpora (benchmarks/claims/sae-splade.md, "Every token state").
+# level); the cap bounds stage 1's time on large corpora (docs/results.md, Trained models).
 SAE_SPLADE_STATES = 800_000
 # Offline dense bases, strongest first (all-mpnet-base-v2 needs the demo extra's five part packages).
 DENSE_BASES = ('all-mpnet-base-v2', 'all-MiniLM-L6-v2')
