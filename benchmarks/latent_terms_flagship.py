@@ -35,14 +35,14 @@ def parse_args():
     parser.add_argument('--bm25-params', nargs='+', default=['0.9:0.4', '1.5:0.75'], help="Latent Terms' k1:b")
     parser.add_argument('--epochs', type=int, default=LATENT_TERMS['sae']['epochs'])
     parser.add_argument('--max-train', type=int, default=LATENT_TERMS['max_train_vectors'],
-                        help='SAE training vectors: all of them up to this many, above it a seeded sample (the runs '
-                             'before stop 49 used 100000 and 3 epochs)')
+                        help='SAE training vectors: all of them up to this many, above it a seeded sample '
+                             '(100000 with 3 epochs reproduces the earlier sampled recipe)')
     parser.add_argument('--pseudo-queries', type=int, default=200)
     parser.add_argument('--seed', type=int, default=0)
     parser.add_argument('--threads', type=int, default=1, help='torch threads (1 on a shared machine)')
     parser.add_argument('--batch-size', type=int, default=32)
     parser.add_argument('--max-length', type=int, help="texts' truncation (default: what each base's folder declares; "
-                        'the runs before stop 38 used 256 for every base)')
+                        '256 for every base reproduces the earliest runs)')
     parser.add_argument('--output')
     return parser.parse_args()
 

@@ -1,10 +1,10 @@
 """SAE-SPLADE's query side: latents weighed by their idf (``pyterrier_lsr.kinds.sae_splade.idf_weighted_queries``),
-against the plain query side and against SPLADE-tiny trained alike (issue #29, item 4).
+against the plain query side and against SPLADE-tiny trained alike.
 
-Builds (or reuses: the folder layout and settings of ``benchmarks/methods_transfer.py --methods splade sae --latents
-16384 --k 4 --sae-epochs 6 --then``) SPLADE-tiny and SAE-SPLADE (stage 1 ``systems.SAE_SPLADE``), each trained
-two-sided with the same recipe, data and budget (``DomainConfig.two_sided()``), indexed, then given the query-side
-stage (``DomainConfig()``, documents from its index), and measures on the SAE-SPLADE index:
+Builds (or reuses, from an earlier run in the same ``--workdir``) SPLADE-tiny and SAE-SPLADE (stage 1
+``systems.SAE_SPLADE``), each trained two-sided with the same recipe, data and budget (``DomainConfig.two_sided()``),
+indexed, then given the query-side stage (``DomainConfig()``, documents from its index), and measures on the SAE-SPLADE
+index:
 
 * ``SAE-SPLADE + q``: the two-sided SAE-SPLADE, then the query-side stage;
 * ``SAE-SPLADE + q, idf``: the same query model with idf latent weights (no training);
@@ -15,8 +15,8 @@ and SPLADE-tiny two-sided + query side on its own index. Each row has its held-o
 query-side recipe's held-out pseudo-queries (what chooses between the arms; no test topic is used), then test nDCG@10,
 AP and postings per query (:func:`pyterrier_lsr.report.report`). ``--query-stages none`` stops before the query-side
 stages: SPLADE-tiny and SAE-SPLADE two-sided, and SAE-SPLADE two-sided with idf queries, judged on the two-sided
-recipe's held-out pseudo-queries. ``--sae-latents`` sets stage 1's width (a smaller SAE for a small corpus: issue
-#29 item 4); ``--without-splade`` builds and measures the SAE-SPLADE arms only (SPLADE-tiny's figures are then those
+recipe's held-out pseudo-queries. ``--sae-latents`` sets stage 1's width (a smaller SAE for a small
+corpus); ``--without-splade`` builds and measures the SAE-SPLADE arms only (SPLADE-tiny's figures are then those
 recorded from a run with it: the build is seeded). ``--sae-k`` sets stage 1's latents per token state,
 ``--sae-seed`` its seed; ``--sae-extra-collection`` adds another collection's token states to stage 1's sample
 (``--sae-train-vectors`` of them, drawn from the union), the corpus alone still training stage 2 and filling the
@@ -35,7 +35,7 @@ from pathlib import Path
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument('--collection', required=True, help='irds:<id> or a folder (docs.jsonl, topics, qrels)')
-    p.add_argument('--workdir', required=True, help='models and indexes (a methods_transfer.py work folder is reused)')
+    p.add_argument('--workdir', required=True, help='models and indexes (reused by a second run)')
     p.add_argument('--cache-dir', help='its cache (default: <workdir>/cache)')
     p.add_argument('--set', nargs='*', default=[], metavar='NAME=VALUE', help='query-side DomainConfig overrides')
     p.add_argument('--sae-epochs', type=int, default=None,

@@ -5,8 +5,7 @@ from pathlib import Path
 import pyterrier as pt
 from pyterrier.measures import AP, R, nDCG
 
-from pyterrier_lsr import IDFQueryEncoder, Splade
-from pyterrier_lsr.core.collection import load_collection
+from pyterrier_lsr import IDFQueryEncoder, Splade, load_collection
 from pyterrier_lsr.core.quiet import quiet_native
 from pyterrier_lsr.report import figure
 from pyterrier_lsr.systems import bm25, latent_terms_index, sparse_index, vt_splade

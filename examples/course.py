@@ -43,8 +43,7 @@ def main(argv=None):
     import torch
     from pyterrier.measures import AP, RR, R, nDCG
 
-    from pyterrier_lsr import IDFQueryEncoder, Splade
-    from pyterrier_lsr.core.collection import load_collection
+    from pyterrier_lsr import IDFQueryEncoder, Splade, load_collection
     from pyterrier_lsr.core.quiet import quiet_native
     from pyterrier_lsr.systems import (
         SAE_SPLADE,

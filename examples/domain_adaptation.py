@@ -36,8 +36,7 @@ def main():
     torch.set_num_threads(args.threads)
     from pyterrier.measures import nDCG
 
-    from pyterrier_lsr import Splade
-    from pyterrier_lsr.core.collection import load_collection
+    from pyterrier_lsr import Splade, load_collection
     from pyterrier_lsr.train import domain_adapt, experiment_evaluator
     from pyterrier_lsr.train.domain import config_from_overrides
 

@@ -23,7 +23,7 @@ MEASURES = [nDCG @ 10, AP, R @ 10, R @ 100]
 
 def load_collection(args):
     """``(docs, topics, qrels)`` DataFrames of Vaswani or of a make_limit.py folder (a collection of plain files)."""
-    from pyterrier_lsr.core.collection import load_collection
+    from pyterrier_lsr import load_collection
 
     collection = load_collection(args.limit or 'irds:vaswani')
     return pd.DataFrame(collection.corpus, columns=['docno', 'text']), collection.topics, collection.qrels

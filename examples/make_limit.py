@@ -91,7 +91,7 @@ def make_limit(folder, n_docs: int = 2000, n_queries: int = 300, n_attributes: i
     with open(folder / 'qrels.txt', 'w') as f:
         for q, (a, b) in enumerate(pairs):
             f.write(f'q{q} 0 d{a} 1\nq{q} 0 d{b} 1\n')
-    from pyterrier_lsr.core.collection import load_collection
+    from pyterrier_lsr import load_collection
     return load_collection(folder)
 
 

@@ -1,4 +1,4 @@
-"""SAE-SPLADE vs SPLADE from the same backbone, data and training budget on Vaswani (METHODS.md §4).
+"""SAE-SPLADE vs SPLADE from the same backbone, data and training budget on Vaswani (docs/sae-splade.md).
 
 Stage 1 trains a TopK SAE on the backbone's frozen token states of the corpus (``--n-latents``, ``--k``); stage 2
 fine-tunes backbone + SAE encoder + α with the bundled loop.  The baseline fine-tunes the backbone's own SPLADE (its
@@ -22,7 +22,7 @@ from pathlib import Path
 
 import numpy as np
 
-from pyterrier_lsr.core.collection import load_collection
+from pyterrier_lsr import load_collection
 from pyterrier_lsr.core.offline import resolve_model
 from pyterrier_lsr.systems.recipes import fine_tune, parse_args, parser, prepare_examples
 

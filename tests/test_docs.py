@@ -24,8 +24,10 @@ from test_readme import (
 )
 
 DOCS = sorted((ROOT / 'docs').glob('*.md'))
-PAGES = [README, *DOCS]
-DOC_BLOCKS = [(path, i, block) for path in DOCS for i, block in enumerate(executed(path))]
+# the pages for PyTerrier's documentation site (pyterrier.readthedocs.io)
+PT_DOCS = sorted([*(ROOT / 'pt_docs').glob('*.md'), *(ROOT / 'pt_docs').glob('*.rst')])
+PAGES = [README, *DOCS, *PT_DOCS]
+DOC_BLOCKS = [(path, i, block) for path in DOCS + PT_DOCS for i, block in enumerate(executed(path))]
 
 
 def bash_lines(text: str) -> list:
@@ -116,8 +118,8 @@ def test_setup_and_constraints_are_all_the_tests_need():
 
 
 def test_every_page_runs_an_example_and_every_replacement_is_needed():
-    # assignment.md's example is examples/assignment.py, run below
-    assert [p.name for p in DOCS if not executed(p)] == ['assignment.md']
+    # assignment.md's example is examples/assignment.py, run below; choosing.md and results.md hold figures only
+    assert [p.name for p in DOCS if not executed(p)] == ['assignment.md', 'choosing.md', 'results.md']
     blocks = [b for p in PAGES for b in python_blocks(p)]
     assert all(any(b.startswith(first) for b in blocks) for first in EXCLUDED)
     text = '\n'.join(blocks)
@@ -131,10 +133,17 @@ def test_every_relative_link_of_the_pages_resolves():
     assert not broken
 
 
+def test_the_pyterrier_pages_run_examples_and_list_every_page():
+    assert {p.name for p in PT_DOCS if executed(p)} == {'index.rst', 'methods.md', 'indexing.md', 'training.md'}
+    index = (ROOT / 'pt_docs' / 'index.rst').read_text()
+    toctree = re.search(r'^\.\. toctree::\n(?:    :\w+:.*\n)*\n((?:    \S.*\n)+)', index, flags=re.M)
+    assert {line.strip() for line in toctree.group(1).splitlines()} == {p.stem for p in PT_DOCS} - {'index'}
+
+
 @pytest.mark.parametrize('path, block', [(p, b) for p, _, b in DOC_BLOCKS],
-                         ids=[f'{p.stem}-{i}' for p, i, _ in DOC_BLOCKS])
+                         ids=[f'{p.parent.name}-{p.stem}-{i}' for p, i, _ in DOC_BLOCKS])
 def test_docs_block_runs(path, block, small_vaswani, tmp_path, monkeypatch):  # noqa: F811
-    run_block(block, f'docs/{path.name}', small_vaswani, tmp_path, monkeypatch)
+    run_block(block, f'{path.parent.name}/{path.name}', small_vaswani, tmp_path, monkeypatch)
 
 
 def test_the_assignment_runs_from_plain_files_and_a_second_run_only_evaluates(small_vaswani, tmp_path, capfd,  # noqa: F811
@@ -171,8 +180,9 @@ def test_the_assignment_runs_from_plain_files_and_a_second_run_only_evaluates(sm
 def test_no_machine_paths_in_the_package_examples_or_benchmarks():
     """Paths are arguments, relative defaults or IR_DATASETS_HOME: nothing, recorded results and commands included,
     points into one machine's folders."""
-    files = [p for folder in ('pyterrier_lsr', 'examples', 'benchmarks', 'docs')
-             for ext in ('py', 'yaml', 'ipynb', 'md', 'json') for p in (ROOT / folder).rglob(f'*.{ext}')] + [README]
+    files = [p for folder in ('pyterrier_lsr', 'examples', 'benchmarks', 'docs', 'pt_docs')
+             for ext in ('py', 'yaml', 'ipynb', 'md', 'rst', 'json')
+             for p in (ROOT / folder).rglob(f'*.{ext}')] + [README]
     assert len(files) > 100
     machine = r'\S*(?:\.\./shared|/work/|/home/|/root/)\S*'
     found = [(p.name, m) for p in files for m in re.findall(machine, p.read_text())]

@@ -1,5 +1,5 @@
 """Effectiveness on real data: the offline SPLADE checkpoint on a Vaswani subset gives the figures recorded when the
-full-collection reproduction (``python examples/vaswani.py``, benchmarks/claims/vaswani.md) last matched its
+full-collection reproduction (``python examples/vaswani.py``, docs/results.md) last matched its
 reference; a silent scoring change (quantization, document frequencies, query weights) moves them."""
 
 import pyterrier as pt

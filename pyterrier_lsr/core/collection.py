@@ -13,6 +13,20 @@ import pandas as pd
 
 @dataclass
 class Collection:
+    """A test collection in memory, as :func:`load_collection` returns it.
+
+    Args:
+        name: the dataset id or the folder's name.
+        corpus: the documents, ``{'docno', 'text'}`` dicts in collection order (what indexers and builders take).
+        topics: ``qid, query`` (PyTerrier's topics frame).
+        qrels: ``qid, docno, label`` (PyTerrier's qrels frame).
+
+    Example::
+
+        vaswani = load_collection("irds:vaswani")
+        small = vaswani.subset(docs=1000, topics=30)      # relevant documents first, for a quick run
+        pt.Experiment([retriever], small.topics, small.qrels, [nDCG @ 10])
+    """
     name: str
     corpus: list[dict]
     topics: pd.DataFrame
@@ -49,7 +63,25 @@ def irds_dataset(dataset_id: str):
 
 
 def load_collection(spec: str) -> Collection:
-    """The corpus (a list of ``{docno, text}`` dicts, in collection order), topics and qrels of ``spec``."""
+    """The corpus (a list of ``{docno, text}`` dicts, in collection order), topics and qrels of ``spec``.
+
+    Args:
+        spec: ``"irds:<id>"`` (an ir_datasets id, read through PyTerrier; offline with ``IR_DATASETS_HOME`` set to a
+            prepared cache) or a folder holding ``docs.jsonl``, ``topics.tsv`` and ``qrels.txt``.
+
+    Returns:
+        A :class:`Collection`.
+
+    Raises:
+        ValueError: an ``irds:`` id that ir_datasets does not know.
+        FileNotFoundError: a folder without the three files (naming the missing ones).
+
+    Example::
+
+        from pyterrier_lsr import load_collection
+        cisi = load_collection("path/to/cisi")
+        index.index(cisi.corpus)
+    """
     spec = str(spec)
     if spec.startswith('irds:'):
         import pyterrier as pt

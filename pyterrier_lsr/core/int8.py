@@ -34,8 +34,8 @@ REDUCE_RANGE = True
 def packing_engine() -> str:
     """The quantized engine the weights are prepacked for; the product runs in that engine's kernels whatever
     ``torch.backends.quantized.engine`` says later. oneDNN's where the CPU has AMX: there its kernels are 1.4-2.3x
-    fbgemm's in the projection and the Linear layers (claims/int8.md); torch's default elsewhere, as measured on AVX2
-    and VNNI CPUs."""
+    fbgemm's in the projection and the Linear layers (benchmarks/int8.py); torch's default elsewhere, as measured on
+    AVX2 and VNNI CPUs."""
     amx = getattr(torch.cpu, '_is_amx_tile_supported', lambda: False)()
     if amx and 'onednn' in torch.backends.quantized.supported_engines:
         return 'onednn'

@@ -2,10 +2,10 @@
 
 ``torch.topk`` on a CPU orders index/value pairs of the whole row (a partial sort for small ``k``, ``nth_element``
 beyond ``k = n / 64``), which for 96 of 4,096 latents cost about 3x the encoder product that computed the row; this
-kernel makes the codes 1.8-2.4x faster there and is level with torch at k = 16 (benchmarks/claims/ssr.md, "A compiled
-selection for the codes").  A code keeps only positive activations, and few entries can be among the largest, so it
-estimates the threshold from every 8th entry, gathers the entries above it in one pass and selects among those few
-with a heap.
+kernel makes the codes 1.8-2.4x faster there and is level with torch at k = 16 (2026-12-03, measured with
+benchmarks/ssr_indexing.py: docs/results.md, SSR). A code keeps only positive activations, and few entries can be among
+the largest, so it estimates the threshold from every 8th entry, gathers the entries above it in one pass and selects
+among those few with a heap.
 """
 
 import numba

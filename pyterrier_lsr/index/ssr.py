@@ -305,7 +305,7 @@ class SSRIndex(TokenStore):
 
 def check_query(mode: str, query: str | None) -> str:
     """The query side for ``mode``: ``query`` if allowed with it (the decoder's weights need token-level scoring);
-    for None, ``'decoder'`` with ``mode='tokens'`` (chosen on pseudo-queries, see benchmarks/claims/ssr.md) and
+    for None, ``'decoder'`` with ``mode='tokens'`` (chosen on pseudo-queries, see docs/ssr.md) and
     ``'codes'`` with ``'pooled'``."""
     check_choice('mode', mode, MODES)
     if query is None:

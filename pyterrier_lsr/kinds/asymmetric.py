@@ -22,7 +22,28 @@ class AsymmetricSplade(SparseModel):
     """Documents through ``model``, queries through ``query_model``: two torch modules of one kind (``sides``: the
     :class:`~pyterrier_lsr.kinds.splade.TorchSparseModel` kind both belong to, :class:`Splade` or
     :class:`~pyterrier_lsr.SaeSplade`, which saves and loads each of them) sharing one tokenizer and one vocabulary.
-    ``kwargs``: the runtime options of :class:`~pyterrier_lsr.kinds.splade.TorchSparseModel` and ``name``."""
+
+    An index built with it holds exactly what ``model`` alone would index, so an index of the document model serves it
+    as it is: ``index.retriever(query_encoder=asymmetric.query_encoder())``.
+
+    Args:
+        model: the document side's torch module.
+        tokenizer: the tokenizer both sides share.
+        query_model: the query side's torch module, of the same kind and vocabulary size.
+        sides: the kind of both sides, :class:`Splade` (default) or :class:`~pyterrier_lsr.SaeSplade`.
+        kwargs: the runtime options of :class:`~pyterrier_lsr.kinds.splade.TorchSparseModel` and ``name``.
+
+    Raises:
+        ValueError: ``sides`` not a torch model kind, or two sides of different vocabulary sizes.
+        ModelLoadError: from ``from_pretrained``, for a folder without its ``query/`` model or with sides of two
+            kinds.
+
+    Example::
+
+        adapted, log = domain_adapt(Splade.from_pretrained("splade-tiny"), corpus, "runs/adapted", DomainConfig())
+        adapted.save_pretrained("adapted")             # the document model's folder, the query model in query/
+        index.retriever(query_encoder=adapted.query_encoder())   # an index built by the starting model
+    """
     kind = 'asymmetric'
 
     def __init__(self, model, tokenizer, query_model, sides: type = Splade, **kwargs):

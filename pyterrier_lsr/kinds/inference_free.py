@@ -17,7 +17,25 @@ __all__ = ['InferenceFreeSplade']
 
 class InferenceFreeSplade(TorchSparseModel):
     """SPLADE documents (``model``) and a :class:`StaticQueryEncoder` query side (``query_side``): no transformer runs
-    at query time.  Other arguments: see :class:`~pyterrier_lsr.kinds.splade.TorchSparseModel`."""
+    at query time.
+
+    Args:
+        model: the document side, a :class:`~pyterrier_lsr.models.splade.SpladeModel`.
+        tokenizer: the document model's tokenizer (the query side tokenizes with the same vocabulary).
+        query_side: the static query table, e.g. an :class:`IDFQueryEncoder`.
+        kwargs: the runtime options of :class:`~pyterrier_lsr.kinds.splade.TorchSparseModel`.
+
+    Raises:
+        FileNotFoundError: from ``from_pretrained``/:func:`~pyterrier_lsr.load_model`, for a folder without its query
+            table (``idf.json`` or a sentence-transformers ``SparseStaticEmbedding``).
+
+    Example::
+
+        model = load_model("my-doc-only-model")        # an HF folder + idf.json, e.g. from train_inference_free
+        index = LsrIndex("./doc-only.lsr", model)
+        index.index(corpus)
+        index.retriever().search("radio waves")        # queries: a table look-up, no transformer
+    """
     kind = 'inference-free'
     display = 'inference-free SPLADE'
 

@@ -69,6 +69,18 @@ class LatentTerms(TorchSparseModel):
         include_dense: whether a saved folder holds a copy of the dense model under ``dense/`` (self-contained);
             by default it does unless the dense model is an offline short name (which resolves to an installed
             package anywhere), so a folder never depends on a relative path or the network.
+
+    Raises:
+        ValueError: an unknown ``mode``, an SAE over vectors of another dimension, ``precision='int8'`` (no int8
+            path), or encoding before an SAE is set.
+        FileNotFoundError: a ``dense`` name that resolves to no folder.
+
+    Example::
+
+        index = latent_terms_index("vaswani.latent.lsr", corpus)   # pyterrier_lsr.systems: the measured settings
+        lt = index.model()                                         # this class, with its SAE
+        lt.encode(["radio waves"])                                 # [{'l812': 1.9, 'l77': 1.4, ...}]
+        index.retriever().search("radio waves")                    # BM25 over latent term frequencies
     """
     kind = KIND
     display = 'Latent Terms'

@@ -85,6 +85,26 @@ def model_class(kind: str) -> type:
 
 def load_model(name_or_path: str | Path, **kwargs):
     """Any model of the project from its folder, offline short name or hub name (resolved once, here, for every
-    kind); ``kwargs`` (device, batch_size, precision...) go to the model class."""
+    kind): its kind (``lsr.kind`` in ``config.json``, or the folder's layout) picks the class.
+
+    Args:
+        name_or_path: a folder written by ``save_pretrained``, an offline short name (``"splade-tiny"``) or a hub
+            name (SPLADE, doc-only and sentence-transformers sparse models).
+        kwargs: runtime options for the model class (``device``, ``batch_size``, ``precision``, ``max_length``).
+
+    Returns:
+        A :class:`~pyterrier_lsr.SparseModel`: :class:`~pyterrier_lsr.Splade`, :class:`~pyterrier_lsr.SaeSplade`,
+        :class:`~pyterrier_lsr.LatentTerms`, :class:`~pyterrier_lsr.AsymmetricSplade`, ...
+
+    Raises:
+        FileNotFoundError: a name that resolves to no folder.
+        ValueError: a folder of an unknown kind, or whose settings are invalid (naming the file); its subclass
+            ``ModelLoadError`` for weights that do not load.
+
+    Example::
+
+        model = load_model("my-sae-splade", precision="bf16")
+        LsrIndex("./my.lsr", model).index(corpus)
+    """
     folder = local_folder(name_or_path)
     return model_class(model_kind(folder)).from_pretrained(folder, name=str(name_or_path), **kwargs)

@@ -54,8 +54,23 @@ def prune(vector: dict[str, float], top_n: int | None = None, ratio: float | Non
 class Prune(pt.Transformer):
     """Prunes ``toks`` and/or ``query_toks`` (``fields``; default: whichever the frame has).
 
-    Compose after any encoder: ``splade.doc_encoder() >> Prune(top_n=64)``,
-    ``Prune(ratio=0.1, fields=['query_toks'])``.
+    Args:
+        top_n: keep a vector's ``top_n`` largest weights (ties at the cut broken by term).
+        ratio: keep the weights at least ``ratio`` times the vector's largest.
+        threshold: keep the weights at least ``threshold``.
+        fields: ``'toks'``, ``'query_toks'`` or both; default: whichever the frame has.
+
+    Returns:
+        A transformer that returns its input frame with the fields pruned (a weight is never added or changed).
+
+    Raises:
+        ValueError: no rule given, a rule out of range, or an unknown field (naming it).
+        pyterrier.validate.InputValidationError: a frame without the fields.
+
+    Example::
+
+        (splade.doc_encoder() >> Prune(top_n=64) >> index).index(corpus)
+        splade.query_encoder() >> Prune(ratio=0.1) >> index.toks_retriever()
     """
 
     def __init__(self, top_n: int | None = None, ratio: float | None = None, threshold: float | None = None,

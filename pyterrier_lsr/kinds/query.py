@@ -35,7 +35,22 @@ class StaticQueryEncoder(SparseTextEncoder):
     Tokens are produced by the document model's tokenizer (without special tokens, truncated to
     ``max_length``); a token repeated in the query counts once; tokens absent from ``weights`` or with a
     weight of 0 are dropped, so a query of unknown tokens has empty ``query_toks`` (and retrieves nothing).
-    ``weights`` are validated (:func:`check_weights`): numbers in ``[0, MAX_WEIGHT]``.
+
+    Args:
+        tokenizer: the document model's tokenizer.
+        weights: ``{token: weight}``, numbers in ``[0, MAX_WEIGHT]``.
+        max_length: a query's tokens beyond this many are dropped.
+
+    Raises:
+        WeightError: (a ``ValueError``) a weight that is not a number in ``[0, MAX_WEIGHT]``, naming its token.
+        ValueError: a ``max_length`` below 1.
+        TypeError: a query that is not a ``str`` (naming its row).
+
+    Example::
+
+        static = StaticQueryEncoder.from_pretrained("opensearch-project/opensearch-neural-sparse-encoding-doc-v2-mini")
+        pipeline = static >> index.toks_retriever()     # query_toks from the table, then PISA
+        StaticQueryEncoder.binary(splade.tokenizer)      # every token weighs 1
     """
     text_field = 'query'
     out_field = 'query_toks'
@@ -107,7 +122,21 @@ class StaticQueryEncoder(SparseTextEncoder):
 
 
 class IDFQueryEncoder(StaticQueryEncoder):
-    """Static query weights = :func:`idf` of each token, from an index's or a corpus' document frequencies."""
+    """Static query weights = :func:`idf` of each token, from an index's or a corpus' document frequencies.
+
+    Build it with :meth:`from_index` (document frequencies of an index's quantized vectors), :meth:`from_corpus`
+    (of a corpus's tokens) or :meth:`from_document_frequencies`; the arguments of the constructor are
+    :class:`StaticQueryEncoder`'s.
+
+    Raises:
+        ValueError: from :meth:`from_index`, for an index whose terms are not the tokenizer's tokens (latent ids).
+
+    Example::
+
+        idf = IDFQueryEncoder.from_index(index)             # an LsrIndex of a SPLADE model
+        index.retriever(query_encoder=idf).search("radio waves")
+        idf.save_pretrained("idf-queries")                  # tokenizer + idf.json
+    """
     label = 'IDF queries'
 
     @classmethod

@@ -20,8 +20,25 @@ __all__ = ['SaeSplade', 'idf_weighted_queries', 'latent_top_words', 'explain']
 
 class SaeSplade(TorchSparseModel):
     """An :class:`SaeSpladeModel` (backbone + SAE encoder + α) and its tokenizer: SPLADE's encoders, scorer, indexer
-    and training loop, with latent ids (``l<id>``) as terms, plus interpretability helpers.  Arguments: see
-    :class:`~pyterrier_lsr.kinds.splade.TorchSparseModel`."""
+    and training loop, with latent ids (``l<id>``) as terms, plus interpretability helpers (:meth:`explain`,
+    :meth:`top_words`).
+
+    Args:
+        model: an :class:`SaeSpladeModel`; usually made by :meth:`from_backbone` (stage 2 before training) or
+            ``from_pretrained`` (a saved folder).
+        tokenizer, device, max_length, batch_size, precision, name: see
+            :class:`~pyterrier_lsr.kinds.splade.TorchSparseModel`.
+
+    Raises:
+        ValueError: an SAE that does not fit the backbone (another width, or BatchTopK), or from ``from_pretrained`` a
+            folder that is not an SAE-SPLADE folder or whose per-latent files have the wrong shape.
+
+    Example::
+
+        sae, log = train_token_sae("splade-tiny", texts, {"n_latents": 16384, "k": 4})   # stage 1
+        model = SaeSplade.from_backbone("splade-tiny", sae)                               # stage 2, then train()
+        model.explain(texts[0])          # the text's heaviest latents and the words that fire them
+    """
     kind = KIND
     display = 'SAE-SPLADE'
     terms_namespace = 'latent'

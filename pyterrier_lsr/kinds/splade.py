@@ -47,7 +47,8 @@ class TorchSparseModel(SparseModel):
         batch_size: texts per forward pass.
         precision: ``'fp32'``, ``'bf16'`` or ``'fp16'`` autocast, or ``'int8'`` (CPU only: an int8 copy of the module
             made here, see :mod:`pyterrier_lsr.core.int8`); default fp32 on CPU, bf16 (or fp16) on GPU. bf16 on a CPU
-            with AMX is about 2-3x faster, int8 1.7-1.8x on an AVX2 CPU, each with slightly different weights.
+            with AVX512-BF16 or AMX is about 2x faster, int8 about 3x with VNNI and 1.5x on AVX2 alone, each with
+            slightly different weights (docs/results.md).
         name: the model's name (a hub name or folder) in reprs and indexes.
     """
 
@@ -99,8 +100,26 @@ class Splade(TorchSparseModel):
 
     Like every :class:`~pyterrier_lsr.kinds.base.SparseModel` it hands out ``query_encoder()``, ``doc_encoder()`` and
     ``scorer()``, and as a transformer itself (like pyterrier_dr's bi-encoders) it re-ranks a frame with ``query``
-    and ``text``, and otherwise adds ``query_toks`` from ``query`` or ``toks`` from ``text``.  Arguments: see
-    :class:`TorchSparseModel`.
+    and ``text``, and otherwise adds ``query_toks`` from ``query`` or ``toks`` from ``text``.
+
+    Args:
+        model: a :class:`~pyterrier_lsr.models.splade.SpladeModel`; usually made by :meth:`from_pretrained` (any
+            ``AutoModelForMaskedLM`` name or folder) or :meth:`from_encoder` (an encoder without MLM head).
+        tokenizer, device, max_length, batch_size, precision, name: see :class:`TorchSparseModel`.
+
+    Raises:
+        ModelLoadError: from :meth:`from_pretrained`, for a folder without MLM head (unless ``new_head=True``),
+            invalid ``lsr`` settings or a tokenizer that does not fit the head.
+        ValueError: an invalid runtime option (``max_length`` above the tokenizer's, ``precision='int8'`` on GPU...),
+            naming it.
+
+    Example::
+
+        splade = Splade.from_pretrained("naver/splade-v3")     # offline: "splade-tiny"
+        splade.encode(["radio waves"])                        # [{'radio': 2.1, 'waves': 1.9, ...}]
+        index = LsrIndex("./my.lsr", splade)
+        index.index(corpus)                                   # an iterable of {'docno', 'text'}
+        pt.Experiment([index.retriever()], topics, qrels, [nDCG @ 10])
     """
     kind = 'splade'
 

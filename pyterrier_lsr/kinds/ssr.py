@@ -1,4 +1,4 @@
-"""SSR, single-stage sparse retrieval over multi-vector token embeddings (METHODS.md §7).
+"""SSR, single-stage sparse retrieval over multi-vector token embeddings (docs/ssr.md).
 
 A TopK sparse autoencoder maps each token embedding ``e_t`` of a :class:`~pyterrier_lsr.kinds.multivector.MultiVector`
 encoder to a sparse code ``z_t`` (at most ``k`` active latents out of ``n_latents``, :meth:`SSR.token_codes`);
@@ -112,7 +112,7 @@ class SSR(SparseModel):
         doc_k: latents kept per document token in the token-level index (:meth:`doc_codes`; default: the SAE's
             ``k``; ``SSRIndex``'s ``mode='pooled'`` pools these codes).  More than the trained ``k`` lets a document
             token share more latents with a query token's top ones, at more postings per query (measured in
-            benchmarks/claims/ssr.md); queries and :meth:`encode_vectors` (pooled PISA codes) keep the SAE's ``k``.
+            docs/results.md, SSR); queries and :meth:`encode_vectors` (pooled PISA codes) keep the SAE's ``k``.
     """
 
     kind = 'ssr'

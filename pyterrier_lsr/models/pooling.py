@@ -46,11 +46,11 @@ def max_pooled_logits(hidden: torch.Tensor, attention_mask: torch.Tensor, weight
         hidden = torch.where(valid[..., None], hidden, stand_in[:, None])
 
     # fp32: vocabulary rows times positions, not positions times vocabulary columns: the same products, and MKL's
-    # fp32 GEMM took 0.6-0.8x the time in this layout (AMD EPYC, benchmarks/claims/encoding-speed.md); the maximum
+    # fp32 GEMM took 0.6-0.8x the time in this layout (AMD EPYC, 2026-12-02, benchmarks/encode.py); the maximum
     # then runs over contiguous positions. bf16 on CPU: positions times vocabulary columns, the maximum taken across
     # rows: ATen's bf16 maximum over a contiguous run of a short text's positions is slow, and this layout was 2.9x
     # faster per tile with 48-token texts on an AMX CPU, where the bf16 products are 8x fp32's
-    # (benchmarks/claims/int8.md, "bf16 on an AMX CPU").
+    # (2026-12-02, benchmarks/int8.py --precisions fp32 int8 bf16: docs/results.md, int8).
     rows_first = dtype == torch.bfloat16 and hidden.device.type == 'cpu'
     texts_per_tile = max(1, chunk_elements // (length * MIN_VOCAB_STEP))
     pooled = torch.empty(batch, vocab, dtype=dtype, device=hidden.device)

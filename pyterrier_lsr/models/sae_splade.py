@@ -1,4 +1,4 @@
-"""SAE-SPLADE: a sparse autoencoder's latents in place of the wordpiece vocabulary (METHODS.md §4).
+"""SAE-SPLADE: a sparse autoencoder's latents in place of the wordpiece vocabulary (docs/sae-splade.md).
 
 Stage 1 (:func:`pyterrier_lsr.train.train_token_sae`) trains a TopK SAE on the frozen backbone's L2-normalised token
 states, with the SAE trainer and the cached token-state extraction Latent Terms uses.  Stage 2

@@ -33,11 +33,11 @@ __all__ = ['BM25', 'bm25', 'sparse_index', 'latent_terms_index', 'best_dense', '
 
 SYSTEM_FILE = 'system.json'
 # SAE-SPLADE's stage-1 SAE: chosen on held-out pseudo-queries over 4,096 latents / 1 epoch on both development
-# collections (benchmarks/RESULTS.md, "SAE-SPLADE's queries adapt too...")
+# collections (the record of 2026-12-01: git show df4b050:benchmarks/claims/domain-adaptation.md)
 SAE_SPLADE = {'n_latents': 16384, 'k': 4, 'epochs': 6}
 # Its sample: every token state of the corpus up to this many.  The held-out pseudo-queries prefer all of Vaswani's
 # 547,792 states to a 200,000 sample (+0.057 / +0.029 first-stage nDCG@10, two seeds; CISI's 219,115 against 200,000:
-# level); the cap bounds stage 1's time on large corpora (benchmarks/claims/sae-splade.md, "Every token state").
+# level); the cap bounds stage 1's time on large corpora (docs/results.md, Trained models).
 SAE_SPLADE_STATES = 800_000
 # Offline dense bases, strongest first (all-mpnet-base-v2 needs the demo extra's five part packages).
 DENSE_BASES = ('all-mpnet-base-v2', 'all-MiniLM-L6-v2')
@@ -49,7 +49,25 @@ def _texts(corpus: Sequence[dict]) -> list:
 
 def sparse_index(path, model, corpus: Sequence[dict], verbose: bool = False, **kwargs) -> LsrIndex:
     """An :class:`~pyterrier_lsr.LsrIndex` of ``corpus`` encoded by ``model``, built if absent (``kwargs``: scale,
-    engines... of a new index)."""
+    engines... of a new index).
+
+    Args:
+        path: the index folder.
+        model: any :class:`~pyterrier_lsr.SparseModel`; the index records a copy of it.
+        corpus: the documents, ``{'docno', 'text'}`` dicts.
+        verbose: show the encoding's progress and the engines' logs.
+
+    Returns:
+        The :class:`~pyterrier_lsr.LsrIndex`, reopened when ``path`` already holds one.
+
+    Raises:
+        ValueError: invalid index settings (``scale``, ``engines``), or a ``path`` that is not an index of ours.
+
+    Example::
+
+        index = sparse_index("vaswani.lsr", Splade.from_pretrained("splade-tiny"), corpus)
+        index.retriever().search("radio waves")
+    """
     index = LsrIndex(path, model, verbose=verbose, **kwargs)
     if index.built():
         return index
@@ -59,7 +77,15 @@ def sparse_index(path, model, corpus: Sequence[dict], verbose: bool = False, **k
 
 def best_dense() -> str:
     """The strongest dense base of :data:`DENSE_BASES` whose packages are installed (MiniLM, which the package's
-    demo extra always brings, otherwise)."""
+    demo extra always brings, otherwise).
+
+    Returns:
+        An offline name, ``'all-mpnet-base-v2'`` or ``'all-MiniLM-L6-v2'``.
+
+    Example::
+
+        index = latent_terms_index("vaswani.latent.lsr", corpus, dense=best_dense())
+    """
     return next((name for name in DENSE_BASES if installed(name)), DENSE_BASES[-1])
 
 
@@ -67,7 +93,28 @@ def latent_terms_index(path, corpus: Sequence[dict], dense: str = 'all-MiniLM-L6
                        verbose: bool = False, **settings) -> LsrIndex:
     """A Latent Terms index (:func:`~..train.build_latent_terms`; ``settings`` override :data:`LATENT_TERMS`, and a
     ``sae`` dict its SAE settings key by key; embeddings cached in ``cache_dir``, default ``<path>.cache``), built if
-    absent; it records its model."""
+    absent; it records its model.
+
+    Args:
+        path: the index folder.
+        corpus: the documents, ``{'docno', 'text'}`` dicts.
+        dense: the dense retriever read through the SAE (offline name, hub name or sentence-transformers folder).
+        cache_dir: the embeddings' folder (shared with :func:`~pyterrier_lsr.systems.dense_retriever`).
+        verbose: show progress.
+        settings: overrides of :data:`LATENT_TERMS` (``mode``, ``sqrt_tf``, ``k1``, ``b``, ``max_train_vectors``,
+            ``sae={...}``).
+
+    Returns:
+        The :class:`~pyterrier_lsr.LsrIndex` (BM25 over latent term frequencies), reopened when already built.
+
+    Raises:
+        ValueError: an unknown setting or SAE setting, naming it.
+
+    Example::
+
+        index = latent_terms_index("vaswani.latent.lsr", corpus, cache_dir="embeddings")
+        index.retriever().search("radio waves")       # first run: embeddings, SAE and index; later runs: reopened
+    """
     index = LsrIndex(path)
     if index.built():
         return index
@@ -115,6 +162,28 @@ def adapted(start: Callable[[], Splade], corpus: Sequence[dict], folder, config:
         vt_index = sparse_index('vt.lsr', vt, corpus)
         vt_queries = adapted(lambda: vt, corpus, 'vt/queries', DomainConfig(), documents=vt_index)
         retriever = vt_index.retriever(query_encoder=vt_queries.query_encoder())
+
+    Args:
+        start: builds the starting model (not called when ``folder`` holds a finished run).
+        corpus: the documents, ``{'docno', 'text'}`` dicts; no queries are needed.
+        folder: the run's folder (new, empty or one of ours).
+        config: the :class:`~pyterrier_lsr.train.DomainConfig` (default: the query-side recipe).
+        cache_dir: BM25 index, dense embeddings and teacher scores, shared between runs on one corpus.
+        verbose: show progress and training logs.
+        system: the builder's settings, recorded and checked.
+        documents: an index of ``corpus`` built with ``start()``'s model.
+
+    Returns:
+        The adapted model (an :class:`~pyterrier_lsr.AsymmetricSplade` for the query-side recipe, the starting model
+        itself when the never-worse guard fires).
+
+    Raises:
+        ValueError: ``folder`` holds a run with other settings, or ``config`` is invalid.
+        FileExistsError: ``folder`` or ``cache_dir`` is a folder of other files.
+
+    Example::
+
+        splade = adapted(lambda: Splade.from_pretrained("splade-tiny"), corpus, "runs/adapted")
     """
     config = config or DomainConfig()
     if _finished(folder, config, system):
@@ -144,7 +213,26 @@ def new_head_splade(corpus: Sequence[dict], folder, config: DomainConfig | None 
     (:meth:`~pyterrier_lsr.Splade.from_encoder`), calibrated so that ``target_active`` of the (document, term) pairs of
     the corpus's first ``calibration_docs`` documents start active
     (:func:`~pyterrier_lsr.models.heads.calibrate_activation`), then trained by :func:`adapted` (``config``: default
-    :meth:`DomainConfig.two_sided`); a query-side stage can follow (:func:`adapted`'s example)."""
+    :meth:`DomainConfig.two_sided`); a query-side stage can follow (:func:`adapted`'s example).
+
+    Args:
+        corpus, folder, cache_dir, verbose: as for :func:`adapted`.
+        config: a two-sided :class:`~pyterrier_lsr.train.DomainConfig`.
+        encoder: the dense encoder the head is put on.
+        target_active: the fraction of (document, term) pairs active before training.
+        calibration_docs: how many documents calibrate the head.
+
+    Returns:
+        The trained :class:`~pyterrier_lsr.Splade`, reloaded from ``folder`` on a second call.
+
+    Raises:
+        ValueError: a query-side ``config``, or ``folder`` built with other settings.
+
+    Example::
+
+        minilm_splade = new_head_splade(corpus, "runs/minilm-splade")
+        index = sparse_index("runs/minilm-splade.lsr", minilm_splade, corpus)
+    """
     config = _two_sided(config, 'new_head_splade')
 
     def start():
@@ -165,7 +253,27 @@ def vt_splade(corpus: Sequence[dict], folder, config: DomainConfig | None = None
     (:func:`adapted`; ``config``: default :meth:`DomainConfig.two_sided`). With ``warmup`` (e.g.
     ``DomainConfig.two_sided(steps=40, lr=1e-3)``) a first run in ``<folder>/warmup`` trains only the added words'
     embedding rows and output biases (:func:`~pyterrier_lsr.models.vocabularies.new_rows_only`), with the same
-    held-out selection and guard. A query-side stage can follow (:func:`adapted`'s example; ``examples/course.py``)."""
+    held-out selection and guard. A query-side stage can follow (:func:`adapted`'s example; ``examples/course.py``).
+
+    Args:
+        corpus, folder, cache_dir, verbose: as for :func:`adapted`.
+        config: a two-sided :class:`~pyterrier_lsr.train.DomainConfig`.
+        base: the SPLADE model whose vocabulary is extended.
+        extend: how many corpus words to add.
+        warmup: an optional two-sided config for training the new rows alone first.
+
+    Returns:
+        The trained VT-SPLADE :class:`~pyterrier_lsr.Splade`, reloaded from ``folder`` on a second call.
+
+    Raises:
+        ValueError: a query-side config, ``folder`` built with other settings (or with/without a warm-up), or a
+            corpus with no word to add.
+
+    Example::
+
+        vt = vt_splade(corpus, "runs/vt", DomainConfig.two_sided(steps=120))
+        index = sparse_index("runs/vt.lsr", vt, corpus)
+    """
     config = _two_sided(config, 'vt_splade')
     warmup = warmup and _two_sided(warmup, 'the vt_splade warm-up')
     system = {'method': 'vt-splade', 'base': base, 'extend': extend}
@@ -200,7 +308,26 @@ def sae_splade(corpus: Sequence[dict], folder, config: DomainConfig | None = Non
     (``config``: default :meth:`DomainConfig.two_sided`); a query-side stage can follow (:func:`adapted`'s example).
 
     ``stage1_extra``: more documents (``docno``, ``text``) whose token states join the corpus's in stage 1's sample
-    only, e.g. a related collection for a small corpus; stage 2 and the index see ``corpus`` alone."""
+    only, e.g. a related collection for a small corpus; stage 2 and the index see ``corpus`` alone.
+
+    Args:
+        corpus, folder, cache_dir, verbose: as for :func:`adapted`.
+        config: a two-sided :class:`~pyterrier_lsr.train.DomainConfig`.
+        backbone: the encoder whose token states the SAE reads.
+        sae: stage 1's SAE settings; max_train_vectors: stage 1's sample size.
+        stage1_extra: more documents for stage 1 only.
+
+    Returns:
+        The trained :class:`~pyterrier_lsr.SaeSplade`, reloaded from ``folder`` on a second call.
+
+    Raises:
+        ValueError: a query-side config, invalid SAE settings, or ``folder`` built with other settings.
+
+    Example::
+
+        sae = sae_splade(corpus, "runs/sae-splade")
+        index = sparse_index("runs/sae-splade.lsr", sae, corpus)
+    """
     config = _two_sided(config, 'sae_splade')
     sae = sae or dict(SAE_SPLADE)
     system = {'method': 'sae-splade', 'backbone': backbone, 'sae': sae, 'max_train_vectors': max_train_vectors}

@@ -19,7 +19,26 @@ class DenseRetriever(pt.Transformer):
     """Retrieves the ``num_results`` documents of highest cosine with each ``query`` (none for a blank query);
     ``vectors`` are the documents' unit-norm embeddings (row ``i`` for ``docnos[i]``; all-zero rows for blank
     documents score 0) from ``dense``, a ``single``-mode :class:`~pyterrier_lsr.kinds.latent_terms.LatentTerms` (which
-    embeds the queries the same way)."""
+    embeds the queries the same way).
+
+    Args:
+        dense: the model that embedded the documents, in ``single`` mode.
+        docnos: the documents' ids, one per row of ``vectors``.
+        vectors: the documents' unit-norm embeddings.
+        num_results: documents returned per query.
+
+    Returns:
+        As a transformer: ``qid, query`` -> ``qid, query, docno, score, rank`` (rank from 0).
+
+    Raises:
+        ValueError: ``dense`` not in ``single`` mode, as many docnos as vectors not given, or a bad
+            ``num_results``.
+
+    Example::
+
+        dense = dense_retriever(corpus, "all-MiniLM-L6-v2", cache_dir="embeddings")   # builds this class
+        pt.Experiment([dense], topics, qrels, [nDCG @ 10])
+    """
 
     def __init__(self, dense: LatentTerms, docnos: Sequence[str], vectors: np.ndarray, num_results: int = 1000):
         if dense.mode != 'single':
@@ -68,7 +87,27 @@ def dense_retriever(corpus: Sequence[dict], dense: str = 'all-MiniLM-L6-v2', cac
                     num_results: int = 1000, verbose: bool = False, **latent_terms_kwargs) -> DenseRetriever:
     """:class:`DenseRetriever` over ``corpus`` (``docno, text`` dicts) with the dense model ``dense`` (offline name,
     hub name or sentence-transformers folder), its document embeddings cached in ``cache_dir`` (shared with Latent
-    Terms' ``single`` mode); ``latent_terms_kwargs``: device, batch_size, max_length, precision."""
+    Terms' ``single`` mode); ``latent_terms_kwargs``: device, batch_size, max_length, precision.
+
+    Args:
+        corpus: the documents, ``{'docno', 'text'}`` dicts.
+        dense: the dense model.
+        cache_dir: a folder for the embeddings (one of ours: a folder of other files is refused); an interrupted
+            pass resumes there, and a second call embeds nothing.
+        num_results: documents returned per query.
+        verbose: show the embedding pass's progress.
+
+    Returns:
+        A :class:`DenseRetriever` (exact cosine over every document).
+
+    Raises:
+        FileExistsError: ``cache_dir`` is a folder that is not an embedding cache.
+
+    Example::
+
+        dense = dense_retriever(corpus, "all-MiniLM-L6-v2", cache_dir="embeddings")
+        dense.search("radio waves in the ionosphere")
+    """
     model = LatentTerms(dense, mode='single', **latent_terms_kwargs)
     vectors = per_text(*cached_embeddings(model, [d['text'] for d in corpus], cache_dir, verbose))
     return DenseRetriever(model, [d['docno'] for d in corpus], vectors, num_results)

@@ -14,7 +14,7 @@ __all__ = ['LATENT_TERMS', 'build_latent_terms', 'train_latent_sae', 'train_toke
 # systems.latent_terms_index and of the Latent Terms teacher of domain adaptation.  The SAE sees every token vector of
 # the corpus three times: held-out pseudo-queries prefer that to one epoch over a 200,000 sample on Vaswani (571,000
 # vectors) and CISI (219,000) alike; the cap bounds its time and memory on large corpora, above it a seeded sample
-# (benchmarks/claims/latent-terms.md, "Every token vector").
+# (docs/results.md, The Vaswani experiment).
 LATENT_TERMS = dict(mode='multi', sae={'n_latents': 16384, 'k': 16, 'epochs': 3}, sqrt_tf=True, k1=0.9, b=0.4,
                     max_train_vectors=800_000)
 

@@ -75,7 +75,7 @@ KTH = (10, 100, 1000)  # the depths whose k-th levels BMP keeps per term
 # Exact mode asks BMP first for 2 * START * k candidates up to WIDE, START * k beyond, and at least FIRST_DEPTH: its
 # levels are coarser than PISA's impacts, so the exact top-k is rarely certain from BMP's own top-k alone (see
 # certified_top; small k need relatively more candidates), and a second, deeper call costs more than a first one a
-# little deeper (BMP's cost grows slowly with the depth; measured: benchmarks/claims/engine-exactness.md).
+# little deeper (BMP's cost grows slowly with the depth; measured with benchmarks/engine_exactness.py).
 START, WIDE, FIRST_DEPTH = 4, 1000, 128
 MAX_TERMS = 2 ** 16 - len(SENTINEL_DOC)  # term ids are 16-bit
 CHUNK = 2 ** 22  # postings converted at a time: the temporaries of a build stay small beside its arrays

@@ -17,8 +17,8 @@ MINIMUM = {'steps': 1, 'batch_size': 1, 'doc_max_length': 3, 'per_doc': 1, 'nega
 
 @dataclass
 class DomainConfig:
-    """Settings of :func:`~pyterrier_lsr.train.domain_adapt`. The defaults are the recipe of benchmarks/RESULTS.md
-    ("Query-side adaptation"): the query encoder alone adapts (documents frozen), by listwise distillation over the
+    """Settings of :func:`~pyterrier_lsr.train.domain_adapt`. The defaults are the recipe measured in docs/results.md
+    (Trained models): the query encoder alone adapts (documents frozen), by listwise distillation over the
     teacher's top 64 per pseudo-query. :meth:`two_sided` is the recipe for models whose documents must train too (a
     new vocabulary, head or latents). Every field is checked when the config is made (``ValueError``/``TypeError``
     naming the field)."""
