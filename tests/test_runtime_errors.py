@@ -1,0 +1,85 @@
+"""Failures at run time end in an error that names the step, argument or file and what to do, never in a damaged
+artifact, a deleted user folder or a killed process."""
+import json
+import math
+import random
+
+import pytest
+import torch
+
+from pyterrier_lsr import Splade
+from pyterrier_lsr.train import Example, TrainConfig, train
+from pyterrier_lsr.train.checkpoints import checkpoints
+from pyterrier_lsr.train.loop import TrainingDiverged
+
+
+def examples(n=16):
+    rng = random.Random(0)
+    words = 'nuclear reactor physics cat dog electron density ionosphere transistor amplifier radio wave'.split()
+    return [Example(' '.join(rng.sample(words, 2)), ' '.join(rng.sample(words, 5)), [' '.join(rng.sample(words, 5))])
+            for _ in range(n)]
+
+
+def all_finite(model) -> bool:
+    return all(torch.isfinite(t).all() for t in model.state_dict().values() if t.is_floating_point())
+
+
+# --- a diverging run stops, naming the step, and saves nothing non-finite -----------------------------------------
+
+def test_a_diverging_run_stops_and_keeps_the_last_good_checkpoint(tiny, tmp_path):
+    model, tokenizer = tiny
+    good = TrainConfig(steps=2, batch_size=8, lr=1e-3, warmup_steps=0, save_every=1)
+    train(model, tokenizer, examples(), tmp_path, good, verbose=False)
+    saved = (tmp_path / 'checkpoint-2' / 'model.safetensors').read_bytes()
+    diverged = r'training diverged at step \d+: .*checkpoint-\d+, is kept.*lower lr \(now 1e\+30\)'
+    with pytest.raises(TrainingDiverged, match=diverged):
+        train(model, tokenizer, examples(), tmp_path, TrainConfig(steps=40, batch_size=8, lr=1e30, warmup_steps=0,
+                                                                  save_every=1), resume='force', verbose=False)
+    for checkpoint in checkpoints(tmp_path):  # whatever was saved before the divergence is finite
+        assert all_finite(Splade.from_pretrained(str(checkpoint)).model), checkpoint.name
+    assert (tmp_path / 'checkpoint-2' / 'model.safetensors').read_bytes() == saved
+
+
+def test_non_finite_weights_are_never_saved(tiny, tmp_path):
+    """A finite loss and gradient do not keep the weights finite: the check before each save catches them."""
+    model, tokenizer = tiny
+    with torch.no_grad():
+        model.mlm.cls.predictions.bias.fill_(math.inf)  # the loss goes through relu(logits): the bias inf shows up
+    with pytest.raises(TrainingDiverged, match='at step 1: .*(loss|gradient norm|weight tensors)'):
+        train(model, tokenizer, examples(), tmp_path, TrainConfig(steps=1, batch_size=8, warmup_steps=0),
+              verbose=False)
+    assert not checkpoints(tmp_path)
+
+
+def test_weights_made_non_finite_by_the_update_are_refused_before_the_save(tiny, tmp_path, monkeypatch):
+    model, tokenizer = tiny
+    step = torch.optim.AdamW.step
+
+    def poisoning_step(self, *args, **kwargs):  # an update that overflows (a huge lr times weight decay)
+        out = step(self, *args, **kwargs)
+        with torch.no_grad():
+            model.mlm.cls.predictions.transform.dense.weight[0, 0] = math.inf
+        return out
+    monkeypatch.setattr(torch.optim.AdamW, 'step', poisoning_step)
+    with pytest.raises(TrainingDiverged, match=r'at step 1: 1 weight tensors .*cls\.predictions\.transform\.dense'):
+        train(model, tokenizer, examples(), tmp_path, TrainConfig(steps=1, batch_size=8, warmup_steps=0),
+              verbose=False)
+    assert not checkpoints(tmp_path)
+
+
+def test_cli_reports_a_diverging_run_in_one_line(tiny, tmp_path, capsys):
+    from pyterrier_lsr.cli import main
+
+    model, tokenizer = tiny
+    model.save_pretrained(str(tmp_path / 'model'))
+    tokenizer.save_pretrained(str(tmp_path / 'model'))
+    rows = [{'query': ex.query, 'positive': ex.positive, 'negative': ex.negatives[0]} for ex in examples()]
+    (tmp_path / 'train.jsonl').write_text('\n'.join(json.dumps(r) for r in rows))
+    with pytest.raises(SystemExit) as exit_info:
+        main(['train', '--model', str(tmp_path / 'model'), '--data', str(tmp_path / 'train.jsonl'), '--output-dir',
+              str(tmp_path / 'out'), '--steps', '40', '--batch-size', '8', '--lr', '1e30', '--warmup-steps', '0'])
+    assert exit_info.value.code == 2
+    err = capsys.readouterr().err  # after the progress bars, one line and no traceback
+    assert err.endswith('\n') and 'Traceback' not in err, err
+    assert err.splitlines()[-1].startswith('pyterrier-lsr train: error: training diverged at step'), err
+    assert not (tmp_path / 'out' / 'model').exists() and not checkpoints(tmp_path / 'out')
