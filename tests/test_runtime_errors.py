@@ -2,12 +2,14 @@
 artifact, a deleted user folder or a killed process."""
 import json
 import math
+import os
 import random
 
 import pytest
 import torch
 
 from pyterrier_lsr import Splade
+from pyterrier_lsr.core import storage
 from pyterrier_lsr.train import Example, TrainConfig, train
 from pyterrier_lsr.train.checkpoints import checkpoints
 from pyterrier_lsr.train.loop import TrainingDiverged
@@ -83,3 +85,26 @@ def test_cli_reports_a_diverging_run_in_one_line(tiny, tmp_path, capsys):
     assert err.endswith('\n') and 'Traceback' not in err, err
     assert err.splitlines()[-1].startswith('pyterrier-lsr train: error: training diverged at step'), err
     assert not (tmp_path / 'out' / 'model').exists() and not checkpoints(tmp_path / 'out')
+
+
+# --- the artifact guard reads a folder's own marker, never one a link points to -----------------------------------
+
+def test_a_symlinked_marker_does_not_make_a_user_folder_replaceable(tmp_path):
+    from pyterrier_lsr import SpladeIndexer
+
+    docs = [{'docno': 'd1', 'toks': {'nuclear': 1.5}}, {'docno': 'd2', 'toks': {'reactor': 2.0}}]
+    SpladeIndexer(tmp_path / 'real.lsr', verbose=False).index(docs)
+    user = tmp_path / 'user'
+    user.mkdir()
+    (user / 'thesis.tex').write_text('years of work')
+    (user / storage.MARKER).symlink_to(tmp_path / 'real.lsr' / storage.MARKER)
+    assert storage.read_marker(user) is None and storage.artifact_type(user) is None
+    with pytest.raises(FileExistsError, match='refusing to replace it'):
+        SpladeIndexer(user, overwrite=True, verbose=False).index(docs)
+    assert (user / 'thesis.tex').read_text() == 'years of work'
+    assert storage.artifact_type(tmp_path / 'real.lsr') == 'sparse_index.lsr'  # the real index's own marker still counts
+
+
+def test_a_marker_that_is_not_a_regular_file_is_no_marker(tmp_path):
+    os.mkfifo(tmp_path / storage.MARKER)  # reading it would block forever
+    assert storage.read_marker(tmp_path) is None

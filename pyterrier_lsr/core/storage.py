@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -130,12 +131,14 @@ def move_file(source: PathLike, target: PathLike) -> Path:
 # -- artifacts ---------------------------------------------------------------------------------------------------
 def read_marker(path: PathLike) -> dict | None:
     """The marker of ``path`` (``{'artifact': type, ...}`` plus what its writer recorded), or ``None`` when ``path``
-    carries no readable marker."""
-    marker = Path(path) / MARKER
-    if not marker.is_file():
+    carries no readable marker of its own (a symbolic link, a FIFO or a device named like one is none)."""
+    try:  # a marker that is a link (to a real artifact's marker, say) does not make its folder ours: never followed
+        fd = os.open(Path(path) / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
         return None
     try:
-        value = json.loads(marker.read_text(encoding='utf8'))
+        with open(fd, 'rb') as f:
+            value = json.loads(f.read().decode('utf8')) if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else None
     except (ValueError, UnicodeDecodeError, OSError):
         return None
     return value if isinstance(value, dict) and isinstance(value.get('artifact'), str) else None
