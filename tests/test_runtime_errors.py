@@ -1,10 +1,12 @@
 """Failures at run time end in an error that names the step, argument or file and what to do, never in a damaged
 artifact, a deleted user folder or a killed process."""
+import errno
 import json
 import math
 import os
 import random
 
+import numpy as np
 import pytest
 import torch
 
@@ -102,9 +104,76 @@ def test_a_symlinked_marker_does_not_make_a_user_folder_replaceable(tmp_path):
     with pytest.raises(FileExistsError, match='refusing to replace it'):
         SpladeIndexer(user, overwrite=True, verbose=False).index(docs)
     assert (user / 'thesis.tex').read_text() == 'years of work'
-    assert storage.artifact_type(tmp_path / 'real.lsr') == 'sparse_index.lsr'  # the real index's own marker still counts
+    assert storage.artifact_type(tmp_path / 'real.lsr') == 'sparse_index.lsr'  # its own marker counts
 
 
 def test_a_marker_that_is_not_a_regular_file_is_no_marker(tmp_path):
     os.mkfifo(tmp_path / storage.MARKER)  # reading it would block forever
     assert storage.read_marker(tmp_path) is None
+
+
+# --- a full disk is an OSError, never a SIGBUS, and the old cache survives -----------------------------------------
+
+CACHE_TEXTS = ['nuclear reactor physics', 'the cat sat on the mat', 'radio wave noise', 'dielectric liquids']
+
+
+@pytest.fixture(scope='module')
+def minilm():
+    from pyterrier_lsr.kinds.latent_terms import LatentTerms
+    return LatentTerms('all-MiniLM-L6-v2', mode='multi', batch_size=2)
+
+
+def test_an_interrupted_embedding_pass_leaves_no_sparse_file(minilm, tmp_path, monkeypatch):
+    """Rows written through a memmap into unallocated blocks are what faults (SIGBUS) on a full disk."""
+    calls = []
+    forward = type(minilm.features).forward
+
+    def interrupted(self, *args, **kwargs):
+        calls.append(1)
+        if len(calls) > 1:
+            raise KeyboardInterrupt
+        return forward(self, *args, **kwargs)
+    monkeypatch.setattr(type(minilm.features), 'forward', interrupted)
+    with pytest.raises(KeyboardInterrupt):
+        minilm.embed(CACHE_TEXTS, path=tmp_path / 'partial.npy')
+    stat = os.stat(tmp_path / 'partial.npy')
+    assert stat.st_size > 4096 and stat.st_blocks * 512 >= stat.st_size  # every block allocated
+
+
+@pytest.mark.parametrize('fallocate_error', [errno.ENOSPC, errno.EOPNOTSUPP])
+def test_a_full_disk_is_an_os_error_and_the_old_cache_survives(minilm, tmp_path, monkeypatch, fallocate_error):
+    from pyterrier_lsr.kinds.latent_terms import cached_embeddings
+
+    cache = tmp_path / 'cache'
+    old_vectors, old_offsets = cached_embeddings(minilm, CACHE_TEXTS[:2], cache, verbose=False)
+    old_vectors = np.array(old_vectors)
+    before = sorted(p.name for p in cache.iterdir())
+
+    def no_fallocate(fd, offset, length):
+        raise OSError(fallocate_error, os.strerror(fallocate_error))
+    monkeypatch.setattr(os, 'posix_fallocate', no_fallocate)
+    if fallocate_error == errno.ENOSPC:
+        with pytest.raises(OSError, match=r'No space left on device: writing .*\.partial\.npy; free some space') as e:
+            cached_embeddings(minilm, CACHE_TEXTS, cache, verbose=False)
+        assert e.value.errno == errno.ENOSPC
+        assert sorted(p.name for p in cache.iterdir()) == before  # no partial file, no progress file
+    else:  # a file system without fallocate: the rows are written as zeros first, then filled
+        vectors, offsets = cached_embeddings(minilm, CACHE_TEXTS, cache, verbose=False)
+        np.testing.assert_allclose(vectors, minilm.embed(CACHE_TEXTS)[0], rtol=1e-5, atol=1e-6)
+    again, offsets = cached_embeddings(minilm, CACHE_TEXTS[:2], cache, verbose=False)
+    np.testing.assert_array_equal(again, old_vectors)
+    np.testing.assert_array_equal(offsets, old_offsets)
+
+
+def test_array_file_writes_zeros_where_the_file_system_has_no_fallocate(tmp_path, monkeypatch):
+    def unsupported(fd, offset, length):
+        raise OSError(errno.EOPNOTSUPP, 'not supported')
+    monkeypatch.setattr(os, 'posix_fallocate', unsupported)
+    array = storage.array_file(tmp_path / 'a.npy', (1000, 64))
+    array[3] = 1.
+    array.flush()
+    del array
+    stat = os.stat(tmp_path / 'a.npy')
+    assert stat.st_blocks * 512 >= stat.st_size
+    loaded = np.load(tmp_path / 'a.npy')
+    assert loaded.shape == (1000, 64) and loaded.sum() == 64 and loaded[3].sum() == 64

@@ -39,8 +39,8 @@ SHARED_CACHES = (DOMAIN_CACHE, EMBEDDINGS_CACHE)
 PathLike = str | Path
 
 __all__ = ['MARKER', 'DOMAIN_CACHE', 'EMBEDDINGS_CACHE', 'SHARED_CACHES', 'artifact_type', 'is_artifact',
-           'write_file', 'write_bytes', 'write_text', 'write_json', 'write_array', 'read_json', 'build_folder',
-           'replace_folder', 'remove_artifact', 'mark', 'read_marker', 'move_file', 'temporary_sibling',
+           'write_file', 'write_bytes', 'write_text', 'write_json', 'write_array', 'array_file', 'read_json',
+           'build_folder', 'replace_folder', 'remove_artifact', 'mark', 'read_marker', 'move_file', 'temporary_sibling',
            'remove_temporary', 'link_tree', 'file_digest', 'model_digest', 'check_replaceable', 'CHEAP_DIGEST_BYTES',
            'record_files', 'check_files', 'check_claimable', 'claim_folder']
 
@@ -103,6 +103,35 @@ def write_array(path: PathLike, array) -> Path:
         with open(tmp, 'wb') as f:
             np.save(f, np.asarray(array), allow_pickle=False)
     return write_file(path, write)
+
+
+def array_file(path: PathLike, shape: tuple[int, ...], dtype='float32', resume: bool = False):
+    """A memmap over a new ``.npy`` file at ``path`` to fill in place (``resume``: over the one there), its blocks
+    allocated first: writing back pages of a sparse file (as ``np.lib.format.open_memmap`` makes) on a full disk is a
+    SIGBUS that kills the process; allocated up front, it is an ``OSError`` here and a new file is removed."""
+    import numpy as np
+
+    path, dtype, fmt = Path(path), np.dtype(dtype), np.lib.format
+    try:
+        with open(path, 'rb+' if resume else 'wb') as f:
+            if not resume:
+                fmt.write_array_header_1_0(f, {'descr': fmt.dtype_to_descr(dtype), 'fortran_order': False,
+                                               'shape': tuple(shape)})
+            size = os.fstat(f.fileno()).st_size if resume else f.tell() + int(np.prod(shape)) * dtype.itemsize
+            try:
+                os.posix_fallocate(f.fileno(), 0, size)
+            except OSError as ex:  # a file system without fallocate: a new file's rows are written as zeros
+                if ex.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    raise
+                while not resume and f.tell() < size:
+                    f.write(bytes(min(1 << 20, size - f.tell())))
+        return np.load(path, mmap_mode='r+')
+    except OSError as ex:
+        if not resume:
+            remove_temporary(path)
+        if ex.errno != errno.ENOSPC:
+            raise
+        raise OSError(ex.errno, f'{ex.strerror}: writing {path}; free some space or choose another folder') from None
 
 
 def read_json(path: PathLike, what: str | None = None, expect: type = dict):

@@ -217,12 +217,10 @@ class LatentTerms(TorchSparseModel):
 
 
 def _array(path, shape, resume: bool) -> np.ndarray:
-    """A float32 array to fill: in memory, a new ``.npy`` memmap at ``path``, or (``resume``) the one there."""
-    if path is None:
-        return np.empty(shape, np.float32)
-    if resume:
-        return np.load(str(path), mmap_mode='r+')
-    return np.lib.format.open_memmap(str(path), 'w+', np.float32, shape)
+    """A float32 array to fill: in memory, a new ``.npy`` memmap at ``path``, or (``resume``) the one there; on disk
+    its blocks are allocated first (:func:`~pyterrier_lsr.core.storage.array_file`), so a full disk is an ``OSError``
+    before any work, not a crash in the middle of it."""
+    return np.empty(shape, np.float32) if path is None else storage.array_file(path, shape, np.float32, resume)
 
 
 def cache_key(latent_terms: LatentTerms, texts: Sequence, mode: str | None = None) -> str:
