@@ -71,10 +71,7 @@ def _load_examples(args):
             for d in irds_dataset(args.data[len('self-supervised:') :]).docs_iter()
         ]
         return data.self_supervised(corpus, num_negatives=args.negatives, seed=args.seed)
-    import pandas as pd
-
-    frame = pd.read_json(args.data, lines=args.data.endswith('.jsonl'))
-    return data.from_dataframe(frame if args.limit is None else frame.head(args.limit))
+    return data.from_json_file(args.data, args.limit)
 
 
 # --- domain-adapt: the corpus-only recipe of train/domain/ (self-contained block) ---
@@ -106,6 +103,7 @@ def _domain_adapt(args):
     from .index import LsrIndex
     from .kinds.loading import load_model
     from .train.domain import claim_cache, claim_output, config_from_overrides, domain_adapt
+    from .train.loop import TrainingDiverged
 
     try:  # the settings and the collection are checked before the model loads
         malformed = [item for item in args.set if '=' not in item]
@@ -122,12 +120,17 @@ def _domain_adapt(args):
                 claim(folder)
         except FileExistsError as e:
             _fail('domain-adapt', f'{flag}: {e}')
-    splade = load_model(args.model)
+    try:
+        splade = load_model(args.model)
+    except (OSError, ValueError) as e:  # not found, damaged, or of another kind
+        _fail('domain-adapt', f'--model: {e}')
     documents = LsrIndex(args.documents) if args.documents else None
     try:
         _, log = domain_adapt(splade, corpus, args.output_dir, config, args.cache_dir, documents=documents)
     except FileExistsError as e:  # a model/ folder of --output-dir it may not replace, refused before any work
         _fail('domain-adapt', f'--output-dir: {e}')
+    except (TrainingDiverged, ValueError) as e:  # e.g. damaged cached examples, or an lr that diverges
+        _fail('domain-adapt', e)
     # the decision itself was printed by domain_adapt, once
     print(json.dumps({k: log[k] for k in ('selected_step', 'guard', 'start_score', 'best_score')}, indent=1))
 
@@ -232,7 +235,10 @@ def _train(args, splade, config, rescale, resumed):
     from .train.loop import TrainingDiverged, train
     from .train.torchrun import is_main
 
-    examples = _load_examples(args)
+    try:
+        examples = _load_examples(args)
+    except (ValueError, TypeError, OSError) as e:  # a malformed file, named with its line
+        _fail('train', f'--data: {e}')
     if rescale is not None and not args.resume:
         sample = [ex.positive for ex, _ in zip(examples, range(64))] if isinstance(examples, list) else ()
         rescale_head(splade.model, rescale, splade.tokenizer, sample)

@@ -34,7 +34,7 @@ from ..core.encoding import autocast, length_sorted_batches, to_dicts
 from ..core.offline import offline_name, resolve_model
 from ..models.features import MODES, DenseFeatures, LatentTermsModel, load_dense, st_max_length, st_pooling
 from ..models.sae import SparseAutoencoder, latent_term_names
-from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
+from .loading import CONFIG_FILE, CONFIG_KEY, kind_settings
 from .splade import TorchSparseModel
 
 SAE_FOLDER = 'sae'
@@ -131,14 +131,8 @@ class LatentTerms(TorchSparseModel):
     @classmethod
     def load_folder(cls, folder: Path, **kwargs) -> 'LatentTerms':
         """Loads a folder written by :meth:`save_pretrained`; ``kwargs`` (device, batch_size...) override settings."""
-        settings = model_settings(folder)
-        if settings.get('kind') != KIND:
-            raise ValueError(f'{folder} is not a Latent Terms folder ({CONFIG_FILE} has no {CONFIG_KEY}.kind = '
-                             f'{KIND!r})')
         known = ('dense', 'mode', 'sqrt_tf', 'max_length', 'k1', 'b')
-        missing = [k for k in known if k not in settings]
-        if missing:
-            raise ValueError(f'{folder}/{CONFIG_FILE}: {CONFIG_KEY} lacks {missing}')
+        settings = kind_settings(folder, KIND, known, 'a Latent Terms')
         settings = {k: settings[k] for k in known}
         check_str(f'{folder}/{CONFIG_FILE}: {CONFIG_KEY}.dense', settings['dense'])
         if settings['dense'] == DENSE_FOLDER:
