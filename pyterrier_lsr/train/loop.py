@@ -287,22 +287,6 @@ def _check_finite_weights(params: Sequence[torch.nn.Parameter], model: torch.nn.
                         output_dir)
 
 
-def _restore(state: dict, model, extra_parameters: list, optimizer, scheduler, config: TrainConfig, resume) -> None:
-    """Model, extra parameters, optimizer, schedule and torch's RNG as a checkpoint's ``state`` saved them."""
-    model.load_state_dict(state['model'])
-    with torch.no_grad():
-        for param, saved in zip(extra_parameters, state['extra']):
-            param.copy_(saved)
-    optimizer.load_state_dict(state['optimizer'])
-    scheduler.load_state_dict(state['scheduler'])
-    torch.set_rng_state(state['torch_rng'])
-    if resume == 'force':  # the loaded optimizer and scheduler carry the saved rates: the new config's apply
-        scheduler.base_lrs = [group['lr'] for group in param_groups(model, extra_parameters, config)]
-        factor = _lr_lambda(config)(scheduler.last_epoch)
-        for group, base_lr in zip(optimizer.param_groups, scheduler.base_lrs):
-            group.update(initial_lr=base_lr, lr=base_lr * factor, weight_decay=config.weight_decay)
-
-
 @dataclass
 class _Run:
     """What one optimizer step of :func:`run_loop` reads and updates."""
@@ -316,6 +300,29 @@ class _Run:
     scheduler: torch.optim.lr_scheduler.LambdaLR
     params: list
     extra_parameters: list
+
+    def restore(self, checkpoint: Path | None, state: dict | None, resume) -> tuple[int, list]:
+        """Continues from ``checkpoint`` (if any): model, extra parameters, optimizer, schedule and torch's RNG as its
+        ``state`` saved them, the batches replayed up to its step; returns that step and the log so far."""
+        if checkpoint is None:
+            return 0, []
+        model, config, optimizer, scheduler = self.model, self.config, self.optimizer, self.scheduler
+        check_same_model(model, state['model'], checkpoint)
+        model.load_state_dict(state['model'])
+        with torch.no_grad():
+            for param, saved in zip(self.extra_parameters, state['extra']):
+                param.copy_(saved)
+        optimizer.load_state_dict(state['optimizer'])
+        scheduler.load_state_dict(state['scheduler'])
+        torch.set_rng_state(state['torch_rng'])
+        if resume == 'force':  # the loaded optimizer and scheduler carry the saved rates: the new config's apply
+            scheduler.base_lrs = [group['lr'] for group in param_groups(model, self.extra_parameters, config)]
+            factor = _lr_lambda(config)(scheduler.last_epoch)
+            for group, base_lr in zip(optimizer.param_groups, scheduler.base_lrs):
+                group.update(initial_lr=base_lr, lr=base_lr * factor, weight_decay=config.weight_decay)
+        for _ in range(state['step'] * config.grad_accum):  # replay the data order up to the checkpoint
+            next(self.batches)
+        return state['step'], state['log']
 
     def step(self, step: int) -> list[dict] | None:
         """Optimizer step ``step``: ``grad_accum`` micro-batches, gradient averaging and clipping; the micro-batches'
@@ -395,14 +402,7 @@ def run_loop(
     optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
     run = _Run(model, loss_fn, batches, output_dir, config, optimizer,
                torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config)), params, extra_parameters)
-    step, log = 0, []
-    if checkpoint is not None:
-        check_same_model(model, state['model'], checkpoint)
-        _restore(state, model, extra_parameters, optimizer, run.scheduler, config, resume)
-        step, log = state['step'], state['log']
-    for _ in range(step * config.grad_accum):  # replay the data order up to the checkpoint
-        next(batches)
-
+    step, log = run.restore(checkpoint, state, resume)
     model.train()
     window: list[dict] = []
     start_time = time.time()
