@@ -289,7 +289,7 @@ def _check_finite_weights(params: Sequence[torch.nn.Parameter], model: torch.nn.
 
 @dataclass
 class _Run:
-    """What one optimizer step of :func:`run_loop` reads and updates."""
+    """One :func:`run_loop` call's state, and its parts: resuming, one optimizer step, saving a checkpoint."""
 
     model: torch.nn.Module
     loss_fn: Callable
