@@ -71,10 +71,7 @@ def _load_examples(args):
             for d in irds_dataset(args.data[len('self-supervised:') :]).docs_iter()
         ]
         return data.self_supervised(corpus, num_negatives=args.negatives, seed=args.seed)
-    import pandas as pd
-
-    frame = pd.read_json(args.data, lines=args.data.endswith('.jsonl'))
-    return data.from_dataframe(frame if args.limit is None else frame.head(args.limit))
+    return data.from_json_file(args.data, args.limit)
 
 
 # --- domain-adapt: the corpus-only recipe of train/domain/ (self-contained block) ---
@@ -106,6 +103,7 @@ def _domain_adapt(args):
     from .index import LsrIndex
     from .kinds.loading import load_model
     from .train.domain import claim_cache, claim_output, config_from_overrides, domain_adapt
+    from .train.loop import TrainingDiverged
 
     try:  # the settings and the collection are checked before the model loads
         malformed = [item for item in args.set if '=' not in item]
@@ -122,17 +120,22 @@ def _domain_adapt(args):
                 claim(folder)
         except FileExistsError as e:
             _fail('domain-adapt', f'{flag}: {e}')
-    splade = load_model(args.model)
+    try:
+        splade = load_model(args.model)
+    except (OSError, ValueError) as e:  # not found, damaged, or of another kind
+        _fail('domain-adapt', f'--model: {e}')
     documents = LsrIndex(args.documents) if args.documents else None
     try:
         _, log = domain_adapt(splade, corpus, args.output_dir, config, args.cache_dir, documents=documents)
     except FileExistsError as e:  # a model/ folder of --output-dir it may not replace, refused before any work
         _fail('domain-adapt', f'--output-dir: {e}')
+    except (TrainingDiverged, ValueError) as e:  # e.g. damaged cached examples, or an lr that diverges
+        _fail('domain-adapt', e)
     # the decision itself was printed by domain_adapt, once
     print(json.dumps({k: log[k] for k in ('selected_step', 'guard', 'start_score', 'best_score')}, indent=1))
 
 
-def main(argv=None):
+def _parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog='pyterrier-lsr')
     sub = parser.add_subparsers(dest='command', required=True)
     tr = sub.add_parser('train', help='train a SPLADE model with the bundled loop')
@@ -167,50 +170,98 @@ def main(argv=None):
     report = sub.add_parser('report', help='effectiveness vs cost report from a YAML config (see examples/)',
                             epilog=config_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     report.add_argument('config')
-    args = parser.parse_args(argv)
+    return parser
 
+
+def _report(args):
+    from .report import ConfigError, run_config
+
+    try:
+        table = run_config(args.config)
+    except (ConfigError, FileExistsError) as e:  # a bad key, or a workdir folder the report will not replace
+        _fail('report', e)
+    print(table.to_string(index=False))
+
+
+def _train_settings(args):
+    """The TrainConfig, the head rescaling and the checkpoint to resume from, every setting and the data source
+    checked before the model and data are loaded."""
+    values = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}
+    try:
+        for name in ('losses', 'lr_multipliers'):
+            values[name] = _key_values(values[name], name)
+        config = TrainConfig(**values)
+        rescale = args.rescale_head if args.rescale_head in (None, 'auto') else float(args.rescale_head)
+        if rescale not in (None, 'auto'):
+            check_float('--rescale-head', rescale, 0, exclusive_minimum=True)
+        for flag, value in (('--limit', args.limit), ('--negatives', args.negatives)):
+            if value is not None:
+                check_int(flag, value, 1)
+    except (ValueError, TypeError) as e:
+        _fail('train', str(e).replace('could not convert string to float', '--rescale-head: not a number or auto'))
+    try:  # a run it cannot continue (changed settings, no checkpoint that loads) is refused before the model loads
+        resumed = resume_state(args.output_dir, config, args.resume)  # loaded once: train() continues from it
+    except ValueError as e:
+        _fail('train', f'--resume: {e}')
+    if args.irds_cache:
+        from .core.offline import use_irds_cache
+        try:
+            use_irds_cache(args.irds_cache)
+        except (FileNotFoundError, RuntimeError) as e:
+            _fail('train', f'--irds-cache: {e}')
+    try:
+        _irds_ids(args.data)
+    except ValueError as e:
+        _fail('train', f'--data: {e}')
+    if not args.data.startswith(('irds:', 'self-supervised:')) and not Path(args.data).is_file():
+        _fail('train', f'--data: {args.data} is not a file (nor irds:<id> or self-supervised:<id>)')
+    return config, rescale, resumed
+
+
+def _claim_train_output(args):
+    """Where rank 0 writes, before any work: the run's folder and its final model/ folder."""
+    from .core import storage
+    from .kinds.base import MODEL_ARTIFACT
+    from .train.checkpoints import claim_output
+    try:
+        claim_output(args.output_dir)
+        storage.check_replaceable(Path(args.output_dir) / 'model', MODEL_ARTIFACT, True, 'model folder')
+    except FileExistsError as e:
+        _fail('train', f'--output-dir: {e}')
+
+
+def _train(args, splade, config, rescale, resumed):
+    from .models.heads import rescale_head
+    from .train.loop import TrainingDiverged, train
+    from .train.torchrun import is_main
+
+    try:
+        examples = _load_examples(args)
+    except (ValueError, TypeError, OSError) as e:  # a malformed file, named with its line
+        _fail('train', f'--data: {e}')
+    if rescale is not None and not args.resume:
+        sample = [ex.positive for ex, _ in zip(examples, range(64))] if isinstance(examples, list) else ()
+        rescale_head(splade.model, rescale, splade.tokenizer, sample)
+    try:
+        train(splade.model, splade.tokenizer, examples, args.output_dir, config, resume=args.resume, resumed=resumed)
+    except (ValueError, TrainingDiverged) as e:  # e.g. a checkpoint of another --model, or an lr that diverges
+        _fail('train', e)
+    if is_main():
+        final = Path(args.output_dir) / 'model'
+        splade.save_pretrained(str(final))
+        print(f'final model: {final} (load it with pyterrier_lsr.load_model)')
+
+
+def main(argv=None):
+    args = _parser().parse_args(argv)
     if args.command == 'domain-adapt':
         _domain_adapt(args)
         return
     if args.command == 'report':
-        from .report import ConfigError, run_config
-
-        try:
-            table = run_config(args.config)
-        except (ConfigError, FileExistsError) as e:  # a bad key, or a workdir folder the report will not replace
-            _fail('report', e)
-        print(table.to_string(index=False))
+        _report(args)
         return
     if args.command == 'train':  # every setting is checked before the model and data are loaded
-        values = {f.name: getattr(args, f.name) for f in fields(TrainConfig)}
-        try:
-            for name in ('losses', 'lr_multipliers'):
-                values[name] = _key_values(values[name], name)
-            config = TrainConfig(**values)
-            rescale = args.rescale_head if args.rescale_head in (None, 'auto') else float(args.rescale_head)
-            if rescale not in (None, 'auto'):
-                check_float('--rescale-head', rescale, 0, exclusive_minimum=True)
-            for flag, value in (('--limit', args.limit), ('--negatives', args.negatives)):
-                if value is not None:
-                    check_int(flag, value, 1)
-        except (ValueError, TypeError) as e:
-            _fail('train', str(e).replace('could not convert string to float', '--rescale-head: not a number or auto'))
-        try:  # a run it cannot continue (changed settings, no checkpoint that loads) is refused before the model loads
-            resumed = resume_state(args.output_dir, config, args.resume)  # loaded once: train() continues from it
-        except ValueError as e:
-            _fail('train', f'--resume: {e}')
-        if args.irds_cache:
-            from .core.offline import use_irds_cache
-            try:
-                use_irds_cache(args.irds_cache)
-            except (FileNotFoundError, RuntimeError) as e:
-                _fail('train', f'--irds-cache: {e}')
-        try:
-            _irds_ids(args.data)
-        except ValueError as e:
-            _fail('train', f'--data: {e}')
-        if not args.data.startswith(('irds:', 'self-supervised:')) and not Path(args.data).is_file():
-            _fail('train', f'--data: {args.data} is not a file (nor irds:<id> or self-supervised:<id>)')
+        settings = _train_settings(args)
     from .core.offline import resolve_model
     from .kinds.splade import Splade
     from .train.torchrun import is_main, setup
@@ -220,35 +271,14 @@ def main(argv=None):
         splade = Splade.from_pretrained(resolve_model(args.model))
     except (OSError, ValueError) as e:  # not found (offline: no hub), or not a masked LM
         _fail(args.command, f'--model: {e}')
-    if args.command == 'train' and is_main():  # where rank 0 writes, before any work: the run's folder, final model/
-        from .core import storage
-        from .kinds.base import MODEL_ARTIFACT
-        from .train.checkpoints import claim_output
-        try:
-            claim_output(args.output_dir)
-            storage.check_replaceable(Path(args.output_dir) / 'model', MODEL_ARTIFACT, True, 'model folder')
-        except FileExistsError as e:
-            _fail('train', f'--output-dir: {e}')
     if args.command == 'head-report':
         from .models.heads import head_report
 
         print(json.dumps(head_report(splade.model, splade.tokenizer, args.texts), indent=1))
         return
-    from .models.heads import rescale_head
-    from .train.loop import train
-
-    examples = _load_examples(args)
-    if rescale is not None and not args.resume:
-        sample = [ex.positive for ex, _ in zip(examples, range(64))] if isinstance(examples, list) else ()
-        rescale_head(splade.model, rescale, splade.tokenizer, sample)
-    try:
-        train(splade.model, splade.tokenizer, examples, args.output_dir, config, resume=args.resume, resumed=resumed)
-    except ValueError as e:  # e.g. a checkpoint of another --model, or fewer examples than a batch
-        _fail('train', e)
     if is_main():
-        final = Path(args.output_dir) / 'model'
-        splade.save_pretrained(str(final))
-        print(f'final model: {final} (load it with pyterrier_lsr.load_model)')
+        _claim_train_output(args)
+    _train(args, splade, *settings)
 
 
 if __name__ == '__main__':

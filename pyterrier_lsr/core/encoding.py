@@ -48,12 +48,20 @@ def autocast(device: torch.device, precision: str):
 def as_text(value, position: int | None = None) -> str:
     """A text to encode: missing values (see :func:`is_missing`) become ``''``; anything but a ``str`` (bytes, lists,
     numbers, ...) raises ``TypeError`` naming its position, since ``str(value)`` would encode ``"b'...'"``, ``"[...]"``
-    or ``"<NA>"`` as if it were text. Bytes are refused rather than decoded: their encoding is the caller's to know."""
+    or ``"<NA>"`` as if it were text. Bytes are refused rather than decoded: their encoding is the caller's to know.
+
+    A lone surrogate code point (from bytes decoded with ``surrogateescape``, or half of a pair split apart) is no
+    character the tokenizers can take: it becomes U+FFFD (the replacement character), and a pair written as two code
+    points becomes its character, so one damaged text encodes like its readable rest instead of stopping a corpus."""
     if is_missing(value):
         return ''
     if not isinstance(value, str):
         where = '' if position is None else f' at position {position}'
         raise TypeError(f'text{where} is {type(value).__name__}, not str: {value!r:.60}')
+    try:
+        value.encode('utf-8')
+    except UnicodeEncodeError:
+        value = value.encode('utf-16', 'surrogatepass').decode('utf-16', 'replace')
     return value
 
 

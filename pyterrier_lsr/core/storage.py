@@ -21,6 +21,7 @@ import hashlib
 import json
 import os
 import shutil
+import stat
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -38,10 +39,10 @@ SHARED_CACHES = (DOMAIN_CACHE, EMBEDDINGS_CACHE)
 PathLike = str | Path
 
 __all__ = ['MARKER', 'DOMAIN_CACHE', 'EMBEDDINGS_CACHE', 'SHARED_CACHES', 'artifact_type', 'is_artifact',
-           'write_file', 'write_bytes', 'write_text', 'write_json', 'write_array', 'read_json', 'build_folder',
-           'replace_folder', 'remove_artifact', 'mark', 'read_marker', 'move_file', 'temporary_sibling',
+           'write_file', 'write_bytes', 'write_text', 'write_json', 'write_array', 'read_json',
+           'build_folder', 'replace_folder', 'remove_artifact', 'mark', 'read_marker', 'move_file', 'temporary_sibling',
            'remove_temporary', 'link_tree', 'file_digest', 'model_digest', 'check_replaceable', 'CHEAP_DIGEST_BYTES',
-           'record_files', 'check_files', 'check_claimable', 'claim_folder', 'ArrayWriter']
+           'record_files', 'check_files', 'check_claimable', 'claim_folder']
 
 
 def _fsync_dir(folder: Path) -> None:
@@ -104,37 +105,6 @@ def write_array(path: PathLike, array) -> Path:
     return write_file(path, write)
 
 
-class ArrayWriter:
-    """A ``.npy`` array written chunk by chunk of rows (a corpus's token rows need not fit in memory) into a folder
-    being built (:func:`build_folder` makes the folder appear atomically): rows go to a scratch file beside ``path``,
-    and :meth:`close` writes the header, the number of rows now known, and the rows after it."""
-
-    def __init__(self, path: PathLike, dtype, row_shape: tuple = ()):
-        import numpy as np
-        self.np, self.path, self.dtype, self.row_shape, self.rows = np, Path(path), np.dtype(dtype), tuple(row_shape), 0
-        self._scratch = self.path.with_name(f'.{self.path.name}.rows')
-        self._file = open(self._scratch, 'wb')
-
-    def add(self, rows) -> None:
-        rows = self.np.ascontiguousarray(rows, dtype=self.dtype)
-        if rows.shape[1:] != self.row_shape:
-            raise ValueError(f'{self.path.name}: rows of shape {rows.shape[1:]}, expected {self.row_shape}')
-        self._file.write(rows.tobytes())
-        self.rows += len(rows)
-
-    def close(self) -> Path:
-        self._file.close()
-        header = {'descr': self.np.lib.format.dtype_to_descr(self.dtype), 'fortran_order': False,
-                  'shape': (self.rows, *self.row_shape)}
-        with open(self.path, 'wb') as out, open(self._scratch, 'rb') as rows:
-            self.np.lib.format.write_array_header_2_0(out, header)
-            shutil.copyfileobj(rows, out, 1 << 22)
-            out.flush()
-            os.fsync(out.fileno())
-        self._scratch.unlink()
-        return self.path
-
-
 def read_json(path: PathLike, what: str | None = None, expect: type = dict):
     """``path``'s JSON, or a ``ValueError`` naming the file (missing, not JSON, or not of type ``expect``)."""
     path = Path(path)
@@ -161,12 +131,14 @@ def move_file(source: PathLike, target: PathLike) -> Path:
 # -- artifacts ---------------------------------------------------------------------------------------------------
 def read_marker(path: PathLike) -> dict | None:
     """The marker of ``path`` (``{'artifact': type, ...}`` plus what its writer recorded), or ``None`` when ``path``
-    carries no readable marker."""
-    marker = Path(path) / MARKER
-    if not marker.is_file():
+    carries no readable marker of its own (a symbolic link, a FIFO or a device named like one is none)."""
+    try:  # a marker that is a link (to a real artifact's marker, say) does not make its folder ours: never followed
+        fd = os.open(Path(path) / MARKER, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+    except OSError:
         return None
     try:
-        value = json.loads(marker.read_text(encoding='utf8'))
+        with open(fd, 'rb') as f:
+            value = json.loads(f.read().decode('utf8')) if stat.S_ISREG(os.fstat(f.fileno()).st_mode) else None
     except (ValueError, UnicodeDecodeError, OSError):
         return None
     return value if isinstance(value, dict) and isinstance(value.get('artifact'), str) else None

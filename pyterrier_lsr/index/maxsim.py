@@ -24,7 +24,7 @@ import pandas as pd
 import pyterrier as pt
 import torch
 
-from ..core import storage
+from ..core import arrays, storage
 from ..core.checks import check_int, check_query_frame, check_result_frame
 from ..core.encoding import as_texts
 from ..kinds.multivector import MultiVector, gather_rows, maxsim_rows, query_embeddings, segment_max
@@ -251,7 +251,7 @@ class _VectorSink:
         if not np.isfinite(stored).all():
             raise ValueError('vectors must lie within float16 range, the stored precision')
         if self.writer is None:
-            self.writer = storage.ArrayWriter(self.folder / VECTORS_FILE, np.float16, stored.shape[1:])
+            self.writer = arrays.ArrayWriter(self.folder / VECTORS_FILE, np.float16, stored.shape[1:])
         self.writer.add(stored)
 
     def close(self) -> dict:

@@ -33,7 +33,7 @@ import pandas as pd
 import pyterrier as pt
 import torch
 
-from ..core import storage
+from ..core import arrays, storage
 from ..core.checks import check_bool, check_choice, check_int, check_query_frame
 from ..core.encoding import as_texts
 from ..kinds.ssr import QUERY_SIDES, SSR, pool_codes
@@ -355,8 +355,8 @@ class _CodeSink:
         self.folder, self.ssr, self.save_model = folder, ssr, save_model
         k = ssr.doc_k or ssr.sae.config.k
         self.scratch = [folder / '.codes-indices.npy', folder / '.codes-values.npy']
-        self.writers = [storage.ArrayWriter(self.scratch[0], np.int32, (k,)),
-                        storage.ArrayWriter(self.scratch[1], np.float32, (k,))]
+        self.writers = [arrays.ArrayWriter(self.scratch[0], np.int32, (k,)),
+                        arrays.ArrayWriter(self.scratch[1], np.float32, (k,))]
 
     def add(self, vectors: np.ndarray):
         if vectors.shape[1] != self.ssr.encoder.dim:

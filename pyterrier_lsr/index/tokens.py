@@ -12,7 +12,7 @@ owns token rows ``offsets[i]:offsets[i + 1]``), plus what the store keeps per to
   Store(path).indexer()`` (the model hands itself over, see :func:`~pyterrier_lsr.kinds.base.hand_over`).
 * **Streaming**: documents are validated one by one (:func:`~pyterrier_lsr.core.checks.documents`), encoded
   ``batch_size`` at a time and their rows appended to the files being built
-  (:class:`~pyterrier_lsr.core.storage.ArrayWriter`); the folder is built beside its final name and swapped in.
+  (:class:`~pyterrier_lsr.core.arrays.ArrayWriter`); the folder is built beside its final name and swapped in.
 * **One build at a time**: what was read from the folder is cached with the marker it was read under and read again
   when the folder was rebuilt since; an array read lazily (a store's vectors) is refused if the folder changed
   between opening and reading it, and a retriever made before a rebuild refuses to run, so no result ever mixes

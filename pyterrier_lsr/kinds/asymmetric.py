@@ -8,9 +8,9 @@ sides' kind in ``lsr.sides``) with the query model's folder in its ``query/`` su
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..models.splade import ModelLoadError
+from ..core.model_files import ModelLoadError
 from .base import SparseModel
-from .loading import MODEL_KINDS, load_model, model_class, model_settings
+from .loading import CONFIG_FILE, CONFIG_KEY, MODEL_KINDS, load_model, model_class, model_settings
 from .splade import Splade, TorchSparseModel
 
 __all__ = ['AsymmetricSplade']
@@ -101,9 +101,11 @@ class AsymmetricSplade(SparseModel):
         """Loads a folder written by :meth:`save_pretrained`; ``kwargs``: runtime options."""
         if not (folder / QUERY_FOLDER / 'config.json').is_file():
             raise ModelLoadError(f'{folder} has no {QUERY_FOLDER}/ model folder: not an asymmetric model')
-        kind = model_settings(folder).get('sides') or 'splade'  # folders written before `sides` hold SPLADE models
-        if kind not in MODEL_KINDS or kind == cls.kind:
-            raise ModelLoadError(f'{folder}: unknown kind of sides {kind!r}')
+        kind = model_settings(folder).get('sides')
+        kind = 'splade' if kind is None else kind  # folders written before `sides` hold SPLADE models
+        if not isinstance(kind, str) or kind not in MODEL_KINDS or kind == cls.kind:
+            raise ModelLoadError(f'{folder / CONFIG_FILE}: {CONFIG_KEY}.sides must name the kind of both models, one '
+                                 f'of {sorted(set(MODEL_KINDS) - {cls.kind})}, got {kind!r:.60}')
         sides = model_class(kind)
         docs = sides.load_folder(folder)
         queries = load_model(folder / QUERY_FOLDER)

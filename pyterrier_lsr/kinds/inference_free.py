@@ -8,6 +8,7 @@ import json
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..core.model_files import load_tokenizer
 from ..models.splade import SpladeModel
 from .query import WEIGHTS_FILE, StaticQueryEncoder, static_module_folder
 from .splade import TorchSparseModel, check_tokenizer
@@ -65,7 +66,6 @@ class InferenceFreeSplade(TorchSparseModel):
     def load_folder(cls, folder: Path, **kwargs) -> 'InferenceFreeSplade':
         """An OpenSearch-style folder (HF model + ``idf.json``) or a sentence-transformers doc-only layout; ``kwargs``
         go to :class:`~pyterrier_lsr.kinds.splade.TorchSparseModel`."""
-        from transformers import AutoTokenizer
         doc_folder = folder
         if not (folder / WEIGHTS_FILE).exists():
             found = [p.parent for p in sorted(folder.rglob('config.json'))
@@ -74,7 +74,7 @@ class InferenceFreeSplade(TorchSparseModel):
                 raise FileNotFoundError(f'{folder} has neither {WEIGHTS_FILE} nor a sentence-transformers '
                                         'SparseStaticEmbedding query module')
             doc_folder = found[0]
-        tokenizer = AutoTokenizer.from_pretrained(str(doc_folder))
+        tokenizer = load_tokenizer(doc_folder)
         model = SpladeModel.from_pretrained(str(doc_folder), special_token_ids=tokenizer.all_special_ids)
         check_tokenizer(tokenizer, model.vocab_size, folder)
         return cls(model, tokenizer, StaticQueryEncoder.from_pretrained(str(folder)), **kwargs)

@@ -28,13 +28,13 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from ..core import storage
+from ..core import arrays, storage
 from ..core.checks import check_bool, check_choice, check_float, check_str
 from ..core.encoding import autocast, length_sorted_batches, to_dicts
 from ..core.offline import offline_name, resolve_model
 from ..models.features import MODES, DenseFeatures, LatentTermsModel, load_dense, st_max_length, st_pooling
 from ..models.sae import SAEConfig, SparseAutoencoder, latent_term_names
-from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
+from .loading import CONFIG_FILE, CONFIG_KEY, kind_settings
 from .splade import TorchSparseModel
 
 SAE_FOLDER = 'sae'
@@ -149,14 +149,8 @@ class LatentTerms(TorchSparseModel):
     @classmethod
     def load_folder(cls, folder: Path, **kwargs) -> 'LatentTerms':
         """Loads a folder written by :meth:`save_pretrained`; ``kwargs`` (device, batch_size...) override settings."""
-        settings = model_settings(folder)
-        if settings.get('kind') != KIND:
-            raise ValueError(f'{folder} is not a Latent Terms folder ({CONFIG_FILE} has no {CONFIG_KEY}.kind = '
-                             f'{KIND!r})')
         known = ('dense', 'mode', 'sqrt_tf', 'max_length', 'k1', 'b')
-        missing = [k for k in known if k not in settings]
-        if missing:
-            raise ValueError(f'{folder}/{CONFIG_FILE}: {CONFIG_KEY} lacks {missing}')
+        settings = kind_settings(folder, KIND, known, 'a Latent Terms')
         settings = {k: settings[k] for k in known}
         check_str(f'{folder}/{CONFIG_FILE}: {CONFIG_KEY}.dense', settings['dense'])
         if settings['dense'] == DENSE_FOLDER:
@@ -235,12 +229,10 @@ class LatentTerms(TorchSparseModel):
 
 
 def _array(path, shape, resume: bool) -> np.ndarray:
-    """A float32 array to fill: in memory, a new ``.npy`` memmap at ``path``, or (``resume``) the one there."""
-    if path is None:
-        return np.empty(shape, np.float32)
-    if resume:
-        return np.load(str(path), mmap_mode='r+')
-    return np.lib.format.open_memmap(str(path), 'w+', np.float32, shape)
+    """A float32 array to fill: in memory, a new ``.npy`` memmap at ``path``, or (``resume``) the one there; on disk
+    its blocks are allocated first (:func:`~pyterrier_lsr.core.arrays.array_file`), so a full disk is an ``OSError``
+    before any work, not a crash in the middle of it."""
+    return np.empty(shape, np.float32) if path is None else arrays.array_file(path, shape, np.float32, resume)
 
 
 def cache_key(latent_terms: LatentTerms, texts: Sequence, mode: str | None = None) -> str:

@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from ..core import storage
+from ..core.model_files import ModelLoadError
 from ..core.offline import resolve_model
 
 CONFIG_FILE = 'config.json'
@@ -25,8 +26,8 @@ MODEL_KINDS = {
     'ssr': 'pyterrier_lsr.kinds.ssr:SSR',
 }
 
-__all__ = ['load_model', 'model_class', 'model_kind', 'model_settings', 'update_settings', 'local_folder',
-           'MODEL_KINDS']
+__all__ = ['load_model', 'model_class', 'model_kind', 'model_settings', 'kind_settings', 'update_settings',
+           'local_folder', 'MODEL_KINDS']
 
 
 def local_folder(name_or_path: str | Path) -> Path:
@@ -48,6 +49,24 @@ def model_settings(folder: str | Path) -> dict:
     settings = storage.read_json(config, 'the model configuration').get(CONFIG_KEY) or {}
     if not isinstance(settings, dict):
         raise ValueError(f'{config}: "{CONFIG_KEY}" must be an object, got {settings!r}')
+    return settings
+
+
+def kind_settings(folder: str | Path, kind: str, required: tuple[str, ...], what: str) -> dict:
+    """``folder``'s ``lsr`` settings, which must declare ``kind`` (as its own kind, or as the kind of an asymmetric
+    model's sides, whose documents' model the folder is) and hold the ``required`` settings its writer records: a
+    ``kind`` edited by hand (a SPLADE folder declared ``sae-splade``) is refused here, naming the file, instead of
+    failing deep in the loader on a missing key.  ``what``: the kind's name in errors (``'an SAE-SPLADE'``)."""
+    settings, config = model_settings(folder), Path(folder) / CONFIG_FILE
+    declared = settings.get('sides') if settings.get('kind') == 'asymmetric' else settings.get('kind')
+    if declared != kind:
+        raise ModelLoadError(f'{folder} is not {what} folder ({config} declares {CONFIG_KEY}.kind '
+                             f'{settings.get("kind")!r}): load it with load_model, which reads the kind')
+    missing = [k for k in required if k not in settings]
+    if missing:
+        raise ModelLoadError(f'{config}: {CONFIG_KEY}.kind says {kind!r} but {CONFIG_KEY} lacks {missing}, which '
+                             f'every {kind} folder records: the folder holds another kind of model; set '
+                             f'{CONFIG_KEY}.kind to the kind that wrote it, or save the model again')
     return settings
 
 

@@ -17,6 +17,7 @@ import torch
 from ..core import storage
 from ..core.checks import check_int, check_max_length, check_result_frame
 from ..core.encoding import as_texts, autocast, length_sorted_batches, resolve_device, resolve_precision
+from ..core.model_files import load_tokenizer
 from ..models.multivector import SETTINGS_FILE, MultiVectorModel
 from ..models.sae_splade import structural_token_ids
 from .base import MODEL_ARTIFACT, compose
@@ -65,11 +66,10 @@ class MultiVector(pt.Transformer):
     def from_pretrained(cls, name_or_path, **kwargs) -> 'MultiVector':
         """Loads a folder written by :meth:`save_pretrained` (or an offline or hub name of one, resolved as for every
         model kind); ``kwargs`` override the saved lengths, device..."""
-        from transformers import AutoTokenizer
         folder = local_folder(name_or_path)
         settings = storage.read_json(folder / SETTINGS_FILE, 'multi-vector settings')
         lengths = {k: settings[k] for k in ('doc_max_length', 'query_max_length') if k in settings}
-        return cls(MultiVectorModel.from_pretrained(folder), AutoTokenizer.from_pretrained(str(folder)),
+        return cls(MultiVectorModel.from_pretrained(folder), load_tokenizer(folder),
                    name=str(name_or_path), **{**lengths, **kwargs})
 
     def save_pretrained(self, path, overwrite: bool = True) -> Path:

@@ -18,6 +18,7 @@ from torch import nn
 from ..core import storage
 from ..core.checks import check_int, check_weights
 from ..core.encoding import as_text, is_blank
+from ..core.model_files import load_tokenizer, read_tensors
 from .base import SparseTextEncoder
 from .loading import local_folder, model_settings
 
@@ -98,20 +99,20 @@ class StaticQueryEncoder(SparseTextEncoder):
         """Loads a query side from a local folder or hub name holding either a tokenizer and ``idf.json`` (OpenSearch
         layout) or a sentence-transformers sparse model whose query route is a ``SparseStaticEmbedding``
         (read without importing sentence-transformers)."""
-        from transformers import AutoTokenizer
         folder = local_folder(name_or_path)
         static = static_module_folder(folder)
         if static is not None:
-            from safetensors.torch import load_file
-            tokenizer = AutoTokenizer.from_pretrained(str(static))
-            weight = load_file(str(static / 'model.safetensors'))['weight']
-            return cls.from_tensor(tokenizer, weight, **kwargs)
+            weight = read_tensors(static / 'model.safetensors', ['weight'])['weight']
+            return cls.from_tensor(load_tokenizer(static), weight, where=str(static / 'model.safetensors'), **kwargs)
         weights = check_weights(storage.read_json(folder / WEIGHTS_FILE, 'query weights'), str(folder / WEIGHTS_FILE))
-        return cls(AutoTokenizer.from_pretrained(str(folder)), weights, **kwargs)
+        return cls(load_tokenizer(folder), weights, **kwargs)
 
     @classmethod
-    def from_tensor(cls, tokenizer, weight: torch.Tensor, **kwargs) -> 'StaticQueryEncoder':
-        """A table from a weight per token id (zeros are dropped)."""
+    def from_tensor(cls, tokenizer, weight: torch.Tensor, where: str = 'weight', **kwargs) -> 'StaticQueryEncoder':
+        """A table from a weight per token id (zeros are dropped); ``where`` names the tensor in errors."""
+        if weight.dim() != 1:  # a 2-D table (embeddings, say) is some other module's: one weight per token id here
+            raise ValueError(f'{where}: a static query side holds one weight per token id (a 1-D tensor), got shape '
+                             f'{tuple(weight.shape)}')
         weight = weight.detach().float().cpu()
         vocab = tokenizer.get_vocab()
         table = {t: weight[i].item() for t, i in vocab.items() if i < len(weight) and weight[i] != 0}

@@ -10,9 +10,11 @@ import numpy as np
 import torch
 
 from ..core.encoding import is_blank, length_sorted_batches
+from ..core.model_files import load_tokenizer
 from ..models.features import load_dense
 from ..models.sae import SAEConfig, SparseAutoencoder
 from ..models.sae_splade import DEFAULT_ALPHA, KIND, SaeSpladeModel, latent_idf, structural_token_ids
+from .loading import kind_settings
 from .splade import TorchSparseModel
 
 __all__ = ['SaeSplade', 'idf_weighted_queries', 'latent_top_words', 'explain']
@@ -46,8 +48,8 @@ class SaeSplade(TorchSparseModel):
     @classmethod
     def load_folder(cls, folder: Path, **kwargs) -> 'SaeSplade':
         """Loads a folder written by :meth:`save_pretrained`; ``kwargs``: runtime options."""
-        from transformers import AutoTokenizer
-        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        kind_settings(folder, KIND, ('sae', 'alpha'), 'an SAE-SPLADE')
+        tokenizer = load_tokenizer(folder)
         model = SaeSpladeModel.from_pretrained(folder, structural_token_ids(tokenizer))
         return cls(model, tokenizer, **kwargs)
 

@@ -12,7 +12,8 @@ from pathlib import Path
 from ..core.checks import check_int, check_max_length
 from ..core.encoding import INT8, encode_texts, resolve_device, resolve_precision, vocabulary_terms
 from ..core.int8 import Int8Module
-from ..models.splade import ModelLoadError, SpladeModel
+from ..core.model_files import ModelLoadError, load_tokenizer
+from ..models.splade import SpladeModel
 from .base import SparseModel
 from .loading import local_folder
 
@@ -135,8 +136,7 @@ class Splade(TorchSparseModel):
         unless ``new_head=True``, invalid ``lsr`` settings, and a tokenizer that does not fit the head (see
         :func:`check_tokenizer`).  ``kwargs`` go to :class:`TorchSparseModel` (device, max_length, batch_size,
         precision).  Use :meth:`from_pretrained` for names (``Splade.from_pretrained('naver/splade-v3')``)."""
-        from transformers import AutoTokenizer
-        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        tokenizer = load_tokenizer(folder)
         model = SpladeModel.from_pretrained(str(folder), special_token_ids=tokenizer.all_special_ids,
                                             new_head=new_head)
         check_tokenizer(tokenizer, model.vocab_size, folder)
@@ -153,11 +153,9 @@ class Splade(TorchSparseModel):
         head (:func:`~pyterrier_lsr.models.heads.splade_from_encoder`: decoder tied to the input embeddings, identity
         transform, zero bias), and its tokenizer; ``kwargs`` go to :class:`TorchSparseModel`.  Calibrate it with
         :func:`~pyterrier_lsr.models.heads.calibrate_activation` before training (such a head starts dense)."""
-        from transformers import AutoTokenizer
-
         from ..models.heads import splade_from_encoder
         folder = local_folder(name_or_path)
-        tokenizer = AutoTokenizer.from_pretrained(str(folder))
+        tokenizer = load_tokenizer(folder)
         model = splade_from_encoder(str(folder), tokenizer.all_special_ids)
         check_tokenizer(tokenizer, model.vocab_size, name_or_path)
         return cls(model, tokenizer, name=str(name_or_path), **kwargs)

@@ -13,6 +13,7 @@ from torch import nn
 
 from ..core import storage
 from ..core.checks import check_int
+from ..core.model_files import load_hf_model, load_tokenizer
 from ..core.offline import resolve_model
 from .sae import SparseAutoencoder
 
@@ -132,6 +133,6 @@ def load_dense(name_or_path: str):
     """An HF encoder and its tokenizer; offline names and their hub names (see :mod:`pyterrier_lsr.core.offline`)
     resolve
     to their folders.  A sentence-transformers folder's pooling: :func:`st_pooling`."""
-    from transformers import AutoModel, AutoTokenizer
+    from transformers import AutoModel
     folder = resolve_model(str(name_or_path))
-    return AutoModel.from_pretrained(folder), AutoTokenizer.from_pretrained(folder)
+    return load_hf_model(AutoModel, folder, 'the dense model')[0], load_tokenizer(folder)

@@ -11,8 +11,9 @@ import torch
 from torch import nn
 
 from ..core.checks import check_float
+from ..core.model_files import load_hf_model
 from .pooling import max_pooled_logits
-from .splade import SpladeModel, quiet_loading
+from .splade import SpladeModel
 
 # Our "auto" reference: the standard deviation of per-token MLM logits of a BERT-style head. The offline
 # SPLADE-tiny (a BERT MLM head after SPLADE training) measures 2.95 on Vaswani documents.
@@ -94,8 +95,8 @@ def splade_from_encoder(name_or_path: str, special_token_ids=(), **kwargs) -> Sp
     from transformers import AutoModelForMaskedLM
 
     from ..core.offline import resolve_model
-    with quiet_loading():  # the head is missing on purpose and initialised below
-        mlm = AutoModelForMaskedLM.from_pretrained(resolve_model(str(name_or_path)), **kwargs)  # offline names too
+    # the head is missing on purpose and initialised below; offline names resolve too
+    mlm, _ = load_hf_model(AutoModelForMaskedLM, resolve_model(str(name_or_path)), 'the encoder', **kwargs)
     mlm.tie_weights()
     with torch.no_grad():
         decoder = mlm.get_output_embeddings()

@@ -23,6 +23,7 @@ from torch import nn
 # The shared token-state extraction of Latent Terms and SAE-SPLADE (normalised token states + their mask).
 from ..core import storage
 from ..core.checks import check_int
+from ..core.model_files import load_hf_model, read_tensors
 from .features import DenseFeatures
 
 KIND = 'multivector'
@@ -98,7 +99,6 @@ class MultiVectorModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path) -> 'MultiVectorModel':
-        from safetensors.torch import load_file
         from transformers import AutoModel
         path = Path(path)
         settings = storage.read_json(path / SETTINGS_FILE, 'multi-vector settings')
@@ -113,5 +113,6 @@ class MultiVectorModel(nn.Module):
                 check_int('skip_ids', i, 0)
         except (TypeError, ValueError) as ex:
             raise ValueError(f'{path / SETTINGS_FILE}: {ex}') from None
-        projection = load_file(str(path / PROJECTION_FILE))['weight']
-        return cls(AutoModel.from_pretrained(str(path)), settings['dim'], settings['skip_ids'], projection).eval()
+        projection = read_tensors(path / PROJECTION_FILE, ['weight'])['weight']
+        backbone, _ = load_hf_model(AutoModel, path, 'the multi-vector backbone')
+        return cls(backbone, settings['dim'], settings['skip_ids'], projection).eval()

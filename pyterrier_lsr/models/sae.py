@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from ..core import storage
 from ..core.checks import check_bool, check_float, check_int
+from ..core.model_files import load_weights
 
 CONFIG_FILE = 'sae_config.json'
 WEIGHTS_FILE = 'sae.safetensors'
@@ -233,12 +234,11 @@ class SparseAutoencoder(nn.Module):
 
     @classmethod
     def from_pretrained(cls, path, device=None) -> 'SparseAutoencoder':
-        from safetensors.torch import load_file
         path = Path(path)
         settings = storage.read_json(path / CONFIG_FILE, 'the SAE configuration')
         known = {f.name for f in fields(SAEConfig)}
         model = cls(SAEConfig(**{k: v for k, v in settings.items() if k in known}))
-        model.load_state_dict(load_file(str(path / WEIGHTS_FILE)))
+        load_weights(model, path / WEIGHTS_FILE)
         return model.to(device or 'cpu').eval()
 
 

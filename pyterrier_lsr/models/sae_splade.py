@@ -39,10 +39,11 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import save_file
 from torch import nn
 
 from ..core.checks import check_float, check_int
+from ..core.model_files import load_hf_model, read_tensors
 from .features import DenseFeatures
 from .sae import SparseAutoencoder, latent_term_names
 from .splade import CONFIG_KEY
@@ -137,11 +138,11 @@ class SaeSpladeModel(nn.Module):
         from transformers import AutoModel
         if not is_sae_splade_folder(path):
             raise ValueError(f'{path} is not an SAE-SPLADE folder (config.json has no {CONFIG_KEY}.kind = {KIND!r})')
-        backbone = AutoModel.from_pretrained(str(path))
+        backbone, _ = load_hf_model(AutoModel, path, 'the SAE-SPLADE backbone')
         settings = getattr(backbone.config, CONFIG_KEY)
         sae = SparseAutoencoder.from_pretrained(Path(path) / settings['sae'])
         # folders written before θ or w existed have none: plain TopK and unit weights, as they were trained
-        threshold, weight = (load_file(str(Path(path) / settings[key]))[name] if settings.get(key) else None
+        threshold, weight = (read_tensors(Path(path) / settings[key], [name])[name] if settings.get(key) else None
                              for key, name in (('latent_threshold', 'threshold'), ('latent_weight', 'weight')))
         return cls(backbone, sae, skip_ids, alpha=settings['alpha'], threshold=threshold, weight=weight)
 

@@ -1,11 +1,11 @@
 """SPLADE model: any HF masked LM whose MLM logits are max-pooled into one weight per vocabulary term."""
-import contextlib
 import math
 from collections.abc import Iterable
 
 import torch
 from torch import nn
 
+from ..core.model_files import ModelLoadError, load_hf_model
 from .pooling import log_saturation, max_pooled_logits
 
 # Our settings travel inside the HF config.json under this key, so a saved folder reloads exactly.
@@ -15,26 +15,6 @@ DEFAULT_SETTINGS = {'kind': 'splade', 'pooling': 'max', 'head_scale': 1.0}
 # A doc-only model's document side is the same masked LM; its folder says 'inference-free' (see loading.py).
 KINDS = ('splade', 'inference-free', 'asymmetric')
 POOLINGS = ('max',)
-
-
-@contextlib.contextmanager
-def quiet_loading():
-    """Hides transformers' load report and progress bar: the callers check the loading info themselves (and refuse
-    or deliberately initialise what is missing), so the report only alarms users about expected keys."""
-    from transformers.utils import logging
-    level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        logging.set_verbosity(level)
-        if bars:
-            logging.enable_progress_bar()
-
-
-class ModelLoadError(ValueError):
-    """A model folder that would load silently wrong (missing head, mismatched tokenizer, invalid settings)."""
 
 
 def check_settings(settings: dict, where: str = 'config.json') -> dict:
@@ -143,9 +123,8 @@ class SpladeModel(nn.Module):
         (see :func:`pyterrier_lsr.models.heads.splade_from_encoder` for a deliberate initialisation), and when the
         ``lsr`` settings in ``config.json`` are invalid."""
         from transformers import AutoModelForMaskedLM
-        with quiet_loading():
-            mlm, info = AutoModelForMaskedLM.from_pretrained(name_or_path, output_loading_info=True, **kwargs)
-        bad = sorted(info.get('missing_keys', ())) + [str(k) for k in info.get('mismatched_keys', ())]
+        mlm, info = load_hf_model(AutoModelForMaskedLM, name_or_path, 'the masked LM', **kwargs)
+        bad = sorted(info.get('missing_keys', ()))
         if bad and not new_head:
             raise ModelLoadError(f'{name_or_path} lacks MLM-head weights that transformers would initialise randomly '
                                  f'({", ".join(bad[:4])}{", ..." if len(bad) > 4 else ""}): it is not a masked-LM '

@@ -228,6 +228,9 @@ def load_config(path) -> dict:
         text = Path(path).read_text(encoding='utf8')
     except OSError as e:
         raise ConfigError(f'cannot read config {path}: {e.strerror or e}') from None
+    except UnicodeDecodeError as e:
+        raise ConfigError(f'config {path} is not UTF-8 text (byte {e.start} cannot be decoded); save it as UTF-8') \
+            from None
     try:
         config = yaml.safe_load(text)
     except yaml.YAMLError as e:

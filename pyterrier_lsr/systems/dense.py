@@ -53,7 +53,7 @@ class DenseRetriever(pt.Transformer):
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         check_query_frame(inp, ['query'])
         out = pta.DataFrameBuilder(['docno', 'score', 'rank'])
-        if len(inp):
+        if len(inp) and len(self.docnos):  # over no documents every query retrieves nothing
             queries = self._query_vectors(inp['query'].tolist())
             scores = queries @ self.vectors.T
             k = min(self.num_results, len(self.docnos))

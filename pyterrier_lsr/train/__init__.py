@@ -12,7 +12,7 @@ from .data import (
 from .domain import DomainAdaptation, DomainConfig, FrozenDocuments, domain_adapt, heldout_scores, keyword_query
 from .evaluate import experiment_evaluator
 from .inference_free import train_inference_free
-from .loop import TrainConfig, batch_loss, run_loop, train
+from .loop import TrainConfig, TrainingDiverged, batch_loss, run_loop, train
 from .losses import flops, flops_weight, infonce, kl_distillation, l2_drift, margin_mse
 from .mlm import mask_tokens, train_mlm
 from .sae import build_latent_terms, train_latent_sae, train_token_sae
@@ -22,6 +22,7 @@ __all__ = ['Example', 'add_teacher_scores', 'from_dataframe', 'from_irds_docpair
            'self_supervised', 'DomainAdaptation', 'DomainConfig', 'FrozenDocuments', 'domain_adapt', 'heldout_scores',
            'keyword_query',
            'experiment_evaluator', 'train_inference_free', 'flops', 'flops_weight', 'infonce', 'kl_distillation',
-           'l2_drift', 'margin_mse', 'TrainConfig', 'batch_loss', 'latest_checkpoint', 'run_loop', 'train',
+           'l2_drift', 'margin_mse', 'TrainConfig', 'TrainingDiverged', 'batch_loss', 'latest_checkpoint', 'run_loop',
+           'train',
            'mask_tokens', 'train_mlm', 'build_latent_terms', 'train_latent_sae', 'train_token_sae', 'DenseScorer',
            'RetrieverScorer', 'ZScoreFusion']

@@ -5,18 +5,21 @@ sampled from documents, BM25 hard negatives mined over a PISA index). :func:`add
 any PyTerrier scorer for distillation.
 """
 
+import json
 import math
 import random
 import re
 import tempfile
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import pandas as pd
 import pyterrier as pt
 from tqdm.auto import tqdm
 
-from ..core.encoding import is_blank
+from ..core.checks import is_missing
+from ..core.encoding import as_text, is_blank
 
 
 @dataclass
@@ -32,13 +35,17 @@ class Example:
         ]:
             if is_blank(text):
                 raise ValueError(f'training example has an empty or missing {name} text: {self!r}')
+        # texts as the encoders read them (lone surrogates replaced, see as_text): the training loop tokenizes directly
+        self.query, self.positive = as_text(self.query), as_text(self.positive)
+        self.negatives = [as_text(n) for n in self.negatives]
         if self.teacher is not None and len(self.teacher) != 1 + len(self.negatives):
             raise ValueError(f'teacher has {len(self.teacher)} scores for {1 + len(self.negatives)} candidates')
 
 
-def from_dataframe(df: pd.DataFrame) -> list[Example]:
+def from_dataframe(df: pd.DataFrame, rows: Sequence[str] | None = None) -> list[Example]:
     """Rows of ``query, positive`` and ``negative`` (one text) or ``negatives`` (a list), and optionally
-    ``teacher`` (a list of scores for positive + negatives)."""
+    ``teacher`` (a list of scores for positive + negatives).  An invalid row is named by ``rows[i]`` (default
+    ``row <i>``)."""
     missing = [c for c in ('query', 'positive') if c not in df.columns]
     if not {'negative', 'negatives'} & set(df.columns):
         missing.append('negative (or negatives)')
@@ -47,11 +54,50 @@ def from_dataframe(df: pd.DataFrame) -> list[Example]:
     if not len(df):
         raise ValueError('training DataFrame is empty')
     out = []
-    for row in df.to_dict('records'):
+    for i, row in enumerate(df.to_dict('records')):
         negatives = row['negatives'] if 'negatives' in row else [row['negative']]
-        teacher = row.get('teacher')
-        out.append(Example(row['query'], row['positive'], list(negatives), None if teacher is None else list(teacher)))
+        teacher = None if is_missing(row.get('teacher')) else row['teacher']  # rows without one beside rows with
+        try:
+            if not isinstance(negatives, (list, tuple)) or not isinstance(teacher, (list, tuple, type(None))):
+                raise TypeError(f'"negatives" and "teacher" must be lists, got {negatives!r:.60} and {teacher!r:.60}')
+            out.append(Example(row['query'], row['positive'], list(negatives), None if teacher is None else
+                               list(teacher)))
+        except (TypeError, ValueError) as ex:
+            raise type(ex)(f'{rows[i] if rows is not None else f"row {i}"}: {ex}') from None
     return out
+
+
+def from_json_file(path, limit: int | None = None) -> list[Example]:
+    """Examples from a ``.jsonl`` file (one JSON object per line, the columns of :func:`from_dataframe`) or a
+    ``.json`` file (a DataFrame as pandas writes it), the first ``limit`` only; errors name the file and line."""
+    path = Path(path)
+    if path.suffix != '.jsonl':
+        try:
+            frame = pd.read_json(path)
+        except (ValueError, UnicodeDecodeError) as ex:
+            raise ValueError(f'{path} is not a JSON DataFrame ({" ".join(str(ex).split())[:200]})') from None
+        return from_dataframe(frame if limit is None else frame.head(limit))
+    records, lines = [], []
+    with open(path, 'rb') as f:  # json.loads decodes each line (UTF-8), so an undecodable one is named too
+        for number, line in enumerate(f, 1):
+            if limit is not None and len(records) == limit:
+                break
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except ValueError as ex:
+                raise ValueError(f'{path} line {number}: not valid JSON ({ex})') from None
+            if not isinstance(record, dict):
+                raise ValueError(f'{path} line {number}: must be a JSON object, got {type(record).__name__}')
+            records.append(record)
+            lines.append(f'{path} line {number}')
+    if not records:
+        raise ValueError(f'{path} holds no examples')
+    try:
+        return from_dataframe(pd.DataFrame(records), lines)
+    except KeyError as ex:
+        raise ValueError(f'{path}: {ex.args[0]}') from None
 
 
 def from_irds_docpairs(dataset_id: str, limit: int | None = None) -> Iterator[Example]:

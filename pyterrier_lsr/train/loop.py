@@ -29,7 +29,7 @@ from tqdm.auto import tqdm
 from ..core.checks import check_bool, check_float, check_int, check_max_length
 from . import losses as L
 from . import torchrun as dist
-from .checkpoints import check_same_model, claim_output, resume_state, save_checkpoint, write_log
+from .checkpoints import check_same_model, checkpoints, claim_output, resume_state, save_checkpoint, write_log
 from .data import Example
 
 # TrainConfig's integer fields and their smallest values (a max_length below 3 leaves no room for a token)
@@ -261,6 +261,102 @@ def train(
     )
 
 
+class TrainingDiverged(FloatingPointError):
+    """The loss, the gradients or the weights became infinite or NaN: the run stops at that step and saves nothing
+    from it (earlier checkpoints stay as they were)."""
+
+
+def _diverged(step: int, what: str, config: TrainConfig, output_dir: Path) -> TrainingDiverged:
+    kept = checkpoints(output_dir)
+    last = f'the last good checkpoint, {kept[0].name}, is kept' if kept else 'there is no earlier checkpoint'
+    return TrainingDiverged(f'training diverged at step {step + 1}: {what}. Nothing from this step was saved ({last}); '
+                            f'lower lr (now {config.lr:g}) or max_grad_norm (now {config.max_grad_norm:g}), or check '
+                            'the data and teacher scores')
+
+
+def _check_finite_weights(params: Sequence[torch.nn.Parameter], model: torch.nn.Module, step: int,
+                          config: TrainConfig, output_dir: Path) -> None:
+    """Before a save: a finite loss and gradient norm do not keep the weights finite (a huge lr's weight decay
+    multiplies them by ``1 - lr * weight_decay`` each step), and a saved non-finite model fails only when it encodes."""
+    with torch.no_grad():
+        bad = [p for p in params if not torch.isfinite(p).all()]
+    if bad:
+        names = {id(p): name for name, p in model.named_parameters()}
+        first = names.get(id(bad[0]), 'an extra parameter')
+        raise _diverged(step - 1, f'{len(bad)} weight tensors hold infinite or NaN values (e.g. {first})', config,
+                        output_dir)
+
+
+@dataclass
+class _Run:
+    """One :func:`run_loop` call's state, and its parts: resuming, one optimizer step, saving a checkpoint."""
+
+    model: torch.nn.Module
+    loss_fn: Callable
+    batches: Iterator
+    output_dir: Path
+    config: TrainConfig
+    optimizer: torch.optim.Optimizer
+    scheduler: torch.optim.lr_scheduler.LambdaLR
+    params: list
+    extra_parameters: list
+
+    def restore(self, checkpoint: Path | None, state: dict | None, resume) -> tuple[int, list]:
+        """Continues from ``checkpoint`` (if any): model, extra parameters, optimizer, schedule and torch's RNG as its
+        ``state`` saved them, the batches replayed up to its step; returns that step and the log so far."""
+        if checkpoint is None:
+            return 0, []
+        model, config, optimizer, scheduler = self.model, self.config, self.optimizer, self.scheduler
+        check_same_model(model, state['model'], checkpoint)
+        model.load_state_dict(state['model'])
+        with torch.no_grad():
+            for param, saved in zip(self.extra_parameters, state['extra']):
+                param.copy_(saved)
+        optimizer.load_state_dict(state['optimizer'])
+        scheduler.load_state_dict(state['scheduler'])
+        torch.set_rng_state(state['torch_rng'])
+        if resume == 'force':  # the loaded optimizer and scheduler carry the saved rates: the new config's apply
+            scheduler.base_lrs = [group['lr'] for group in param_groups(model, self.extra_parameters, config)]
+            factor = _lr_lambda(config)(scheduler.last_epoch)
+            for group, base_lr in zip(optimizer.param_groups, scheduler.base_lrs):
+                group.update(initial_lr=base_lr, lr=base_lr * factor, weight_decay=config.weight_decay)
+        for _ in range(state['step'] * config.grad_accum):  # replay the data order up to the checkpoint
+            next(self.batches)
+        return state['step'], state['log']
+
+    def step(self, step: int) -> list[dict] | None:
+        """Optimizer step ``step``: ``grad_accum`` micro-batches, gradient averaging and clipping; the micro-batches'
+        logs, or None when a stream ran out.  A non-finite loss or gradient norm stops before the weights change."""
+        config = self.config
+        self.optimizer.zero_grad()
+        torch.manual_seed(dist.step_seed(config.seed, step))
+        parts = []
+        for _ in range(config.grad_accum):
+            batch = next(self.batches, None)
+            if batch is None:
+                break
+            loss, logs = self.loss_fn(batch, step)
+            if not torch.isfinite(loss):
+                raise _diverged(step, f'the loss is {loss.item()}', config, self.output_dir)
+            (loss / config.grad_accum).backward()
+            parts.append(logs)
+        if not parts:
+            return None
+        dist.average_gradients(self.params)
+        norm = torch.nn.utils.clip_grad_norm_(self.params, config.max_grad_norm)
+        if not torch.isfinite(norm):
+            raise _diverged(step, f'the gradient norm is {norm.item()}', config, self.output_dir)
+        self.optimizer.step()
+        self.scheduler.step()
+        return parts
+
+    def save(self, step: int, tokenizer, log: list) -> None:
+        _check_finite_weights(self.params, self.model, step, self.config, self.output_dir)
+        if dist.is_main():
+            save_checkpoint(self.model, tokenizer, self.optimizer, self.scheduler, step,
+                            self.output_dir / f'checkpoint-{step}', self.config, log, self.extra_parameters)
+
+
 def run_loop(
     model: torch.nn.Module,
     loss_fn: Callable[[object, int], tuple[torch.Tensor, dict[str, float]]],
@@ -286,6 +382,9 @@ def run_loop(
     torch's global RNG (reseeded every step).
     ``resume``, ``resumed``: see :func:`train`.
 
+    A loss or gradient norm that is infinite or NaN, or weights that are when a checkpoint is due, raise
+    :class:`TrainingDiverged` naming the step: a diverged model is never saved, and earlier checkpoints stay.
+
     Under ``torchrun`` (see :mod:`.distributed`) every process runs this same loop: parameters start from rank 0's,
     gradients are averaged over processes once per optimizer step, and only rank 0 evaluates and writes metrics and
     checkpoints (a shared ``output_dir`` for multi-node runs).
@@ -301,26 +400,9 @@ def run_loop(
     params = [p for group in groups for p in group['params']]
     dist.broadcast_parameters(params)
     optimizer = torch.optim.AdamW(groups, lr=config.lr, weight_decay=config.weight_decay)
-    scheduler = torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config))
-    step, log = 0, []
-    if checkpoint is not None:
-        check_same_model(model, state['model'], checkpoint)
-        model.load_state_dict(state['model'])
-        with torch.no_grad():
-            for param, saved in zip(extra_parameters, state['extra']):
-                param.copy_(saved)
-        optimizer.load_state_dict(state['optimizer'])
-        scheduler.load_state_dict(state['scheduler'])
-        torch.set_rng_state(state['torch_rng'])
-        step, log = state['step'], state['log']
-        if resume == 'force':  # the loaded optimizer and scheduler carry the saved rates: the new config's apply
-            scheduler.base_lrs = [group['lr'] for group in param_groups(model, extra_parameters, config)]
-            factor = _lr_lambda(config)(scheduler.last_epoch)
-            for group, base_lr in zip(optimizer.param_groups, scheduler.base_lrs):
-                group.update(initial_lr=base_lr, lr=base_lr * factor, weight_decay=config.weight_decay)
-    for _ in range(step * config.grad_accum):  # replay the data order up to the checkpoint
-        next(batches)
-
+    run = _Run(model, loss_fn, batches, output_dir, config, optimizer,
+               torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config)), params, extra_parameters)
+    step, log = run.restore(checkpoint, state, resume)
     model.train()
     window: list[dict] = []
     start_time = time.time()
@@ -328,53 +410,35 @@ def run_loop(
         total=config.steps, initial=step, desc=desc, unit='step', disable=not verbose or not dist.is_main()
     ) as pbar:
         while step < config.steps:
-            optimizer.zero_grad()
-            torch.manual_seed(dist.step_seed(config.seed, step))
-            parts = []
-            for _ in range(config.grad_accum):
-                batch = next(batches, None)
-                if batch is None:
-                    break
-                loss, logs = loss_fn(batch, step)
-                (loss / config.grad_accum).backward()
-                parts.append(logs)
-            if not parts:
+            parts = run.step(step)
+            if parts is None:
                 break  # a stream ran out
-            dist.average_gradients(params)
-            torch.nn.utils.clip_grad_norm_(params, config.max_grad_norm)
-            optimizer.step()
-            scheduler.step()
             step += 1
             window.extend(parts)
             pbar.update(1)
             if step % config.log_every == 0 or step == config.steps:
-                row = {k: sum(p[k] for p in window if k in p) / len(window) for k in window[0]}
-                row.update(step=step, lr=scheduler.get_last_lr()[0], seconds=round(time.time() - start_time, 1))
-                log.append(row)
+                log.append(_mean_row(window, step, run.scheduler.get_last_lr()[0], time.time() - start_time))
                 window = []
-                pbar.set_postfix({k: f'{row[k]:.3g}' for k in ('loss', 'd_nnz') if k in row})
-            if (
-                evaluate is not None
-                and dist.is_main()
-                and ((config.eval_every and step % config.eval_every == 0) or step == config.steps)
-            ):
+                pbar.set_postfix({k: f'{log[-1][k]:.3g}' for k in ('loss', 'd_nnz') if k in log[-1]})
+            if evaluate is not None and dist.is_main() and (_every(step, config.eval_every) or step == config.steps):
                 model.eval()
                 log.append({'step': step, **evaluate(model)})
                 model.train()
-            if dist.is_main() and ((config.save_every and step % config.save_every == 0) or step == config.steps):
-                save_checkpoint(
-                    model,
-                    tokenizer,
-                    optimizer,
-                    scheduler,
-                    step,
-                    output_dir / f'checkpoint-{step}',
-                    config,
-                    log,
-                    extra_parameters,
-                )
+            if _every(step, config.save_every) or step == config.steps:
+                run.save(step, tokenizer, log)
             if log and dist.is_main():
                 write_log(output_dir, log)
     dist.barrier()  # checkpoints are complete before any process returns (and, say, resumes or evaluates)
     model.eval()
     return log
+
+
+def _mean_row(window: list[dict], step: int, lr: float, seconds: float) -> dict:
+    """One metrics row: the mean of each logged value over the micro-batches since the last row."""
+    row = {k: sum(p[k] for p in window if k in p) / len(window) for k in window[0]}
+    return dict(row, step=step, lr=lr, seconds=round(seconds, 1))
+
+
+def _every(step: int, period: int) -> bool:
+    """Whether ``step`` is a multiple of ``period`` (0: never)."""
+    return bool(period) and step % period == 0

@@ -1,6 +1,7 @@
 """The cached data of a domain adaptation run: training examples with their teacher scores, and held-out
 pseudo-queries with their pools and teacher rankings, one JSON file per corpus and data setting under the cache
 folder (never pickle), so that a second run with other training settings goes straight to training."""
+import json
 import math
 import random
 from pathlib import Path
@@ -24,7 +25,7 @@ def build_data(docs: dict[str, str], cache: Path, config: DomainConfig, verbose:
         settings['latent_teacher'] = config.latent_teacher
     path = Path(cache) / f'domain-data-{cache_key([corpus_key(docs), settings])}.json'
     if path.exists():
-        return read_json(path, 'the cached domain-adaptation data'), True
+        return check_cached_data(read_json(path, 'the cached domain-adaptation data'), settings, docs, path), True
     rng = random.Random(config.seed)
     docnos = list(docs)
     rng.shuffle(docnos)
@@ -73,3 +74,35 @@ def build_data(docs: dict[str, str], cache: Path, config: DomainConfig, verbose:
     data = {'settings': settings, 'examples': examples, 'heldout': heldout, 'heldout_extra': extra}
     write_json(path, data, indent=None)
     return data, False
+
+
+def _docnos(value, docs: dict) -> bool:
+    """Whether ``value`` is a list of docnos of ``docs``."""
+    return isinstance(value, list) and all(isinstance(v, str) and v in docs for v in value)
+
+
+def check_cached_data(data: dict, settings: dict, docs: dict[str, str], path: Path) -> dict:
+    """``data`` as :func:`build_data` wrote it for these ``settings`` and documents, or a ``ValueError`` naming
+    ``path`` and the first entry that is not (a file edited or damaged since: every docno must be a document of the
+    corpus, every teacher list one finite score per candidate), so that training never starts on it."""
+    def bad(where: str):
+        return ValueError(f'the cached domain-adaptation data {path} is damaged ({where}); remove the file and it is '
+                          'built again')
+    if set(data) != {'settings', 'examples', 'heldout', 'heldout_extra'} or \
+            data['settings'] != json.loads(json.dumps(settings)):  # as JSON stores them: tuples are lists
+        raise bad('its keys or settings are not those this run writes')
+    if not isinstance(data['examples'], list) or not isinstance(data['heldout'], list) or \
+            not _docnos(data['heldout_extra'], docs):
+        raise bad('"examples" and "heldout" must be lists, "heldout_extra" docnos of the corpus')
+    for i, e in enumerate(data['examples']):
+        ok = isinstance(e, dict) and isinstance(e.get('query'), str) and _docnos([e.get('pos')], docs) and \
+            _docnos(e.get('negatives'), docs) and isinstance(e.get('teacher'), list) and \
+            len(e['teacher']) == 1 + len(e['negatives']) and \
+            all(isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t) for t in e['teacher'])
+        if not ok:
+            raise bad(f'examples[{i}]')
+    for i, h in enumerate(data['heldout']):
+        if not (isinstance(h, dict) and isinstance(h.get('query'), str) and _docnos([h.get('pos')], docs) and
+                _docnos(h.get('ranked'), docs)):
+            raise bad(f'heldout[{i}]')
+    return data
