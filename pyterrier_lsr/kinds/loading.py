@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from ..core import storage
-from ..core.offline import resolve_model
+from ..core.offline import resolve_model, unavailable
 
 CONFIG_FILE = 'config.json'
 CONFIG_KEY = 'lsr'
@@ -37,7 +37,13 @@ def local_folder(name_or_path: str | Path) -> Path:
     if Path(name).exists() or name.startswith(('.', '/', '~')):
         raise FileNotFoundError(f'no model folder at {name}')
     from huggingface_hub import snapshot_download
-    return Path(snapshot_download(name))
+    from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
+    try:
+        return Path(snapshot_download(name))
+    except (LocalEntryNotFoundError, HfHubHTTPError, HFValidationError, OSError) as ex:
+        reason = str(ex).strip().splitlines()[0] if str(ex).strip() else type(ex).__name__
+        raise FileNotFoundError(unavailable(name, f'the Hugging Face hub could not provide it ({reason:.200})')) \
+            from None
 
 
 def model_settings(folder: str | Path) -> dict:
