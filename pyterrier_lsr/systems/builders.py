@@ -7,15 +7,19 @@ the corpus, BM25 + dense teacher, held-out selection with the never-worse guard)
 written last and so marks a folder as complete; with one ``cache_dir`` the trained systems share the BM25 index,
 dense embeddings, examples and teacher scores.  Nothing here looks at test queries.
 """
+import inspect
 import json
+import os
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import asdict
 from pathlib import Path
 
-from ..core.checks import check_settings
-from ..core.offline import installed
+from ..core.checks import check_bool, check_documents, check_settings
+from ..core.collection import corpus_key
+from ..core.offline import installed, resolve_model
 from ..core.quiet import quiet_native
-from ..core.storage import read_json, write_json
+from ..core.storage import model_digest, read_json, write_json
 from ..index import LsrIndex
 from ..index.bm25 import BM25, bm25
 from ..kinds.loading import load_model
@@ -25,13 +29,14 @@ from ..models.heads import calibrate_activation
 from ..models.vocab_transfer import transfer_vocabulary
 from ..models.vocabularies import extend_vocabulary, new_rows_only
 from ..train.domain import DONE_FILE, DomainConfig, claim_output, domain_adapt, logged_config
-from ..train.domain.teacher import corpus_key
 from ..train.sae import LATENT_TERMS, build_latent_terms, train_token_sae
 
 __all__ = ['BM25', 'bm25', 'sparse_index', 'latent_terms_index', 'best_dense', 'adapted', 'new_head_splade',
            'vt_splade', 'sae_splade']
 
 SYSTEM_FILE = 'system.json'
+# What built an index (builder, model fingerprint, corpus key, settings): a later call with others is refused.
+BUILD_FILE = 'builder.json'
 # SAE-SPLADE's stage-1 SAE: chosen on held-out pseudo-queries over 4,096 latents / 1 epoch on both development
 # collections (benchmarks/RESULTS.md, "SAE-SPLADE's queries adapt too...")
 SAE_SPLADE = {'n_latents': 16384, 'k': 4, 'epochs': 6}
@@ -47,14 +52,70 @@ def _texts(corpus: Sequence[dict]) -> list:
     return [d['text'] for d in corpus]
 
 
-def sparse_index(path, model, corpus: Sequence[dict], verbose: bool = False, **kwargs) -> LsrIndex:
-    """An :class:`~pyterrier_lsr.LsrIndex` of ``corpus`` encoded by ``model``, built if absent (``kwargs``: scale,
-    engines... of a new index)."""
-    index = LsrIndex(path, model, verbose=verbose, **kwargs)
-    if index.built():
+def _model_digest(model) -> str:
+    """The fingerprint of a model object: :func:`~..core.storage.model_digest` of its folder as ``save_pretrained``
+    writes it (the weights and settings an index's copy holds; equal for the same model however it was named)."""
+    with tempfile.TemporaryDirectory(prefix='lsr-fingerprint-') as folder:
+        with quiet_native():
+            model.save_pretrained(folder)
+        return model_digest(folder)
+
+
+def _dense_identity(name: str) -> str:
+    """A dense base by its weights when it resolves to a local folder (an offline short name, a path), else by
+    name."""
+    folder = resolve_model(name)
+    return model_digest(folder) if os.path.isdir(folder) else name
+
+
+def _settings_of(path: Path, wanted: dict, overwrite: bool) -> bool:
+    """Whether the index at ``path`` was built by this builder with ``wanted`` (its model, corpus and settings,
+    recorded in :data:`BUILD_FILE`), so that it may be returned as it is.  One built with others is an error saying
+    what differs (reuse is never silent), or, with ``overwrite``, to be rebuilt (``False``)."""
+    saved = read_json(path / BUILD_FILE, 'the builder settings') if (path / BUILD_FILE).is_file() else None
+    wanted = json.loads(json.dumps(wanted))
+    if saved == wanted:
+        return True
+    if overwrite:
+        return False
+    if saved is None:
+        raise ValueError(f'{path} holds an index this builder did not record (no {BUILD_FILE}: built by LsrIndex '
+                         'directly, or an interrupted call), so it cannot tell which model, corpus and settings built '
+                         'it; choose another path, or pass overwrite=True to rebuild it')
+    flat = [{**{k: v for k, v in record.items() if k != 'settings'},
+             **{f'settings.{k}': v for k, v in (record.get('settings') or {}).items()}} for record in (saved, wanted)]
+    changed = [k if not k.startswith('settings.') else f'{k} ({flat[0].get(k)!r:.60} recorded, {flat[1].get(k)!r:.60} '
+               'now)' for k in {**flat[0], **flat[1]} if flat[0].get(k) != flat[1].get(k)]
+    raise ValueError(f'{path} holds an index built with a different {", ".join(changed)} (recorded in its '
+                     f'{BUILD_FILE}); choose another path for this one, or pass overwrite=True to replace it')
+
+
+def _build_record(builder: str, model: str, docs: list, settings: dict) -> dict:
+    return {'builder': builder, 'model': model, 'corpus': corpus_key(dict(docs)), 'documents': len(docs),
+            'settings': settings}
+
+
+def sparse_index(path, model, corpus: Sequence[dict], verbose: bool = True, overwrite: bool = False,
+                 **kwargs) -> LsrIndex:
+    """An :class:`~pyterrier_lsr.LsrIndex` of ``corpus`` encoded by ``model`` (``kwargs``: scale, engines... of a
+    new index), built once: a second call with the same model (by its weights and settings), corpus and settings
+    returns it, one with others is an error naming what differs (``overwrite=True``: rebuild it instead).
+    ``verbose``: a progress bar while documents are encoded (and the engines' output); ``False``: silent."""
+    path = Path(path)
+    index = LsrIndex(path, model, verbose=check_bool('verbose', verbose), overwrite=overwrite, **kwargs)
+    call = inspect.signature(LsrIndex).bind(path, model, **kwargs)
+    call.apply_defaults()
+    unrecorded = ('path', 'model', 'batch_size', 'verbose', 'overwrite')  # how it is built, not what
+    settings = {k: v for k, v in call.arguments.items() if k not in unrecorded}
+    settings['engines'] = [settings['engines']] if isinstance(settings['engines'], str) else list(settings['engines'])
+    docs = check_documents(corpus, index.text_field, f'the corpus of {path}')
+    wanted = _build_record('sparse_index', _model_digest(model), docs, settings)
+    if index.built() and _settings_of(path, wanted, check_bool('overwrite', overwrite)):
         return index
     with quiet_native(verbose):  # the engines' native build logs
-        return index.index(iter(corpus))
+        index.index([{'docno': docno, index.text_field: text} for docno, text in docs])
+    write_json(path / BUILD_FILE, wanted)
+    return index
 
 
 def best_dense() -> str:
@@ -64,18 +125,28 @@ def best_dense() -> str:
 
 
 def latent_terms_index(path, corpus: Sequence[dict], dense: str = 'all-MiniLM-L6-v2', cache_dir=None,
-                       verbose: bool = False, **settings) -> LsrIndex:
+                       verbose: bool = True, overwrite: bool = False, **settings) -> LsrIndex:
     """A Latent Terms index (:func:`~..train.build_latent_terms`; ``settings`` override :data:`LATENT_TERMS`, and a
-    ``sae`` dict its SAE settings key by key; embeddings cached in ``cache_dir``, default ``<path>.cache``), built if
-    absent; it records its model."""
-    index = LsrIndex(path)
-    if index.built():
-        return index
+    ``sae`` dict its SAE settings key by key; embeddings cached in ``cache_dir``, default ``<path>.cache``), built
+    once: a second call with the same dense base (by its weights), corpus and settings returns it, one with others is
+    an error naming what differs (``overwrite=True``: rebuild it instead); it records its model.  ``verbose``:
+    progress bars (embedding, SAE training, indexing) with estimates; ``False``: silent."""
+    path = Path(path)
+    check_bool('verbose', verbose)
     cache_dir = cache_dir if cache_dir is not None else f'{path}.cache'
     sae = {**LATENT_TERMS['sae'], **check_settings('sae', settings.pop('sae', None), 'SAEConfig')}
+    settings = {**LATENT_TERMS, **settings, 'sae': sae}
+    docs = check_documents(corpus, where=f'the corpus of {path}')
+    # device and batch size change where and how fast the vectors are computed, not the index
+    recorded = {k: v for k, v in settings.items() if k not in ('device', 'batch_size')}
+    wanted = _build_record('latent_terms_index', _dense_identity(dense), docs, recorded)
+    if LsrIndex(path).built() and _settings_of(path, wanted, check_bool('overwrite', overwrite)):
+        return LsrIndex(path)
     with quiet_native(verbose):
-        return build_latent_terms(corpus, path, dense, cache_dir=cache_dir, verbose=verbose,
-                                  **{**LATENT_TERMS, **settings, 'sae': sae})[1]
+        index = build_latent_terms([{'docno': docno, 'text': text} for docno, text in docs], path, dense,
+                                   cache_dir=cache_dir, verbose=verbose, overwrite=overwrite, **settings)[1]
+    write_json(path / BUILD_FILE, wanted)
+    return index
 
 
 def _finished(folder, config: DomainConfig, system: dict | None = None) -> bool:
@@ -102,7 +173,7 @@ def _same(folder, saved: dict, wanted: dict):
 
 
 def adapted(start: Callable[[], Splade], corpus: Sequence[dict], folder, config: DomainConfig | None = None,
-            cache_dir=None, verbose: bool = False, system: dict | None = None, documents=None) -> Splade:
+            cache_dir=None, verbose: bool = True, system: dict | None = None, documents=None) -> Splade:
     """``domain_adapt(start(), corpus, folder, config, cache_dir, documents=documents)`` once: when ``folder`` holds a
     finished run, its model is reloaded and ``start`` is not called.  ``system`` (JSON-able settings of what ``start``
     builds, e.g. the base model) is recorded in the folder and checked like ``config``: a run with other settings is
@@ -139,7 +210,7 @@ def _two_sided(config: DomainConfig | None, method: str) -> DomainConfig:
 
 def new_head_splade(corpus: Sequence[dict], folder, config: DomainConfig | None = None,
                     encoder: str = 'all-MiniLM-L6-v2', target_active: float = 0.005, calibration_docs: int = 256,
-                    cache_dir=None, verbose: bool = False) -> Splade:
+                    cache_dir=None, verbose: bool = True) -> Splade:
     """SPLADE on a dense encoder without an MLM head (e.g. MiniLM-SPLADE): a new head
     (:meth:`~pyterrier_lsr.Splade.from_encoder`), calibrated so that ``target_active`` of the (document, term) pairs of
     the corpus's first ``calibration_docs`` documents start active
@@ -158,7 +229,7 @@ def new_head_splade(corpus: Sequence[dict], folder, config: DomainConfig | None 
 
 def vt_splade(corpus: Sequence[dict], folder, config: DomainConfig | None = None, base: str = 'splade-tiny',
               extend: int = 1000, warmup: DomainConfig | None = None, cache_dir=None,
-              verbose: bool = False) -> Splade:
+              verbose: bool = True) -> Splade:
     """VT-SPLADE by domain extension: ``base``'s WordPiece vocabulary gains the ``extend`` most frequent corpus
     words it splits (:func:`~..models.vocabularies.extend_vocabulary`), the model moves to it
     (:func:`~..models.vocab_transfer.transfer_vocabulary`: old tokens copied, new words composed), then SPLADE training
@@ -192,7 +263,7 @@ def vt_splade(corpus: Sequence[dict], folder, config: DomainConfig | None = None
 
 def sae_splade(corpus: Sequence[dict], folder, config: DomainConfig | None = None, backbone: str = 'splade-tiny',
                sae: dict | None = None, max_train_vectors: int | None = SAE_SPLADE_STATES, cache_dir=None,
-               verbose: bool = False, stage1_extra: Sequence[dict] = ()) -> SaeSplade:
+               verbose: bool = True, stage1_extra: Sequence[dict] = ()) -> SaeSplade:
     """SAE-SPLADE: stage 1 a TopK SAE on ``backbone``'s token states of the corpus (:func:`train_token_sae`,
     ``sae``: :class:`~pyterrier_lsr.models.sae.SAEConfig` settings, default :data:`SAE_SPLADE`, trained on a seeded
     sample of at most ``max_train_vectors`` token states, default :data:`SAE_SPLADE_STATES`, None for all; token states
@@ -205,7 +276,7 @@ def sae_splade(corpus: Sequence[dict], folder, config: DomainConfig | None = Non
     sae = sae or dict(SAE_SPLADE)
     system = {'method': 'sae-splade', 'backbone': backbone, 'sae': sae, 'max_train_vectors': max_train_vectors}
     if stage1_extra:  # recorded only when given, so that folders built before this option still match
-        system['stage1_extra'] = corpus_key({str(d['docno']): d['text'] for d in stage1_extra})
+        system['stage1_extra'] = corpus_key(dict(check_documents(stage1_extra, where='stage1_extra')))
 
     def start():
         stage1, _ = train_token_sae(backbone, _texts(corpus) + _texts(stage1_extra), sae,
