@@ -194,6 +194,14 @@ def test_an_unavailable_hub_model_is_one_clear_error_naming_the_offline_names(tm
     assert 'local model folder' in last and "'splade-tiny'" in last and "'all-MiniLM-L6-v2'" in last, last
 
 
+def test_a_missing_model_path_or_a_file_names_the_offline_names_too(tmp_path):
+    from pyterrier_lsr import load_model
+    (tmp_path / 'weights.bin').write_text('x')
+    for name, reason in [(tmp_path / 'missing', 'a path is never looked up'), (tmp_path / 'weights.bin', 'is a file')]:
+        with pytest.raises(FileNotFoundError, match=f"{reason}.*local model folder.*'splade-tiny'"):
+            load_model(name)
+
+
 def test_a_folder_of_user_files_is_refused_without_suggesting_overwrite(tmp_path, splade):
     from pyterrier_lsr import LsrIndex
     mine = tmp_path / 'mine'

@@ -34,8 +34,10 @@ def local_folder(name_or_path: str | Path) -> Path:
     name = resolve_model(str(name_or_path))
     if os.path.isdir(name):
         return Path(name)
-    if Path(name).exists() or name.startswith(('.', '/', '~')):
-        raise FileNotFoundError(f'no model folder at {name}')
+    if Path(name).exists():
+        raise FileNotFoundError(unavailable(name, f'{name} is a file, not a model folder'))
+    if name.startswith(('.', '/', '~')):
+        raise FileNotFoundError(unavailable(name, 'a path is never looked up on the Hugging Face hub'))
     from huggingface_hub import snapshot_download
     from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
     try:
