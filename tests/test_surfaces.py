@@ -161,6 +161,18 @@ def test_sparse_index_reuses_for_the_same_model_only(tmp_path, splade):
         rebuilt.build_id()
 
 
+def test_sparse_index_reuses_for_the_same_model_reloaded(tmp_path, splade):
+    from pyterrier_lsr import LsrIndex, Splade
+    from pyterrier_lsr.models.vocab_transfer import transfer_vocabulary
+    from pyterrier_lsr.models.vocabularies import extend_vocabulary
+    target, words = extend_vocabulary(splade.tokenizer, [d['text'] for d in DOCS] * 2, 5)
+    assert words
+    model, tokenizer, _ = transfer_vocabulary(splade.model, splade.tokenizer, target)
+    index = systems.sparse_index(tmp_path / 'vt.lsr', Splade(model, tokenizer, name='vt'), DOCS, verbose=False)
+    reloaded = LsrIndex(tmp_path / 'vt.lsr').model()  # writes its settings in another order, its loader state too
+    assert systems.sparse_index(tmp_path / 'vt.lsr', reloaded, DOCS, verbose=False).build_id() == index.build_id()
+
+
 def test_sparse_index_refuses_an_index_it_did_not_record(tmp_path, splade):
     from pyterrier_lsr import LsrIndex
     LsrIndex(tmp_path / 'x.lsr', splade, verbose=False).index(DOCS)

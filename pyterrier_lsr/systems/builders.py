@@ -52,12 +52,24 @@ def _texts(corpus: Sequence[dict]) -> list:
     return [d['text'] for d in corpus]
 
 
+# Written by transformers into tokenizer_config.json after a model was loaded from a folder: how it was loaded, not
+# what it is (the same model saved before and after a reload differs there).
+_LOADER_STATE = ('is_local', 'local_files_only')
+
+
 def _model_digest(model) -> str:
     """The fingerprint of a model object: :func:`~..core.storage.model_digest` of its folder as ``save_pretrained``
-    writes it (the weights and settings an index's copy holds; equal for the same model however it was named)."""
+    writes it, each JSON file in one canonical form (keys sorted, loader state left out: a reloaded model writes its
+    settings in another order), so that it is equal for the same weights and settings however the model was made,
+    named or reloaded."""
     with tempfile.TemporaryDirectory(prefix='lsr-fingerprint-') as folder:
         with quiet_native():
             model.save_pretrained(folder)
+        for file in Path(folder).rglob('*.json'):
+            value = json.loads(file.read_text(encoding='utf8'))
+            if isinstance(value, dict):
+                value = {k: v for k, v in value.items() if k not in _LOADER_STATE}
+            file.write_text(json.dumps(value, sort_keys=True), encoding='utf8')
         return model_digest(folder)
 
 
