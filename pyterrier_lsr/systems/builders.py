@@ -161,19 +161,27 @@ def latent_terms_index(path, corpus: Sequence[dict], dense: str = 'all-MiniLM-L6
     return index
 
 
-def _finished(folder, config: DomainConfig, system: dict | None = None) -> bool:
-    """Whether ``folder`` holds a finished :func:`domain_adapt` run with ``config`` (and, when given, built by the
-    builder settings ``system``, recorded in ``system.json`` when the run starts); one with other settings is an
-    error (never silently reused)."""
+def _finished(folder, config: DomainConfig, system: dict) -> bool:
+    """Whether ``folder`` holds a finished :func:`domain_adapt` run with ``config``, built by the builder settings
+    ``system`` (what ``start`` builds and the corpus, recorded in ``system.json`` when the run starts); one with other
+    settings, or a finished run that records none, is an error (never silently reused)."""
     folder = Path(folder)
     saved_system = folder / SYSTEM_FILE
-    if system is not None and saved_system.is_file():
+    if saved_system.is_file():
         _same(folder, read_json(saved_system, 'the system settings'), system)
     done = folder / DONE_FILE
     if not done.is_file():
         return False
     _same(folder, logged_config(read_json(done, 'the adaptation log')['config']), asdict(config))
+    if not saved_system.is_file():
+        raise ValueError(f'{folder} holds a finished run that records no {SYSTEM_FILE} (its base model and corpus), '
+                         'so it cannot be checked; use another folder or remove it')
     return True
+
+
+def _with_corpus(system: dict | None, corpus: Sequence[dict]) -> dict:
+    """``system`` with the key of ``corpus`` (its documents checked): a run on another corpus is never reused."""
+    return {**(system or {}), 'corpus': corpus_key(dict(check_documents(corpus, where='the corpus')))}
 
 
 def _same(folder, saved: dict, wanted: dict):
@@ -188,9 +196,10 @@ def adapted(start: Callable[[], Splade], corpus: Sequence[dict], folder, config:
             cache_dir=None, verbose: bool = True, system: dict | None = None, documents=None) -> Splade:
     """``domain_adapt(start(), corpus, folder, config, cache_dir, documents=documents)`` once: when ``folder`` holds a
     finished run, its model is reloaded and ``start`` is not called.  ``system`` (JSON-able settings of what ``start``
-    builds, e.g. the base model) is recorded in the folder and checked like ``config``: a run with other settings is
-    an error (never silently reused); choose another folder.  ``documents``: an index of ``corpus`` built with
-    ``start()``'s model, read instead of encoding the documents (query-side configs).
+    builds, e.g. the base model) is recorded in the folder with the key of ``corpus`` and checked like ``config``: a
+    run with other settings or on another corpus is an error (never silently reused); choose another folder.
+    ``documents``: an index of ``corpus`` built with ``start()``'s model, read instead of encoding the documents
+    (query-side configs).
 
     A query-side stage after a two-sided one (for the methods whose documents must train first) is a second call::
 
@@ -199,12 +208,11 @@ def adapted(start: Callable[[], Splade], corpus: Sequence[dict], folder, config:
         vt_queries = adapted(lambda: vt, corpus, 'vt/queries', DomainConfig(), documents=vt_index)
         retriever = vt_index.retriever(query_encoder=vt_queries.query_encoder())
     """
-    config = config or DomainConfig()
+    config, system = config or DomainConfig(), _with_corpus(system, corpus)
     if _finished(folder, config, system):
         splade = load_model(Path(folder) / 'model')
-    else:
-        if system is not None:  # into a folder of ours only, like the run's own files
-            write_json(claim_output(folder) / SYSTEM_FILE, system, indent=None)
+    else:  # into a folder of ours only, like the run's own files
+        write_json(claim_output(folder) / SYSTEM_FILE, system, indent=None)
         splade = domain_adapt(start(), corpus, folder, config, cache_dir, verbose=verbose, documents=documents)[0]
     splade.name = str(folder)  # named by its folder on the first run and after reloading alike
     return splade
@@ -251,7 +259,7 @@ def vt_splade(corpus: Sequence[dict], folder, config: DomainConfig | None = None
     held-out selection and guard. A query-side stage can follow (:func:`adapted`'s example; ``examples/course.py``)."""
     config = _two_sided(config, 'vt_splade')
     warmup = warmup and _two_sided(warmup, 'the vt_splade warm-up')
-    system = {'method': 'vt-splade', 'base': base, 'extend': extend}
+    system = _with_corpus({'method': 'vt-splade', 'base': base, 'extend': extend}, corpus)
     warm_folder = Path(folder) / 'warmup'
     if warmup is not None:
         _finished(warm_folder, warmup, system)  # a warm-up with other settings is refused before any work
