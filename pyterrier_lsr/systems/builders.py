@@ -1,8 +1,11 @@
 """Every method of the project built in re-runnable calls (the course kit, ``examples/course.py``).
 
 Each builder leaves its result in a folder and a later call returns it from there without training or encoding
-again: indexes are reopened when :meth:`~pyterrier_lsr.LsrIndex.built`, a trained model is reloaded from
-``<folder>/model``.  Models that train go through :func:`~pyterrier_lsr.train.domain_adapt` (pseudo-queries from
+again, only when it was built from the same model (by its weights and settings), corpus (by its key) and settings,
+which the folder records: a folder built with others is an error naming what differs, never reused silently.
+Indexes are reopened when :meth:`~pyterrier_lsr.LsrIndex.built`, a trained model is reloaded from
+``<folder>/model``.  Every builder shows progress bars (counts and an estimate) by default and is silent with
+``verbose=False``.  Models that train go through :func:`~pyterrier_lsr.train.domain_adapt` (pseudo-queries from
 the corpus, BM25 + dense teacher, held-out selection with the never-worse guard), whose log ``domain_adapt.json`` is
 written last and so marks a folder as complete; with one ``cache_dir`` the trained systems share the BM25 index,
 dense embeddings, examples and teacher scores.  Nothing here looks at test queries.
@@ -80,7 +83,7 @@ def _dense_identity(name: str) -> str:
     return model_digest(folder) if os.path.isdir(folder) else name
 
 
-def _settings_of(path: Path, wanted: dict, overwrite: bool) -> bool:
+def _reusable(path: Path, wanted: dict, overwrite: bool) -> bool:
     """Whether the index at ``path`` was built by this builder with ``wanted`` (its model, corpus and settings,
     recorded in :data:`BUILD_FILE`), so that it may be returned as it is.  One built with others is an error saying
     what differs (reuse is never silent), or, with ``overwrite``, to be rebuilt (``False``)."""
@@ -122,7 +125,7 @@ def sparse_index(path, model, corpus: Sequence[dict], verbose: bool = True, over
     settings['engines'] = [settings['engines']] if isinstance(settings['engines'], str) else list(settings['engines'])
     docs = check_documents(corpus, index.text_field, f'the corpus of {path}')
     wanted = _build_record('sparse_index', _model_digest(model), docs, settings)
-    if index.built() and _settings_of(path, wanted, check_bool('overwrite', overwrite)):
+    if index.built() and _reusable(path, wanted, check_bool('overwrite', overwrite)):
         return index
     with quiet_native(verbose):  # the engines' native build logs
         index.index([{'docno': docno, index.text_field: text} for docno, text in docs])
@@ -152,7 +155,7 @@ def latent_terms_index(path, corpus: Sequence[dict], dense: str = 'all-MiniLM-L6
     # device and batch size change where and how fast the vectors are computed, not the index
     recorded = {k: v for k, v in settings.items() if k not in ('device', 'batch_size')}
     wanted = _build_record('latent_terms_index', _dense_identity(dense), docs, recorded)
-    if LsrIndex(path).built() and _settings_of(path, wanted, check_bool('overwrite', overwrite)):
+    if LsrIndex(path).built() and _reusable(path, wanted, check_bool('overwrite', overwrite)):
         return LsrIndex(path)
     with quiet_native(verbose):
         index = build_latent_terms([{'docno': docno, 'text': text} for docno, text in docs], path, dense,
