@@ -24,7 +24,7 @@ def experiment(model: str = 'splade-tiny', workdir: str = 'indices', precision: 
     workdir = Path(workdir)
     splade = Splade.from_pretrained(resolve_model(model), precision=precision, batch_size=batch_size)
 
-    bm25 = systems.bm25(workdir / 'vaswani.pisa', dataset.get_corpus_iter(verbose=False))  # built once, quietly
+    bm25 = systems.bm25(workdir / 'vaswani.pisa', dataset.get_corpus_iter(verbose=False))  # built once, reopened after
 
     lsr_path = workdir / f'vaswani.{Path(model).name}.lsr'
     index = LsrIndex(lsr_path, splade)

@@ -65,6 +65,9 @@ def test_course_script_and_notebook_build_once_then_reuse(tmp_path, capfd):
     assert notebook['table'][METRICS].equals(table[METRICS]) and notebook['table']['name'].tolist() == names
 
 
+CORPUS = [{'docno': 'd1', 'text': 'nuclear reactor physics'}]
+
+
 def test_adapted_refuses_a_folder_trained_with_other_settings(tmp_path):
     from pyterrier_lsr.systems import adapted
     from pyterrier_lsr.train import DomainConfig
@@ -72,7 +75,21 @@ def test_adapted_refuses_a_folder_trained_with_other_settings(tmp_path):
     folder.mkdir()
     (folder / 'domain_adapt.json').write_text(json.dumps({'config': asdict(DomainConfig(steps=5))}))
     with pytest.raises(ValueError, match='other settings .*steps'):
-        adapted(lambda: pytest.fail('must not build a model'), [], folder, DomainConfig(steps=6))
+        adapted(lambda: pytest.fail('must not build a model'), CORPUS, folder, DomainConfig(steps=6))
+
+
+def test_adapted_refuses_a_run_on_another_corpus_and_a_run_that_records_none(tmp_path):
+    from pyterrier_lsr.systems import adapted
+    from pyterrier_lsr.systems.builders import SYSTEM_FILE
+    from pyterrier_lsr.train import DomainConfig
+    from pyterrier_lsr.train.domain import claim_output
+    folder = claim_output(tmp_path / 'm')
+    (folder / 'domain_adapt.json').write_text(json.dumps({'config': asdict(DomainConfig())}))
+    with pytest.raises(ValueError, match='records no system.json'):
+        adapted(lambda: pytest.fail('must not build a model'), CORPUS, folder)
+    (folder / SYSTEM_FILE).write_text(json.dumps({'corpus': 'another'}))
+    with pytest.raises(ValueError, match=r'other settings \(corpus\)'):
+        adapted(lambda: pytest.fail('must not build a model'), CORPUS, folder)
 
 
 def test_subset_keeps_relevant_documents_first():

@@ -86,7 +86,8 @@ def test_distributed_settings_are_checked_before_any_work(splade, tmp_path, sett
 
 
 @pytest.mark.parametrize('kwargs, error, match', [
-    ({}, FileExistsError, 'already exists'), ({'overwrite': True}, FileExistsError, 'refusing to replace'),
+    ({}, FileExistsError, 'not ours to replace, with or without overwrite=True'),
+    ({'overwrite': True}, FileExistsError, 'refusing to replace'),
     ({'scale': -1.}, ValueError, 'scale'), ({'overwrite': 'no'}, TypeError, 'overwrite'),
 ])
 def test_distributed_index_refuses_its_target_and_settings_before_encoding(splade, tmp_path, kwargs, error, match):

@@ -193,10 +193,11 @@ def test_the_one_call_builder_keeps_the_recipe_s_sae_settings_a_user_does_not_na
     from pyterrier_lsr.systems import LATENT_TERMS, builders
     calls = []
     monkeypatch.setattr(builders, 'build_latent_terms', lambda *args, **kwargs: calls.append(kwargs) or (0, 'index'))
-    assert builders.latent_terms_index(tmp_path / 'a.lsr', [], sae={'n_latents': 256}) == 'index'
+    corpus = [{'docno': 'd', 'text': 'nuclear physics'}]
+    assert builders.latent_terms_index(tmp_path / 'a.lsr', corpus, sae={'n_latents': 256}) == 'index'
     assert calls[0]['sae'] == {**LATENT_TERMS['sae'], 'n_latents': 256} and calls[0]['sae']['epochs'] == 3
     assert calls[0]['max_train_vectors'] == LATENT_TERMS['max_train_vectors']
-    builders.latent_terms_index(tmp_path / 'b.lsr', [], max_train_vectors=None)
+    builders.latent_terms_index(tmp_path / 'b.lsr', corpus, max_train_vectors=None)
     assert calls[1]['sae'] == LATENT_TERMS['sae'] and calls[1]['max_train_vectors'] is None
     with pytest.raises(TypeError, match='sae must be a dict'):
-        builders.latent_terms_index(tmp_path / 'c.lsr', [], sae=16384)
+        builders.latent_terms_index(tmp_path / 'c.lsr', corpus, sae=16384)

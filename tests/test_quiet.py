@@ -1,5 +1,5 @@
-"""Quiet by default and no leftovers: builders write nothing to the terminal (checked at the file-descriptor level,
-where PISA's C++ writes) unless verbose=True, and use_irds_cache leaves no copy of the cache behind."""
+"""Quiet when asked and no leftovers: with verbose=False builders write nothing to the terminal (checked at the
+file-descriptor level, where PISA's C++ writes), and use_irds_cache leaves no copy of the cache behind."""
 import os
 import subprocess
 import sys
@@ -9,22 +9,22 @@ import pandas as pd
 QUERIES = pd.DataFrame({'qid': ['1', '2'], 'query': ['radio wave noise', 'electron density']})
 
 
-def test_builders_print_nothing_unless_verbose(tmp_path, capfd, splade, vaswani_docs):
+def test_builders_print_nothing_with_verbose_false(tmp_path, capfd, splade, vaswani_docs):
     from pyterrier_lsr import systems
     from pyterrier_lsr.train.domain import DomainConfig
     from pyterrier_lsr.train.domain.teacher import Teacher
     corpus = vaswani_docs[:30]
     capfd.readouterr()
-    bm25 = systems.bm25(tmp_path / 'bm25.pisa', corpus, num_results=5)
+    bm25 = systems.bm25(tmp_path / 'bm25.pisa', corpus, verbose=False, num_results=5)
     assert len(bm25(QUERIES))
-    index = systems.sparse_index(tmp_path / 'splade.lsr', splade, corpus)
+    index = systems.sparse_index(tmp_path / 'splade.lsr', splade, corpus, verbose=False)
     assert len((splade.query_encoder() >> index.toks_retriever(5))(QUERIES))
     docs = {d['docno']: d['text'] for d in corpus}  # the BM25 cache inside domain adaptation
     pools, _ = Teacher(docs, tmp_path / 'cache', DomainConfig(teachers=('bm25',))).pools(
         [{'qid': '1', 'query': corpus[1]['text'][:60], 'pos': corpus[0]['docno']}], 5)
     assert len(pools[0]) > 1
     assert capfd.readouterr() == ('', '')
-    systems.bm25(tmp_path / 'loud.pisa', corpus, verbose=True)  # the same build, verbose: PISA's log comes through
+    systems.bm25(tmp_path / 'loud.pisa', corpus)  # the same build by default: PISA's log comes through
     assert '[info]' in ''.join(capfd.readouterr())
 
 

@@ -33,9 +33,9 @@ MAX_WEIGHT = 1000.0
 MAX_SCALE = (2 ** 31 - 1) / MAX_WEIGHT
 
 __all__ = ['MAX_WEIGHT', 'MAX_SCALE', 'WeightError', 'check_int', 'check_float', 'check_choice', 'check_bool',
-           'check_str', 'check_docno', 'UniqueDocnos', 'check_docnos', 'check_term', 'check_weights', 'check_vector',
-           'is_missing', 'check_query_frame', 'check_result_frame', 'check_matrix', 'check_max_length',
-           'documents', 'check_document']
+           'check_str', 'check_docno', 'UniqueDocnos', 'check_docnos', 'documents', 'check_document',
+           'check_documents', 'check_term', 'check_weights', 'check_vector', 'is_missing', 'check_query_frame',
+           'check_result_frame', 'check_matrix', 'check_max_length']
 
 
 def is_missing(value) -> bool:
@@ -119,8 +119,9 @@ def check_docno(docno, where: str = 'docno') -> str:
     if is_missing(docno):
         raise ValueError(f'{where} is missing ({docno!r}); every document needs a docno')
     if not isinstance(docno, str):
-        raise TypeError(f'{where} {docno!r:.60} is a {type(docno).__name__}; docnos must be strings '
-                        '(convert them yourself, e.g. df.docno.astype(str), so that 1 and "1" cannot collide)')
+        raise TypeError(f'{where} {docno!r:.60} is a {type(docno).__name__}; docnos must be strings, never converted '
+                        'here (convert them yourself, e.g. df.docno.astype(str), or write "7" rather than 7 in a '
+                        'JSON file, so that 1 and "1" cannot collide)')
     if not docno or docno != docno.strip() or any(c in docno for c in '\n\r\x00'):
         raise ValueError(f'{where} {docno!r:.60} is empty, has surrounding whitespace or contains a line break or '
                          'NUL, which an index cannot store')
@@ -134,10 +135,11 @@ class UniqueDocnos:
         self.seen = set()
         self.where = where
 
-    def add(self, docno) -> str:
-        docno = check_docno(docno)
+    def add(self, docno, where: str = 'docno') -> str:
+        """``docno`` checked and new; ``where`` names it in errors (e.g. ``'docs.jsonl, line 3: docno'``)."""
+        docno = check_docno(docno, where)
         if docno in self.seen:
-            raise ValueError(f'docno {docno!r} occurs twice in {self.where}; docnos must be unique')
+            raise ValueError(f'{where} {docno!r} occurs twice in {self.where}; docnos must be unique')
         self.seen.add(docno)
         return docno
 
@@ -178,6 +180,26 @@ def check_docnos(docnos: Iterable, where: str = 'the collection') -> list:
     """Every docno checked, unique; the first duplicate is an error naming it."""
     unique = UniqueDocnos(where)
     return [unique.add(d) for d in docnos]
+
+
+def check_documents(docs, text_field: str = 'text', where: str = 'the corpus') -> list[tuple[str, str]]:
+    """``(docno, text)`` of every document of ``docs`` (as :func:`documents` reads them: dicts or a DataFrame), read
+    once and checked before any work: docnos as :class:`UniqueDocnos` checks them, texts strings (a missing one, None
+    or NaN, is the empty text, as an index encodes it); an empty corpus is an error too.  Errors name the document's
+    position."""
+    rows, _ = documents(docs, ('docno', text_field), where)
+    unique, pairs = UniqueDocnos(where), []
+    for position, doc in enumerate(rows):
+        text = doc[text_field]
+        if is_missing(text):
+            text = ''
+        elif not isinstance(text, str):
+            raise TypeError(f'document {position} of {where}: {text_field} is a {type(text).__name__} '
+                            f'{text!r:.40}, not a string')
+        pairs.append((unique.add(doc['docno'], f'document {position} of {where}: docno'), text))
+    if not pairs:
+        raise ValueError(f'{where} holds no documents; cannot index an empty collection')
+    return pairs
 
 
 class WeightError(ValueError, TypeError):

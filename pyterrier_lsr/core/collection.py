@@ -1,14 +1,33 @@
 """Test collections by one name: an ``irds:`` dataset id or a folder of plain files.
 
-A folder holds ``docs.jsonl`` (``{"docno", "text"}`` per line), ``topics.tsv`` (``qid<TAB>query``) and
-``qrels.txt`` (TREC qrels); ``irds:<id>`` is read through PyTerrier's ir_datasets bridge.
+A folder holds three files, read strictly (a course assignment starts from them, and a silently misread line would
+shift or drop documents, queries or judgements):
+
+* ``docs.jsonl``: one JSON object per line with a string ``docno`` and a string ``text`` (other fields are ignored);
+  docnos are never converted (``7`` and ``null`` are errors, write ``"7"``) and must be unique;
+* ``topics.tsv``: ``qid<TAB>query`` per line, no header; a query may not contain a tab, qids are unique;
+* ``qrels.txt``: TREC qrels, ``qid iteration docno label`` separated by whitespace, the label an integer; each
+  (qid, docno) pair judged once.
+
+All three are UTF-8 (a byte-order mark at the start is accepted) with LF or CRLF line ends; blank lines (empty or
+whitespace only, e.g. a trailing one) are skipped.  Anything else is a ``ValueError`` (or the ``TypeError`` of
+:func:`~.checks.check_docno`) naming the file, the line and the field.  ``irds:<id>`` is read through PyTerrier's
+ir_datasets bridge, its documents checked the same way (:func:`~.checks.check_documents`).
 """
+import codecs
+import hashlib
 import itertools
 import json
+import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+
+from .checks import UniqueDocnos, check_docno, check_documents, check_int
+
+_INTEGER = re.compile(r'[+-]?[0-9]+')
 
 
 @dataclass
@@ -37,8 +56,8 @@ class Collection:
         made of the documents judged relevant to those topics first (so every query has something to find, up to
         ``docs`` of them), then the collection's first other documents; the corpus keeps collection order and the
         qrels keep only the chosen topics and documents.  ``None`` keeps all of either."""
-        if docs is not None and docs < 1 or topics is not None and topics < 1:
-            raise ValueError(f'docs and topics must be >= 1 (or None), got {docs} and {topics}')
+        docs = None if docs is None else check_int('docs', docs, 1)
+        topics = None if topics is None else check_int('topics', topics, 1)
         chosen = self.topics if topics is None else self.topics.head(topics)
         qrels = self.qrels[self.qrels['qid'].isin(set(chosen['qid']))]
         corpus = self.corpus
@@ -51,6 +70,12 @@ class Collection:
             qrels = qrels[qrels['docno'].isin(keep)]
         name = f'{self.name}[{len(corpus)} docs, {len(chosen)} topics]'
         return Collection(name, corpus, chosen.reset_index(drop=True), qrels.reset_index(drop=True))
+
+
+def corpus_key(docs: dict[str, str]) -> str:
+    """A short digest of a corpus (``{docno: text}``, in order): the key of caches and builds made from it."""
+    digest = hashlib.sha1('\n'.join(f'{d}\t{t}' for d, t in docs.items()).encode()).hexdigest()
+    return hashlib.sha1(json.dumps([len(docs), digest]).encode()).hexdigest()[:12]
 
 
 def irds_dataset(dataset_id: str):
@@ -67,7 +92,8 @@ def load_collection(spec: str) -> Collection:
 
     Args:
         spec: ``"irds:<id>"`` (an ir_datasets id, read through PyTerrier; offline with ``IR_DATASETS_HOME`` set to a
-            prepared cache) or a folder holding ``docs.jsonl``, ``topics.tsv`` and ``qrels.txt``.
+            prepared cache) or a folder holding ``docs.jsonl``, ``topics.tsv`` and ``qrels.txt`` (the format in
+            this module's documentation).
 
     Returns:
         A :class:`Collection`.
@@ -75,6 +101,7 @@ def load_collection(spec: str) -> Collection:
     Raises:
         ValueError: an ``irds:`` id that ir_datasets does not know.
         FileNotFoundError: a folder without the three files (naming the missing ones).
+        ValueError, TypeError: a malformed line of a file, naming the file, the line and the field.
 
     Example::
 
@@ -87,14 +114,100 @@ def load_collection(spec: str) -> Collection:
         import pyterrier as pt
         irds_dataset(spec[len('irds:'):])
         dataset = pt.get_dataset(spec)
-        corpus = [{'docno': d['docno'], 'text': d['text']} for d in dataset.get_corpus_iter(verbose=False)]
+        docs = check_documents(dataset.get_corpus_iter(verbose=False), where=spec)
+        corpus = [{'docno': docno, 'text': text} for docno, text in docs]
         return Collection(spec[len('irds:'):], corpus, dataset.get_topics(), dataset.get_qrels())
     folder = Path(spec)
     missing = [f for f in ('docs.jsonl', 'topics.tsv', 'qrels.txt') if not (folder / f).is_file()]
     if missing:
         raise FileNotFoundError(f'{spec} is neither an irds: id nor a collection folder (missing {missing})')
-    import pyterrier as pt
-    with open(folder / 'docs.jsonl', encoding='utf8') as f:
-        corpus = [{'docno': str(d['docno']), 'text': d['text']} for d in map(json.loads, f)]
-    topics = pd.read_csv(folder / 'topics.tsv', sep='\t', names=['qid', 'query'], dtype=str, quoting=3)
-    return Collection(folder.name, corpus, topics, pt.io.read_qrels(str(folder / 'qrels.txt')))
+    return Collection(folder.name, read_docs(folder / 'docs.jsonl'), read_topics(folder / 'topics.tsv'),
+                      read_qrels(folder / 'qrels.txt'))
+
+
+def _lines(path: Path) -> Iterator[tuple[int, str]]:
+    """``(line number, line)`` of the non-blank lines of ``path``, decoded strictly as UTF-8 (a BOM at the start
+    accepted), without their LF or CRLF end.  Split on LF bytes only: a JSON text may hold U+2028 or a form feed,
+    which ``str.splitlines`` would take for line ends."""
+    with open(path, 'rb') as f:
+        for number, raw in enumerate(f, 1):
+            if number == 1 and raw.startswith(codecs.BOM_UTF8):
+                raw = raw[len(codecs.BOM_UTF8):]
+            try:
+                line = raw.decode('utf8')
+            except UnicodeDecodeError as ex:
+                raise ValueError(f'{path}, line {number}: not valid UTF-8 (byte {raw[ex.start:ex.start + 1]!r} at '
+                                 f'column {ex.start + 1}); save the file as UTF-8') from None
+            line = line[:-1] if line.endswith('\n') else line
+            line = line[:-1] if line.endswith('\r') else line
+            if line.strip():
+                yield number, line
+
+
+def _json_type(value) -> str:
+    names = {dict: 'object', list: 'array', str: 'string', bool: 'boolean', type(None): 'null'}
+    return names.get(type(value), 'number')
+
+
+def read_docs(path) -> list[dict]:
+    """The documents of a ``docs.jsonl`` file as ``{docno, text}`` dicts, in file order, checked line by line."""
+    path, unique, corpus = Path(path), UniqueDocnos(str(path)), []
+    for number, line in _lines(path):
+        where = f'{path}, line {number}'
+        try:
+            record = json.loads(line)
+        except ValueError as ex:
+            raise ValueError(f'{where}: not valid JSON ({ex.msg} at column {ex.colno})') from None
+        if not isinstance(record, dict):
+            raise ValueError(f'{where}: a JSON {_json_type(record)}, not an object with "docno" and "text"')
+        for field in ('docno', 'text'):
+            if field not in record:
+                raise ValueError(f'{where}: no "{field}" field (the record has {sorted(record)})')
+        docno = unique.add(record['docno'], f'{where}: docno')
+        if not isinstance(record['text'], str):
+            raise ValueError(f'{where}: "text" is a JSON {_json_type(record["text"])}, not a string')
+        corpus.append({'docno': docno, 'text': record['text']})
+    return corpus
+
+
+def read_topics(path) -> pd.DataFrame:
+    """The ``qid, query`` frame of a ``topics.tsv`` file, in file order, checked line by line."""
+    path, rows, seen = Path(path), [], {}
+    for number, line in _lines(path):
+        where = f'{path}, line {number}'
+        fields = line.split('\t')
+        if len(fields) != 2:
+            raise ValueError(f'{where}: {len(fields)} tab-separated fields; a topic is qid<TAB>query (one tab: a '
+                             'query may not contain a tab)')
+        qid, query = fields
+        if not qid or qid != qid.strip():
+            raise ValueError(f'{where}: qid {qid!r} is empty or has surrounding whitespace')
+        if qid in seen:
+            raise ValueError(f'{where}: qid {qid!r} occurs twice (first on line {seen[qid]}); qids must be unique')
+        if not query.strip():
+            raise ValueError(f'{where}: the query of qid {qid!r} is empty')
+        seen[qid] = number
+        rows.append((qid, query))
+    return pd.DataFrame(rows, columns=['qid', 'query'], dtype=str)
+
+
+def read_qrels(path) -> pd.DataFrame:
+    """The ``qid, docno, label`` frame (label an int) of a TREC qrels file, in file order, checked line by line."""
+    path, rows, seen = Path(path), [], {}
+    for number, line in _lines(path):
+        where = f'{path}, line {number}'
+        fields = line.split()
+        if len(fields) != 4:
+            raise ValueError(f'{where}: {len(fields)} fields; a TREC qrels line has 4 (qid, iteration, docno, label) '
+                             'separated by whitespace')
+        qid, _, docno, label = fields
+        check_docno(docno, f'{where}: docno')
+        if not _INTEGER.fullmatch(label):
+            raise ValueError(f'{where}: label {label!r} is not an integer (relevance labels are 0, 1, 2...)')
+        if (qid, docno) in seen:
+            raise ValueError(f'{where}: qid {qid!r} and docno {docno!r} are judged twice (first on line '
+                             f'{seen[qid, docno]})')
+        seen[qid, docno] = number
+        rows.append((qid, docno, int(label)))
+    qrels = pd.DataFrame(rows, columns=['qid', 'docno', 'label'])
+    return qrels.astype({'qid': str, 'docno': str, 'label': 'int64'})

@@ -44,6 +44,15 @@ def offline_name(name: str) -> str:
     return name if name in OFFLINE_MODELS else ''
 
 
+def unavailable(name: str, reason: str) -> str:
+    """The one error text for a model name that is no local folder, no offline short name and could not be fetched
+    (offline, or no such hub model): what to pass instead, rather than the hub client's traceback."""
+    names = ', '.join(f'{short!r}' + ('' if installed(short) else ' (not installed)') for short in OFFLINE_MODELS)
+    return (f'cannot load the model {name!r}: there is no folder of that name here and {reason}. Pass the path of a '
+            f'local model folder (saved with save_pretrained, or downloaded beforehand where there is a network), '
+            f'or an offline short name: {names}')
+
+
 def cache_folder() -> Path:
     """Where archived models are extracted: ``$PYTERRIER_LSR_CACHE``, else ``~/.cache/pyterrier_lsr``."""
     return Path(os.environ.get(CACHE_ENV) or Path.home() / '.cache' / 'pyterrier_lsr')

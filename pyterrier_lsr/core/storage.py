@@ -173,13 +173,14 @@ def check_replaceable(path: PathLike, kind: str, overwrite: bool, what: str | No
         raise FileExistsError(f'{path} exists and is not a folder; refusing to replace it')
     if not any(path.iterdir()):
         return True
-    if not overwrite:
-        raise FileExistsError(f'{path} already exists; pass overwrite=True to replace it')
     found = artifact_type(path)
-    if found != kind:
+    if found != kind:  # overwrite=True would not help: say so rather than suggest it
         found_text = f'a pyterrier-lsr {found}' if found else f'not a pyterrier-lsr {what}'
-        raise FileExistsError(f'{path} is {found_text} (no {MARKER} naming {kind!r}); refusing to replace it: '
-                              'choose another path or remove it yourself')
+        raise FileExistsError(f'{path} is {found_text} (no {MARKER} naming {kind!r}), so it is not ours to replace, '
+                              'with or without overwrite=True; refusing to replace it: choose another path or empty '
+                              'the folder yourself')
+    if not overwrite:
+        raise FileExistsError(f'{path} already exists (a pyterrier-lsr {what}); pass overwrite=True to replace it')
     return True
 
 

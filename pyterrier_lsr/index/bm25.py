@@ -1,11 +1,29 @@
-"""BM25 over a PISA text index of a corpus, built once into a folder and reopened afterwards, quietly: PISA's
-``[info]`` lines and progress bars (C++ writes to the file descriptors) are silenced unless ``verbose=True``."""
+"""BM25 over a PISA text index of a corpus, built once into a folder and reopened afterwards.
+
+The corpus is checked before PISA sees it (:func:`~..core.checks.check_documents`: PISA stores docnos one per line
+and would serve a duplicate twice, ``None`` as ``"None"``, and shift every docno after one holding a line break), and
+the folder is built like every other artifact (:func:`~..core.storage.build_folder`): beside its final name, swapped
+into place when complete, marked as ours with the key of its corpus, never into a folder of user files.  A second
+call with the same corpus reopens it; with another corpus it is an error (or a rebuild, with ``overwrite=True``).
+
+Progress (documents fed to PISA, with an estimate) and PISA's own log lines and bars are shown with ``verbose=True``
+(the default) and silenced with ``verbose=False`` (the C++ writes, too: see :mod:`..core.quiet`).
+"""
 from collections.abc import Iterable
+from pathlib import Path
 
 import pandas as pd
 import pyterrier as pt
+from tqdm.auto import tqdm
 
+from ..core import storage
+from ..core.checks import check_bool, check_documents
+from ..core.collection import corpus_key
 from ..core.quiet import quiet_native
+
+BM25_KIND = 'bm25_index.pisa'
+
+__all__ = ['BM25', 'BM25_KIND', 'bm25', 'bm25_index']
 
 
 class BM25(pt.Transformer):
@@ -24,16 +42,37 @@ class BM25(pt.Transformer):
         return 'BM25'
 
 
-def bm25_index(path, corpus: Iterable[dict], verbose: bool = False):
-    """A ``pyterrier_pisa.PisaIndex`` of ``corpus``'s ``text`` (``docno, text`` dicts) at ``path``, built if absent."""
+def bm25_index(path, corpus: Iterable[dict], verbose: bool = True, overwrite: bool = False):
+    """A ``pyterrier_pisa.PisaIndex`` of ``corpus``'s ``text`` (``docno, text`` dicts) at ``path``: reopened when
+    ``path`` holds our BM25 index of the same corpus, else built (``overwrite=True`` replaces our BM25 index of
+    another corpus; any other folder is refused)."""
     import pyterrier_pisa
-    index = pyterrier_pisa.PisaIndex(str(path), text_field='text')
-    if not index.built():
+    check_bool('verbose', verbose)
+    check_bool('overwrite', overwrite)
+    path = Path(path)
+    docs = check_documents(corpus, where=f'the corpus of {path}')
+    key = corpus_key(dict(docs))
+    if storage.is_artifact(path, BM25_KIND):
+        recorded = (storage.read_marker(path) or {}).get('corpus')
+        if recorded == key:
+            return pyterrier_pisa.PisaIndex(str(path), text_field='text')
+        if not overwrite:
+            raise ValueError(f'{path} holds a BM25 index of another corpus (corpus key {recorded}, this corpus of '
+                             f'{len(docs)} documents has {key}); choose another path, or pass overwrite=True to '
+                             'rebuild it')
+    if not any(text.strip() for _, text in docs):
+        raise ValueError(f'every one of the {len(docs)} documents of {path} has an empty text; nothing could be '
+                         'retrieved (and PISA would abort the process)')
+    with storage.build_folder(path, BM25_KIND, overwrite, what='BM25 index') as tmp:
+        feed = tqdm(({'docno': docno, 'text': text} for docno, text in docs), total=len(docs), unit='doc',
+                    desc=f'BM25 indexing {path.name}', disable=not verbose)
         with quiet_native(verbose):
-            index.index(iter(corpus))
-    return index
+            pyterrier_pisa.PisaIndex(str(tmp), text_field='text').index(feed)
+        storage.mark(tmp, BM25_KIND, corpus=key, num_docs=len(docs))
+    return pyterrier_pisa.PisaIndex(str(path), text_field='text')
 
 
-def bm25(path, corpus: Iterable[dict], verbose: bool = False, **params) -> BM25:
-    """:class:`BM25` over a PISA index of ``corpus``'s text at ``path``, built if absent."""
-    return BM25(bm25_index(path, corpus, verbose), verbose=verbose, **params)
+def bm25(path, corpus: Iterable[dict], verbose: bool = True, overwrite: bool = False, **params) -> BM25:
+    """:class:`BM25` over a PISA index of ``corpus``'s text at ``path`` (:func:`bm25_index`: built once, reopened for
+    the same corpus)."""
+    return BM25(bm25_index(path, corpus, verbose, overwrite), verbose=verbose, **params)

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ..core import storage
 from ..core.model_files import ModelLoadError
-from ..core.offline import resolve_model
+from ..core.offline import resolve_model, unavailable
 
 CONFIG_FILE = 'config.json'
 CONFIG_KEY = 'lsr'
@@ -35,10 +35,18 @@ def local_folder(name_or_path: str | Path) -> Path:
     name = resolve_model(str(name_or_path))
     if os.path.isdir(name):
         return Path(name)
-    if Path(name).exists() or name.startswith(('.', '/', '~')):
-        raise FileNotFoundError(f'no model folder at {name}')
+    if Path(name).exists():
+        raise FileNotFoundError(unavailable(name, f'{name} is a file, not a model folder'))
+    if name.startswith(('.', '/', '~')):
+        raise FileNotFoundError(unavailable(name, 'a path is never looked up on the Hugging Face hub'))
     from huggingface_hub import snapshot_download
-    return Path(snapshot_download(name))
+    from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
+    try:
+        return Path(snapshot_download(name))
+    except (LocalEntryNotFoundError, HfHubHTTPError, HFValidationError, OSError) as ex:
+        reason = str(ex).strip().splitlines()[0] if str(ex).strip() else type(ex).__name__
+        raise FileNotFoundError(unavailable(name, f'the Hugging Face hub could not provide it ({reason:.200})')) \
+            from None
 
 
 def model_settings(folder: str | Path) -> dict:

@@ -4,6 +4,7 @@ from collections.abc import Iterable, Sequence
 
 import numpy as np
 
+from ..core.checks import check_documents
 from ..index import SpladeIndexer
 from ..kinds.latent_terms import LatentTerms, cached_embeddings
 from ..models.sae import SAEConfig, train_sae
@@ -35,7 +36,7 @@ def build_latent_terms(docs: Iterable[dict], index_path, dense: str = 'all-MiniL
     Documents are indexed from the cached vectors, without a second transformer pass.
     Returns ``(latent_terms, index, log)``, ``log`` being the SAE training log.
     """
-    docs = [(str(doc['docno']), doc[text_field]) for doc in docs]
+    docs = check_documents(docs, text_field)  # docnos checked, never str()-ed, before the hours of stage 1
     latent_terms = LatentTerms(dense, mode=mode, sqrt_tf=sqrt_tf, **latent_terms_kwargs)
     model, log, vectors, offsets = train_latent_sae(latent_terms, [text for _, text in docs], sae, cache_dir,
                                                     max_train_vectors, verbose)

@@ -11,6 +11,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from ...core.collection import corpus_key
 from ...core.storage import write_file
 from ...index.bm25 import BM25, bm25_index
 
@@ -18,10 +19,6 @@ from ...index.bm25 import BM25, bm25_index
 def cache_key(value) -> str:
     """A short digest of a JSON-able value: the part of a cache file's name that identifies its inputs."""
     return hashlib.sha1(json.dumps(value, sort_keys=True).encode()).hexdigest()[:12]
-
-
-def corpus_key(docs: dict[str, str]) -> str:
-    return cache_key([len(docs), hashlib.sha1('\n'.join(f'{d}\t{t}' for d, t in docs.items()).encode()).hexdigest()])
 
 
 def zscore_sum(components: list[dict[str, float]], teachers: Sequence[str]) -> np.ndarray:
