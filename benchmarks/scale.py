@@ -278,10 +278,13 @@ def plot(records: dict, path: Path, precision: str):
             axes[1].plot([n for n, _ in points], [r['peak_rss_mib'] for _, r in points], 'o-', label=label)
     measured = [(n, records[f'measure-{n}']) for n in sizes if f'measure-{n}' in records]
     for engine in ('pisa', 'bmp', 'seismic', 'bm25'):
-        points = [(n, r['engines'][engine]['cpu_ms_one_median']) for n, r in measured if engine in r['engines']]
-        if points:
-            axes[2].plot(*zip(*points), 'o-', label=engine if engine != 'bm25' else 'BM25 (PISA)')
-    titles = ('build CPU seconds', 'peak RSS during the stage (MiB)', 'CPU ms/query, one query a call (median)')
+        rows = [(n, r['engines'][engine]) for n, r in measured if engine in r['engines']]
+        if rows:
+            sizes_of = [n for n, _ in rows]
+            line, = axes[2].plot(sizes_of, [r['cpu_ms_one_median'] for _, r in rows], 'o-',
+                                 label=engine if engine != 'bm25' else 'BM25 (PISA)')
+            axes[2].plot(sizes_of, [r['cpu_ms_batch'] for _, r in rows], 's--', color=line.get_color())
+    titles = ('build CPU seconds', 'peak RSS during the stage (MiB)', 'CPU ms/query: one a call (-), batched (--)')
     for ax, title in zip(axes, titles):
         ax.set_xscale('log')
         ax.set_yscale('log')
@@ -395,6 +398,21 @@ class Run:
             BM25(index, num_results=K)(self.tune.iloc[:1])  # PISA compresses its files on first use: part of a build
         return {'documents': index.num_docs(), 'bytes': folder_bytes(path)}
 
+    def postings(self, n: int) -> dict:
+        """Terms and postings per query (all queries) of SPLADE-tiny's query vectors and of BM25's stemmed, stopped
+        query terms: the work an exhaustive traversal of each index does."""
+        from pyterrier_lsr.report.costs import System
+        queries = pd.concat([self.tune, self.test])
+        lsr = System('SPLADE-tiny', None, str(self.index_path(n)))
+        bm25 = System('BM25', None, str(self.data / f'bm25-{n}'), stemmer='porter2')
+        out = {}
+        for name, system, terms in (('lsr', lsr, list(self.frame(queries)['query_toks'])),
+                                    ('bm25', bm25, bm25.query_terms(queries))):
+            df, _, key = system.document_frequencies()
+            out[name] = {'terms_per_query': float(np.mean([len(t) for t in terms])),
+                         'postings_per_query': float(np.mean([sum(df.get(key(t), 0) for t in q) for q in terms]))}
+        return out
+
     def block_sizes(self, n: int) -> list[int]:
         """Every block size up to ``--tune-builds-up-to`` documents; beyond, the one chosen at the largest tuned."""
         if n <= self.args.tune_builds_up_to:
@@ -451,6 +469,7 @@ class Run:
             stages.run(f'bmp-{block_size}-{n}', lambda b=block_size: self.bmp(n, b))
         stages.run(f'seismic-{n}', lambda: self.seismic(n))
         stages.run(f'bm25-{n}', lambda: self.bm25(n))
+        stages.run(f'postings-{n}', lambda: self.postings(n))
         stages.run(f'measure-{n}', lambda: self.measure(n))
         if n <= args.compare_up_to:
             for precision in args.compare_precisions:

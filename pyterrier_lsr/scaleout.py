@@ -5,7 +5,10 @@ is encoded by one of ``num_workers`` actors (each loads the model once from a fo
 :func:`~pyterrier_lsr.load_model`: one replica per GPU, or per ``threads_per_worker`` CPUs) and written as
 ``part-<i>.parquet`` (see :mod:`pyterrier_lsr.index.vectors`) plus ``part-<i>.json``: its manifest entry and a digest
 of its docnos and texts. A re-run skips every shard whose ``.json``, digest and file size check out, so an interrupted
-job resumes where it stopped. ``vectors.json``, written last, joins the shards in corpus order.
+job resumes where it stopped, and a longer corpus that starts with the same documents reuses their shards.
+``vectors.json``, written last, joins the shards in corpus order. ``encode.json`` keeps the job's settings (the
+model's weights, its precision, the shard and chunk sizes): resuming with other settings is refused, so shards encoded
+differently never mix.
 
 Each shard's texts go through ``model.encode`` in groups of ``chunk_size`` documents, the groups
 :meth:`LsrIndex.index <pyterrier_lsr.LsrIndex.index>` encodes when its ``batch_size`` is ``chunk_size`` (1024 by
