@@ -90,7 +90,9 @@ class Stages:
     def publish(self):
         records = {p.stem: read_json(p, 'stage record') for p in sorted(self.folder.glob('*.json'))}
         write_json(Path(self.args.output), {
-            'command': 'python ' + ' '.join(sys.argv), 'machine': self.machine,
+            # absolute paths are this machine's: recorded as path/to/<name>
+            'command': ' '.join(['python'] + [f'path/to/{Path(a).name}' if os.path.isabs(a) else a for a in sys.argv]),
+            'machine': self.machine,
             'corpus': 'packages: 963,715 package descriptions (8.5 words a document on average, shorter than MS '
                       'MARCO passages, about 56); nested prefixes of one seeded shuffle',
             'settings': {k: v for k, v in vars(self.args).items() if k not in ('corpus', 'data', 'output', 'plot')},
