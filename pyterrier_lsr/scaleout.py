@@ -5,7 +5,10 @@ is encoded by one of ``num_workers`` actors (each loads the model once from a fo
 :func:`~pyterrier_lsr.load_model`: one replica per GPU, or per ``threads_per_worker`` CPUs) and written as
 ``part-<i>.parquet`` (see :mod:`pyterrier_lsr.index.vectors`) plus ``part-<i>.json``: its manifest entry and a digest
 of its docnos and texts. A re-run skips every shard whose ``.json``, digest and file size check out, so an interrupted
-job resumes where it stopped. ``vectors.json``, written last, joins the shards in corpus order.
+job resumes where it stopped, and a longer corpus that starts with the same documents reuses their shards.
+``vectors.json``, written last, joins the shards in corpus order. ``encode.json`` keeps the job's settings (the
+model's weights, its precision, the shard and chunk sizes): resuming with other settings is refused, so shards encoded
+differently never mix.
 
 Each shard's texts go through ``model.encode`` in groups of ``chunk_size`` documents, the groups
 :meth:`LsrIndex.index <pyterrier_lsr.LsrIndex.index>` encodes when its ``batch_size`` is ``chunk_size`` (1024 by
@@ -184,18 +187,22 @@ def _check_job(folder: Path, job: dict) -> None:
 
 def _model_kwargs(model, model_kwargs: dict | None, device: str) -> dict:
     """The settings a worker loads the model with: a given model's batch and length limits (so workers encode as it
-    does), the worker's device, and ``model_kwargs`` over both."""
+    does), its precision when the worker runs on the same kind of device (int8 or bf16 weights give other vectors than
+    fp32 ones; on another device the worker's default applies), the worker's device, and ``model_kwargs`` over all."""
     kwargs = {k: getattr(model, k) for k in ('batch_size', 'max_length') if hasattr(model, k)}
+    if hasattr(model, 'precision') and getattr(getattr(model, 'device', None), 'type', None) == device:
+        kwargs['precision'] = model.precision
     return {**kwargs, 'device': device, **(model_kwargs or {})}
 
 
 class _Pool:
-    """``num_workers`` Ray actors fed shards, at most ``in_flight`` queued per actor, the least busy first."""
+    """``num_workers`` Ray actors fed shards, at most ``in_flight`` queued per actor, the least busy first; ``started``:
+    the Ray session is this job's, shut down on :meth:`close`."""
 
-    def __init__(self, ray, num_workers, threads, gpus, max_retries, in_flight, args):
+    def __init__(self, ray, num_workers, threads, gpus, max_retries, in_flight, args, started):
+        self.ray, self.in_flight, self.started = ray, in_flight, started
         remote = ray.remote(num_cpus=threads, num_gpus=gpus, max_restarts=max_retries,
                             max_task_retries=max_retries)(ShardEncoder)
-        self.ray, self.in_flight = ray, in_flight
         self.actors = [remote.remote(*args) for _ in range(num_workers)]
         self.busy = {i: 0 for i in range(num_workers)}
         self.pending = {}  # future -> (actor index, shard number, documents)
@@ -227,6 +234,97 @@ class _Pool:
     def close(self):
         for actor in self.actors:
             self.ray.kill(actor)
+        if self.started:
+            self.ray.shutdown()
+
+
+class _InProcess:
+    """:class:`_Pool`'s interface for ``num_workers=0``: each shard is encoded here when submitted."""
+
+    def __init__(self, encoder: ShardEncoder):
+        self.encoder, self.pending = encoder, {}
+
+    def submit(self, number, docnos, texts, digest):
+        self.pending[number] = (number, len(docnos), self.encoder.encode(number, docnos, texts, digest))
+
+    def full(self) -> bool:
+        return bool(self.pending)
+
+    def next_done(self) -> tuple[int, int, dict]:
+        return self.pending.pop(next(iter(self.pending)))
+
+    def close(self):
+        pass
+
+
+def _ray_pool(model, model_path: Path, folder: Path, chunk_size: int, num_workers, ray_address, gpus_per_worker,
+              threads_per_worker, model_kwargs, max_retries, in_flight, verbose) -> tuple[_Pool, dict]:
+    """Joins or starts Ray and starts the workers; returns the pool and the settings each worker loads the model with
+    (default worker count and GPUs from the cluster's resources)."""
+    import ray
+    started = not ray.is_initialized()
+    if started:
+        ray.init(address=ray_address, include_dashboard=False, log_to_driver=verbose)
+    try:
+        resources = ray.cluster_resources()
+        if gpus_per_worker is None:
+            gpus_per_worker = 1 if resources.get('GPU', 0) > 0 else 0
+        if num_workers is None:
+            num_workers = max(1, int(resources.get('GPU', 0) // gpus_per_worker if gpus_per_worker
+                                     else resources.get('CPU', 1) // threads_per_worker))
+        if num_workers * threads_per_worker > resources.get('CPU', 0):
+            warnings.warn(f'{num_workers} workers x {threads_per_worker} CPUs exceed the cluster\'s '
+                          f'{resources.get("CPU", 0):g} CPUs: some workers wait for resources')
+        kwargs = _model_kwargs(model, model_kwargs, 'cuda' if gpus_per_worker else 'cpu')
+        return _Pool(ray, num_workers, threads_per_worker, gpus_per_worker, max_retries, in_flight,
+                     (str(model_path), str(folder), chunk_size, threads_per_worker, kwargs), started), kwargs
+    except BaseException:
+        if started:
+            ray.shutdown()
+        raise
+
+
+def _encode_shards(docs: Iterable[dict], total: int | None, folder: Path, text_field: str, shard_size: int, pool,
+                   verbose: bool) -> dict[int, dict]:
+    """Feeds the shards not written yet to ``pool``; returns every shard's manifest entry by number."""
+    entries, counts, start = {}, {'encoded': 0, 'skipped': 0}, time.perf_counter()
+    with tqdm(total=total, desc=f'encoding {folder.name}', unit='doc', disable=not verbose) as pbar:
+        def finished(number, count, entry, how='encoded'):
+            entries[number] = entry
+            counts[how] += count
+            pbar.update(count)
+            pbar.set_postfix({'docs/s': f'{counts["encoded"] / (time.perf_counter() - start):.1f}',
+                              'skipped': counts['skipped']})
+
+        for number, docnos, texts in _shards(docs, text_field, shard_size):
+            digest = _digest(docnos, texts)
+            entry = _written(folder, number, digest)
+            if entry is not None:
+                finished(number, len(docnos), entry, 'skipped')
+                continue
+            while pool.full():
+                finished(*pool.next_done())
+            pool.submit(number, docnos, texts, digest)
+        while pool.pending:
+            finished(*pool.next_done())
+    return entries
+
+
+def _check_settings(num_workers, gpus_per_worker, threads_per_worker, max_retries, in_flight, model_kwargs,
+                    shard_size, chunk_size) -> None:
+    """Every setting checked before the folder is claimed or Ray is started (a bad one would fail inside a worker)."""
+    if num_workers is not None:
+        check_int('num_workers', num_workers, 0)
+    if gpus_per_worker is not None:
+        check_float('gpus_per_worker', gpus_per_worker, 0)
+    check_int('threads_per_worker', threads_per_worker, 1)
+    check_int('max_retries', max_retries, 0)
+    check_int('in_flight', in_flight, 1)
+    if model_kwargs is not None and not isinstance(model_kwargs, dict):
+        raise TypeError(f'model_kwargs must be a dict of loading settings, got {type(model_kwargs).__name__}')
+    check_int('chunk_size', chunk_size, 1)
+    if check_int('shard_size', shard_size, 1) % chunk_size:
+        raise ValueError(f'shard_size ({shard_size}) must be a positive multiple of chunk_size ({chunk_size})')
 
 
 def encode(corpus, model, folder, *, num_workers: int | None = None, shard_size: int = 16_384,
@@ -248,80 +346,33 @@ def encode(corpus, model, folder, *, num_workers: int | None = None, shard_size:
         gpus_per_worker: GPUs per replica; default 1 when the cluster has GPUs, else 0 (CPU workers).
         threads_per_worker: CPUs (torch threads) per replica.
         model_kwargs: settings for loading the model in each worker (``precision``, ``batch_size``...); by default the
-            given model's ``batch_size``/``max_length`` and the worker's device.
+            given model's ``batch_size``/``max_length``, its precision on workers of its kind of device, and the
+            worker's device.
         max_retries: restarts of a dead worker (and retries of its shard) before the job fails.
         in_flight: shards queued per worker (2 keeps each busy while the next shard is shipped).
     """
-    # every setting checked before the folder is claimed or Ray is started (a bad one would fail inside a worker)
-    if num_workers is not None:
-        check_int('num_workers', num_workers, 0)
-    if gpus_per_worker is not None:
-        check_float('gpus_per_worker', gpus_per_worker, 0)
-    check_int('threads_per_worker', threads_per_worker, 1)
-    check_int('max_retries', max_retries, 0)
-    check_int('in_flight', in_flight, 1)
-    if model_kwargs is not None and not isinstance(model_kwargs, dict):
-        raise TypeError(f'model_kwargs must be a dict of loading settings, got {type(model_kwargs).__name__}')
-    check_int('chunk_size', chunk_size, 1)
-    if check_int('shard_size', shard_size, 1) % chunk_size:
-        raise ValueError(f'shard_size ({shard_size}) must be a positive multiple of chunk_size ({chunk_size})')
+    _check_settings(num_workers, gpus_per_worker, threads_per_worker, max_retries, in_flight, model_kwargs,
+                    shard_size, chunk_size)
     folder = Path(folder).absolute()
     docs, total = read_corpus(corpus, text_field)
     storage.claim_folder(folder, VECTORS_KIND, 'vector folder')
     model_path = _model_folder(model, folder)
-    _check_job(folder, {'model': storage.model_digest(model_path), 'shard_size': shard_size, 'chunk_size': chunk_size,
-                        'text_field': text_field})
-
-    ray = pool = started = None
     if num_workers == 0:
-        local = ShardEncoder(model_path if isinstance(model, (str, Path)) else model, folder, chunk_size,
-                             model_kwargs=model_kwargs)
+        by_name = isinstance(model, (str, Path))
+        encoder = ShardEncoder(model_path if by_name else model, folder, chunk_size, model_kwargs=model_kwargs)
+        pool, precision = _InProcess(encoder), getattr(encoder.model, 'precision', None)
     else:
-        import ray
-        if not ray.is_initialized():
-            ray.init(address=ray_address, include_dashboard=False, log_to_driver=verbose)
-            started = True
-        resources = ray.cluster_resources()
-        if gpus_per_worker is None:
-            gpus_per_worker = 1 if resources.get('GPU', 0) > 0 else 0
-        if num_workers is None:
-            num_workers = max(1, int(resources.get('GPU', 0) // gpus_per_worker if gpus_per_worker
-                                     else resources.get('CPU', 1) // threads_per_worker))
-        if num_workers * threads_per_worker > resources.get('CPU', 0):
-            warnings.warn(f'{num_workers} workers x {threads_per_worker} CPUs exceed the cluster\'s '
-                          f'{resources.get("CPU", 0):g} CPUs: some workers wait for resources')
-        kwargs = _model_kwargs(model, model_kwargs, 'cuda' if gpus_per_worker else 'cpu')
-        pool = _Pool(ray, num_workers, threads_per_worker, gpus_per_worker, max_retries, in_flight,
-                     (str(model_path), str(folder), chunk_size, threads_per_worker, kwargs))
-
-    entries, done, skipped, start = {}, 0, 0, time.perf_counter()
+        pool, kwargs = _ray_pool(model, model_path, folder, chunk_size, num_workers, ray_address, gpus_per_worker,
+                                 threads_per_worker, model_kwargs, max_retries, in_flight, verbose)
+        # a worker's default precision depends on its device (fp32 on CPU, bf16 or fp16 on GPU)
+        precision = kwargs.get('precision') or f'the default on {kwargs["device"]}'
     try:
-        with tqdm(total=total, desc=f'encoding {folder.name}', unit='doc', disable=not verbose) as pbar:
-            def finished(number, count, entry, was_skipped=False):
-                nonlocal done, skipped
-                entries[number] = entry
-                done, skipped = done + (not was_skipped) * count, skipped + was_skipped * count
-                pbar.update(count)
-                pbar.set_postfix({'docs/s': f'{done / (time.perf_counter() - start):.1f}', 'skipped': skipped})
-
-            for number, docnos, texts in _shards(docs, text_field, shard_size):
-                digest = _digest(docnos, texts)
-                entry = _written(folder, number, digest)
-                if entry is not None:
-                    finished(number, len(docnos), entry, was_skipped=True)
-                elif pool is None:
-                    finished(number, len(docnos), local.encode(number, docnos, texts, digest))
-                else:
-                    while pool.full():
-                        finished(*pool.next_done())
-                    pool.submit(number, docnos, texts, digest)
-            while pool is not None and pool.pending:
-                finished(*pool.next_done())
+        # The precision is part of a job: shards of fp32, bf16 and int8 weights differ and must not mix in a folder.
+        _check_job(folder, {'model': storage.model_digest(model_path), 'precision': precision,
+                            'shard_size': shard_size, 'chunk_size': chunk_size, 'text_field': text_field})
+        entries = _encode_shards(docs, total, folder, text_field, shard_size, pool, verbose)
     finally:
-        if pool is not None:
-            pool.close()
-        if started:
-            ray.shutdown()
+        pool.close()
     if not entries:
         raise ValueError('cannot encode an empty corpus')
     _remove_stale_shards(folder, len(entries))

@@ -222,3 +222,43 @@ def test_killed_worker_is_restarted_then_a_clear_error(ray_session, splade, vasw
     error = _kill_first_worker_during(
         lambda: distributed.encode(docs, splade, folder, num_workers=1, max_retries=0, in_flight=1, **settings), folder)
     assert isinstance(error, RuntimeError) and 'died' in str(error) and 're-run to resume' in str(error), error
+
+
+@pytest.fixture(scope='module')
+def splade_int8():
+    from pyterrier_lsr import Splade
+    from pyterrier_lsr.core.offline import resolve_model
+    return Splade.from_pretrained(resolve_model('splade-tiny'), batch_size=8, precision='int8')
+
+
+def test_ray_workers_encode_in_the_given_models_precision(ray_session, splade, splade_int8, vaswani_docs, tmp_path):
+    from pyterrier_lsr import scaleout as distributed
+    docs = vaswani_docs[:16]
+    settings = dict(shard_size=8, chunk_size=8, verbose=False)
+    local = list(distributed.encode(docs, splade_int8, tmp_path / 'local', num_workers=0, **settings))
+    fp32 = list(distributed.encode(docs, splade, tmp_path / 'fp32', num_workers=0, **settings))
+    assert local != fp32  # int8 weights give other vectors: the comparison below can tell them apart
+    assert list(distributed.encode(docs, splade_int8, tmp_path / 'ray', num_workers=1, **settings)) == local
+    assert json.loads((tmp_path / 'ray' / 'encode.json').read_text())['precision'] == 'int8'
+
+
+def test_a_folder_keeps_one_precision(splade, splade_int8, vaswani_docs, tmp_path):
+    from pyterrier_lsr import scaleout as distributed
+    docs = vaswani_docs[:8]
+    distributed.encode(docs, splade, tmp_path / 'v', num_workers=0, shard_size=4, chunk_size=4, verbose=False)
+    with pytest.raises(ValueError, match='precision differ'):
+        distributed.encode(docs, splade_int8, tmp_path / 'v', num_workers=0, shard_size=4, chunk_size=4)
+
+
+def test_a_longer_corpus_reuses_the_shards_of_its_prefix(splade, vaswani_docs, tmp_path):
+    """Nested samples (the first n documents, then more) encode only the new shards; the last shard of the shorter
+    corpus, cut short, is encoded again with its new documents."""
+    from pyterrier_lsr import scaleout as distributed
+    folder, settings = tmp_path / 'v', dict(num_workers=0, shard_size=4, chunk_size=4, verbose=False)
+    assert len(distributed.encode(vaswani_docs[:10], splade, folder, **settings)) == 10
+    before = _shard_times(folder)
+    store = distributed.encode(vaswani_docs[:20], splade, folder, **settings)
+    after = _shard_times(folder)
+    assert {name for name in after if after[name] != before.get(name)} == {
+        f'part-0000{i}.{ext}' for i in (2, 3, 4) for ext in ('parquet', 'json')}
+    assert list(store) == list(distributed.encode(vaswani_docs[:20], splade, tmp_path / 'fresh', **settings))

@@ -1,0 +1,132 @@
+"""Costs and recall measured by ``benchmarks/scale.py``: the machine, a process's peak memory, wall and CPU ms per
+query (one query a call and batched), the exact top 10 with ties, R@10 against it, and a setting chosen on tuning
+queries."""
+import os
+import platform
+import threading
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from pyterrier_lsr import LsrIndex
+from pyterrier_lsr.core.quiet import quiet_native
+
+FLAGS = ('avx2', 'avx512f', 'avx512_vnni', 'avx512_bf16', 'amx_tile', 'amx_int8', 'amx_bf16')
+K = 10
+
+
+def machine() -> dict:
+    info = Path('/proc/cpuinfo').read_text() if Path('/proc/cpuinfo').exists() else ''
+    flags = set(next((line.split(':', 1)[1].split() for line in info.splitlines() if line.startswith('flags')), []))
+    model = next((line.split(':', 1)[1].strip() for line in info.splitlines() if line.startswith('model name')), '?')
+    import torch
+    return {'cpu': model, 'cores': os.cpu_count(), 'flags': {f: f in flags for f in FLAGS},
+            'torch': torch.__version__, 'torch_threads': torch.get_num_threads(), 'python': platform.python_version()}
+
+
+def rss_bytes() -> int:
+    with open('/proc/self/statm') as f:
+        return int(f.read().split()[1]) * os.sysconf('SC_PAGE_SIZE')
+
+
+class PeakMemory:
+    """The largest resident set size of this process sampled every ``interval`` seconds inside the ``with``."""
+
+    def __init__(self, interval: float = 0.05):
+        self.interval, self.peak, self.start = interval, 0, 0
+        self._stop = threading.Event()
+
+    def _sample(self):
+        while not self._stop.wait(self.interval):
+            self.peak = max(self.peak, rss_bytes())
+
+    def __enter__(self):
+        self.start = self.peak = rss_bytes()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc):
+        self._stop.set()
+        self._thread.join()
+        self.peak = max(self.peak, rss_bytes())
+
+
+class Clock:
+    """Wall and CPU milliseconds since it started: on a loaded shared machine the CPU time of this process (every
+    thread, the engines' included) is what the code costs; the wall time adds the waits for a core."""
+
+    def __init__(self):
+        self.wall, self.cpu = time.perf_counter(), time.process_time()
+
+    def ms(self) -> tuple[float, float]:
+        return (time.perf_counter() - self.wall) * 1e3, (time.process_time() - self.cpu) * 1e3
+
+
+def per_query(call, frame: pd.DataFrame) -> tuple[dict, object]:
+    """``call`` on each one-row frame of ``frame`` (after a warm-up call), then once on all of it: ms/query wall and
+    CPU (mean, median, p99 one at a time; mean in the batched call), and the batched call's output."""
+    call(frame.iloc[:1])
+    one = []
+    for i in range(len(frame)):
+        clock = Clock()
+        call(frame.iloc[[i]])
+        one.append(clock.ms())
+    wall, cpu = np.array(one).T
+    clock = Clock()
+    output = call(frame)
+    batch_wall, batch_cpu = clock.ms()
+    return {'ms_one': float(wall.mean()), 'ms_one_median': float(np.median(wall)),
+            'ms_one_p99': float(np.percentile(wall, 99)), 'cpu_ms_one': float(cpu.mean()),
+            'cpu_ms_one_median': float(np.median(cpu)), 'cpu_ms_one_p99': float(np.percentile(cpu, 99)),
+            'ms_batch': batch_wall / len(frame), 'cpu_ms_batch': batch_cpu / len(frame)}, output
+
+
+def batched(retriever, frame: pd.DataFrame) -> tuple[dict, pd.DataFrame]:
+    """ms/query (wall and CPU) of one call on all of ``frame``, after a warm-up call; and its results."""
+    retriever(frame.iloc[:1])
+    clock = Clock()
+    results = retriever(frame)
+    wall, cpu = clock.ms()
+    return {'ms_batch': wall / len(frame), 'cpu_ms_batch': cpu / len(frame)}, results
+
+
+def exact_truth(index: LsrIndex, frame: pd.DataFrame, depth: int = 100) -> dict:
+    """Per query, the documents of PISA's exact top-``K`` with ties (every one scoring at least the ``K``-th), and
+    how many a perfect engine returns (``K``, or fewer when fewer documents match)."""
+    with quiet_native():
+        results = index.toks_retriever(depth, 'pisa')(frame)
+    truth = {}
+    for qid, group in results.groupby('qid'):
+        scores = group.sort_values('rank')
+        kth = scores.score.iloc[min(K, len(scores)) - 1]
+        truth[qid] = (sorted(scores.docno[scores.score >= kth]), min(K, len(scores)))
+    return truth
+
+
+def recall(results: pd.DataFrame, truth: dict) -> float:
+    got = {qid: set(g.sort_values('rank').docno[:K]) for qid, g in results.groupby('qid')}
+    return float(np.mean([len(got.get(qid, set()) & set(docs)) / n for qid, (docs, n) in truth.items() if n]))
+
+
+def grid(index: LsrIndex, engine: str, settings: list[dict], frame: pd.DataFrame, truth: dict) -> list[dict]:
+    rows = []
+    for params in settings:
+        with quiet_native():
+            cost, results = batched(index.toks_retriever(K, engine, **params), frame)
+        rows.append({**params, **cost, 'recall@10': recall(results, truth)})
+        print(f'    {engine} {params}: {cost["cpu_ms_batch"]:.2f} CPU ms, R@10 {rows[-1]["recall@10"]:.4f}', flush=True)
+    return rows
+
+
+def choose(rows: list[dict], target: float) -> dict:
+    """The fastest row (CPU ms) reaching ``target`` R@10 on the tuning queries, else the most accurate one."""
+    meeting = [r for r in rows if r['recall@10'] >= target]
+    return min(meeting, key=lambda r: r['cpu_ms_batch']) if meeting else max(rows, key=lambda r: r['recall@10'])
+
+
+def postings(index: LsrIndex, frame: pd.DataFrame) -> float:
+    df = index.document_frequencies()
+    return float(np.mean([sum(df.get(t, 0) for t in toks) for toks in frame['query_toks']]))
