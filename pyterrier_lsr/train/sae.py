@@ -3,6 +3,7 @@ trained on them, and for Latent Terms the whole corpus-to-index build in one cal
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..index import SpladeIndexer
 from ..kinds.latent_terms import LatentTerms, cached_embeddings
@@ -14,9 +15,11 @@ __all__ = ['LATENT_TERMS', 'build_latent_terms', 'train_latent_sae', 'train_toke
 # systems.latent_terms_index and of the Latent Terms teacher of domain adaptation.  The SAE sees every token vector of
 # the corpus three times: held-out pseudo-queries prefer that to one epoch over a 200,000 sample on Vaswani (571,000
 # vectors) and CISI (219,000) alike; the cap bounds its time and memory on large corpora, above it a seeded sample
-# (benchmarks/claims/latent-terms.md, "Every token vector").
-LATENT_TERMS = dict(mode='multi', sae={'n_latents': 16384, 'k': 16, 'epochs': 3}, sqrt_tf=True, k1=0.9, b=0.4,
-                    max_train_vectors=800_000)
+# (benchmarks/claims/latent-terms.md, "Every token vector").  Its budget in updates: three epochs, at least
+# min_updates, so at most 3 x 782 = 2,346 (800,000 vectors, batches of 1,024); a small corpus is a few batches a pass
+# and three epochs would be a handful of updates (ADD FIGURES).
+LATENT_TERMS = dict(mode='multi', sae={'n_latents': 16384, 'k': 16, 'epochs': 3, 'min_updates': 300}, sqrt_tf=True,
+                    k1=0.9, b=0.4, max_train_vectors=800_000)
 
 
 def build_latent_terms(docs: Iterable[dict], index_path, dense: str = 'all-MiniLM-L6-v2', mode: str = 'single',
@@ -33,7 +36,8 @@ def build_latent_terms(docs: Iterable[dict], index_path, dense: str = 'all-MiniL
         latent_terms_kwargs: device, batch_size, max_length, precision for :class:`LatentTerms`.
 
     Documents are indexed from the cached vectors, without a second transformer pass.
-    Returns ``(latent_terms, index, log)``, ``log`` being the SAE training log.
+    Returns ``(latent_terms, index, log)``, ``log`` being the SAE training log (its last entry's ``step``: the updates
+    it ran; ``verbose`` prints them too).
     """
     docs = [(str(doc['docno']), doc[text_field]) for doc in docs]
     latent_terms = LatentTerms(dense, mode=mode, sqrt_tf=sqrt_tf, **latent_terms_kwargs)
@@ -76,6 +80,10 @@ def train_latent_sae(latent_terms: LatentTerms, texts: Sequence, sae: dict | Non
         rows = np.random.default_rng(config.seed).choice(len(vectors), max_train_vectors, replace=False)
         train = vectors[np.sort(rows)]
     model, log = train_sae(train, config, device=latent_terms.device, verbose=verbose)
+    if verbose:
+        tqdm.write(f'SAE: {log[-1]["step"]} updates over {len(train):,} vectors ({config.epochs} epochs, at least '
+                   f'{config.min_updates}), {config.n_latents:,} latents, {log[-1]["dead"]:.1%} dead, FVE '
+                   f'{log[-1]["fve"]:.3f}')
     return model, log, vectors, offsets
 
 
