@@ -16,13 +16,15 @@ after the same ones), so a run trains to the largest floor and scores snapshots.
 subsample (sentence and keyword queries alternately, several per document on a small subsample), scored by the
 reciprocal rank of their source document at 10.
 
-Token embeddings (MiniLM, the recipe's base) are cached per subsample under ``--data`` (outside the repository), so a
-rerun only trains and scores.  Each collection's rows go to ``<data>/<collection>.json``; every run then rewrites
-``--output`` from all collections there, with the command, date, machine and load of each run and the choice: the
-held-out pseudo-queries' mean RR@10 over every collection and size scored for every candidate, and among the
-candidates within ``--tolerance`` of the best, the one with the fewest updates (then latents).  Set before the runs:
-pseudo-queries are drawn from the corpus's own text, so the longer an SAE fits that corpus the better they tend to
-score (benchmarks/claims/latent-terms.md, "Every token vector"); only a gain above the tolerance buys more updates.
+Token embeddings (MiniLM, the recipe's base) are cached per subsample under ``--data`` (outside the repository), so
+a rerun only trains and scores. Each collection's rows go to ``<data>/<collection>.json`` (one run per collection
+and folder at a time: runs of one collection side by side take a folder each, joined by ``--merge``); every run then
+rewrites ``--output`` from all collections there, with the command, date, machine and load of each run and the
+choice: the held-out pseudo-queries' mean RR@10 over every collection and size scored for every candidate, and among
+the candidates within ``--tolerance`` of the best, the one with the fewest updates (then latents). Set before the
+runs: pseudo-queries are drawn from the corpus's own text, so the longer an SAE fits that corpus the better they
+tend to score (benchmarks/claims/latent-terms.md, "Every token vector"); only a gain above the tolerance buys more
+updates.
 """
 import argparse
 import copy
@@ -48,6 +50,8 @@ def parse_args():
     p.add_argument('--pseudo-queries', type=int, default=200)
     p.add_argument('--seed', type=int, default=0)
     p.add_argument('--threads', type=int, default=1, help='torch threads (1 on a shared machine)')
+    p.add_argument('--merge', nargs='*', default=[], metavar='DATA',
+                   help="other --data folders (runs of other sizes side by side) whose rows join --output's")
     p.add_argument('--tolerance', type=float, default=0.01, help='held-out RR@10 that does not buy more updates')
     p.add_argument('--output', default='benchmarks/results/latent_budget.json')
     return p.parse_args()
@@ -212,29 +216,38 @@ def main():
                 write_json(rows_file, saved)
     saved['runs'].append({**run, 'load_end': os.getloadavg()})
     write_json(rows_file, saved)
-    write_json(Path(args.output), summary(data, args.tolerance))
+    write_json(Path(args.output), summary([data, *map(Path, args.merge)], args.tolerance))
 
 
-def summary(data: Path, tolerance: float) -> dict:
-    """Every collection's rows and the choice among the candidates (latent rule, floor): mean held-out RR@10 over the
-    (collection, size) cells every candidate was scored at; within ``tolerance`` of the best, the smallest floor, then
-    the fewest latents."""
+def summary(folders, tolerance: float) -> dict:
+    """Every collection's rows and the choice among the candidates (latent rule, floor) scored at the most (collection,
+    size) cells: their mean held-out RR@10 over those cells; within ``tolerance`` of the best, the smallest floor,
+    then the fewest latents.  Candidates scored at fewer cells (a floor tried at the small sizes only) are listed
+    with their cells' scores."""
     import numpy as np
 
     from pyterrier_lsr.core.storage import read_json
-    collections = {f.stem: read_json(f, 'the rows') for f in sorted(data.glob('*.json'))}
+    collections = {}
+    for folder in folders:
+        for f in sorted(folder.glob('*.json')):
+            saved, merged = read_json(f, 'the rows'), collections.setdefault(f.stem, {'runs': [], 'rows': []})
+            merged['runs'] += saved['runs']
+            merged['rows'] += saved['rows']
     scores = {}
     for name, saved in collections.items():
         for row in saved['rows']:
             for floor in row['floors']:
-                scores.setdefault((row['rule'], floor), {})[(name, row['size'])] = row['held-out RR@10']
-    common = set.intersection(*(set(s) for s in scores.values())) if scores else set()
+                scores.setdefault((row['rule'], floor), {})[f'{name}/{row["size"]}'] = row['held-out RR@10']
+    most = max(map(len, scores.values()), default=0)
+    common = set.intersection(*(set(s) for s in scores.values() if len(s) == most)) if scores else set()
     table = sorted(({'rule': rule, 'floor': floor, 'held-out RR@10 mean': float(np.mean([s[c] for c in common]))}
-                    for (rule, floor), s in scores.items()), key=lambda r: -r['held-out RR@10 mean'])
-    eligible = [r for r in table if table and r['held-out RR@10 mean'] >= table[0]['held-out RR@10 mean'] - tolerance]
+                    for (rule, floor), s in scores.items() if len(s) == most), key=lambda r: -r['held-out RR@10 mean'])
+    eligible = [r for r in table if r['held-out RR@10 mean'] >= table[0]['held-out RR@10 mean'] - tolerance]
     choice = min(eligible, key=lambda r: (r['floor'], -RULES.index(r['rule'])), default=None)
+    partial = [{'rule': rule, 'floor': floor, 'held-out RR@10': s} for (rule, floor), s in scores.items()
+               if len(s) < most]
     return {'choice': choice, 'tolerance': tolerance, 'cells': sorted(common), 'candidates': table,
-            'collections': collections}
+            'scored_at_fewer_cells': partial, 'collections': collections}
 
 
 if __name__ == '__main__':

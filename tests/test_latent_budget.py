@@ -1,6 +1,7 @@
 """Latent Terms' SAE budget: a floor of updates on top of the epochs, so a small corpus gets enough SAE steps."""
 import numpy as np
 import pytest
+import torch
 
 from pyterrier_lsr.models.sae import SAEConfig, train_sae
 from pyterrier_lsr.systems import latent_terms_index
@@ -25,14 +26,17 @@ def test_training_steps_are_the_epochs_or_the_floor(n, batch_size, epochs, min_u
 
 
 def test_a_floor_extends_training_without_changing_its_start():
-    """The first steps of a run with a floor are the run without one: the floor only adds passes after them."""
+    """The first steps of a run with a floor are the run without one (the floor only adds passes after them), and a
+    floor below the epochs' steps trains the very same model: a corpus large enough for the epochs is unaffected."""
     data = vectors(100)
-    short = SAEConfig(d_in=8, n_latents=16, k=2, batch_size=32, epochs=1)
-    long = SAEConfig(d_in=8, n_latents=16, k=2, batch_size=32, epochs=1, min_updates=9)
-    _, short_log = train_sae(data, short, log_every=1, verbose=False)
-    _, long_log = train_sae(data, long, log_every=1, verbose=False)
+    settings = dict(d_in=8, n_latents=16, k=2, batch_size=32, epochs=1)
+    short, short_log = train_sae(data, SAEConfig(**settings), log_every=1, verbose=False)
+    _, long_log = train_sae(data, SAEConfig(**settings, min_updates=9), log_every=1, verbose=False)
     assert len(short_log) == 4 and len(long_log) == 9
     assert [e['mse'] for e in long_log[:4]] == [e['mse'] for e in short_log]
+    below, _ = train_sae(data, SAEConfig(**settings, min_updates=3), verbose=False)
+    for name, tensor in short.state_dict().items():
+        assert torch.equal(tensor, below.state_dict()[name]), name
 
 
 def test_floor_is_checked():
