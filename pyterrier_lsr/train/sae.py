@@ -15,9 +15,11 @@ __all__ = ['LATENT_TERMS', 'build_latent_terms', 'train_latent_sae', 'train_toke
 # systems.latent_terms_index and of the Latent Terms teacher of domain adaptation.  The SAE sees every token vector of
 # the corpus three times: held-out pseudo-queries prefer that to one epoch over a 200,000 sample on Vaswani (571,000
 # vectors) and CISI (219,000) alike; the cap bounds its time and memory on large corpora, above it a seeded sample
-# (benchmarks/claims/latent-terms.md, "Every token vector").  Its budget in updates: three epochs, at least
-# min_updates, so at most 3 x 782 = 2,346 (800,000 vectors, batches of 1,024); a small corpus is a few batches a pass
-# and three epochs would be a handful of updates (ADD FIGURES).
+# (benchmarks/claims/latent-terms.md, "Every token vector").  Its budget in updates: three epochs and at least
+# min_updates, at most 3 x 782 = 2,346 (800,000 vectors in batches of 1,024).  Three epochs of a 50-document corpus are
+# 9-24 updates; held-out pseudo-queries of 50- and 500-document subsamples of Vaswani and CISI rise with a floor of
+# 100, more with 300 (the largest tried at every size), and prefer 16,384 latents to at most one latent per token
+# vector or per eight (benchmarks/latent_budget.py).  Vaswani (1,674 updates) and CISI (642) train as before.
 LATENT_TERMS = dict(mode='multi', sae={'n_latents': 16384, 'k': 16, 'epochs': 3, 'min_updates': 300}, sqrt_tf=True,
                     k1=0.9, b=0.4, max_train_vectors=800_000)
 
