@@ -125,7 +125,7 @@ def snapshots(vectors, config, steps):
             if done in steps:  # the generator resumes after the previous batch's update
                 taken[done] = copy.deepcopy(model).eval()
             yield batch
-    model, log = train_sae(batches(), config, model=model, verbose=False)
+    model, log = train_sae(batches(), config, model=model, log_every=1, verbose=False)
     taken[log[-1]['step']] = model
     return taken, log
 
