@@ -69,6 +69,13 @@ def cpu_info() -> dict:
             'flags': sorted(flags & {'avx2', 'avx512f', 'avx512_vnni', 'avx512_bf16', 'amx_tile', 'amx_int8'})}
 
 
+def portable(command) -> str:
+    """``command`` (a list or a string) with every absolute path cut to ``path/to/<its last part>``: no path of the
+    machine that ran it goes into the result file."""
+    words = command.split(' ') if isinstance(command, str) else command
+    return ' '.join(f'path/to/{Path(w).name}' if w.startswith('/') else w for w in words)
+
+
 def subsample(corpus, qrels, size: int, seed: int):
     """``size`` documents in collection order: the relevant documents of seeded topics up to half, the rest at
     random (the whole corpus when ``size`` reaches it)."""
@@ -148,7 +155,7 @@ def main():
     from pyterrier_lsr.train.sae import LATENT_TERMS
 
     torch.set_num_threads(args.threads)
-    run = {'command': ' '.join(['python'] + sys.argv), 'date': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()),
+    run = {'command': portable(['python'] + sys.argv), 'date': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()),
            'machine': cpu_info(), 'torch_threads': args.threads, 'load_start': os.getloadavg()}
     collection = load_collection(args.collection)
     data = Path(args.data)
@@ -230,8 +237,11 @@ def summary(folders, tolerance: float) -> dict:
     collections = {}
     for folder in folders:
         for f in sorted(folder.glob('*.json')):
-            saved, merged = read_json(f, 'the rows'), collections.setdefault(f.stem, {'runs': [], 'rows': []})
-            merged['runs'] += saved['runs']
+            saved = read_json(f, 'the rows')
+            if 'rows' not in saved:  # an --output written into the folder
+                continue
+            merged = collections.setdefault(f.stem, {'runs': [], 'rows': []})
+            merged['runs'] += [{**r, 'command': portable(r['command'])} for r in saved['runs']]
             merged['rows'] += saved['rows']
     scores = {}
     for name, saved in collections.items():
