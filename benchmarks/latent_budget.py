@@ -1,10 +1,12 @@
 """Latent Terms' SAE budget on small corpora: the floor of SAE updates and the number of latents, chosen on held-out
 pseudo-queries of subsamples of several sizes (never on the topics), then the topics at those sizes.
 
-    PYTHONPATH=. OMP_NUM_THREADS=1 python benchmarks/latent_budget.py --collection irds:vaswani --irds-cache PATH \\
-        --data runs/latent_budget --sizes 50 500 5000
-    PYTHONPATH=. OMP_NUM_THREADS=1 python benchmarks/latent_budget.py --collection path/to/cisi \\
-        --data runs/latent_budget --sizes 50 500 5000
+    PYTHONPATH=. OMP_NUM_THREADS=1 python benchmarks/latent_budget.py --collection irds:vaswani \
+        --data runs/latent_budget --sizes 50
+    PYTHONPATH=. OMP_NUM_THREADS=1 python benchmarks/latent_budget.py --collection irds:vaswani \
+        --data runs/latent_budget_500 --sizes 500     # side by side; the same two for --collection path/to/cisi
+    PYTHONPATH=. OMP_NUM_THREADS=1 python benchmarks/latent_budget.py --collection path/to/cisi \
+        --data runs/latent_budget --sizes 50 --merge runs/latent_budget_500    # once all are done: the result file
 
 A subsample of ``size`` documents holds the relevant documents of seeded topics up to half of it, the rest drawn at
 random (so a few topics can be scored at every size); a size at or above the collection's is the whole collection.
@@ -45,7 +47,7 @@ def parse_args():
     p.add_argument('--irds-cache', help='a prepared ir_datasets cache (copied to a temporary folder)')
     p.add_argument('--data', default='runs/latent_budget', help='embedding cache, indexes and per-collection rows')
     p.add_argument('--sizes', nargs='+', type=int, default=[50, 500, 5000])
-    p.add_argument('--floors', nargs='+', type=int, default=[0, 250, 500, 1000], help='SAE update floors to try')
+    p.add_argument('--floors', nargs='+', type=int, default=[0, 100, 300], help='SAE update floors to try')
     p.add_argument('--latent-rules', nargs='+', choices=RULES, default=list(RULES))
     p.add_argument('--pseudo-queries', type=int, default=200)
     p.add_argument('--seed', type=int, default=0)
