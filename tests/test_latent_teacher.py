@@ -19,6 +19,9 @@ def docs():
 
 
 def test_latent_teacher_scores_every_candidate_and_is_built_once(docs, tmp_path, monkeypatch):
+    from pyterrier_lsr.train import sae
+    # the recipe's floor of updates over 16,384 latents would take minutes; the teacher's plumbing is what is tested
+    monkeypatch.setattr(sae, 'LATENT_TERMS', {**sae.LATENT_TERMS, 'sae': {**sae.LATENT_TERMS['sae'], 'n_latents': 256}})
     config = DomainConfig(teachers=('bm25', 'latent'), candidates='bm25')
     queries = [{'qid': 'q0', 'query': docs['d3'], 'pos': 'd3'}, {'qid': 'q1', 'query': docs['d17'], 'pos': 'd17'}]
     pools, _ = Teacher(docs, tmp_path, config).pools(queries, depth=5)
@@ -27,7 +30,6 @@ def test_latent_teacher_scores_every_candidate_and_is_built_once(docs, tmp_path,
         # a query that is a document's whole text: Latent Terms ranks that document first
         assert max(pool, key=lambda d: pool[d]['latent']) == q['pos']
         assert sum(scores['latent'] > 0 for scores in pool.values()) == 5
-    from pyterrier_lsr.train import sae
 
     def no_build(*args, **kwargs):
         raise AssertionError('built again')

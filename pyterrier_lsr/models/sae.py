@@ -35,7 +35,9 @@ class SAEConfig:
     """Architecture and training settings (all saved with the model).
 
     ``k_aux`` defaults to ``d_in // 2`` and ``aux_coef`` to 1/32, Gao et al.'s choices; ``dead_after`` counts
-    training vectors (Gao et al. use 10M tokens; small corpora need far fewer, hence our default).
+    training vectors (Gao et al. use 10M tokens; small corpora need far fewer, hence our default).  Training on an
+    array runs ``epochs`` shuffled passes, and more (each reshuffled, the last one cut short) until at least
+    ``min_updates`` optimizer steps: epochs alone give a small corpus only a handful of steps.
     """
     d_in: int
     n_latents: int = 4096
@@ -47,6 +49,7 @@ class SAEConfig:
     lr: float = 1e-3
     batch_size: int = 1024
     epochs: int = 1
+    min_updates: int = 0
     seed: int = 0
 
     def __post_init__(self):
@@ -63,6 +66,7 @@ class SAEConfig:
         self.lr = check_float('SAEConfig.lr', self.lr, 0, exclusive_minimum=True)
         self.batch_size = check_int('SAEConfig.batch_size', self.batch_size, 1)
         self.epochs = check_int('SAEConfig.epochs', self.epochs, 1)
+        self.min_updates = check_int('SAEConfig.min_updates', self.min_updates, 0)
         self.seed = check_int('SAEConfig.seed', self.seed)
 
 
@@ -256,22 +260,25 @@ def _tensor(batch) -> torch.Tensor:
 
 
 def _batches(vectors: Vectors, config: SAEConfig, generator: torch.Generator):
-    """Shuffled batches of an array (memmaps read batch by batch) for ``epochs`` passes, or an iterator's batches."""
+    """Shuffled batches of an array (memmaps read batch by batch), :func:`_num_batches` of them, or an iterator's
+    batches."""
     if isinstance(vectors, (torch.Tensor, np.ndarray)):
-        n = len(vectors)
-        for _ in range(config.epochs):
+        n, remaining = len(vectors), _num_batches(vectors, config)
+        while remaining:
             order = torch.randperm(n, generator=generator)
-            for start in range(0, n, config.batch_size):
+            for start in range(0, n, config.batch_size)[:remaining]:
                 # Sorted indices read a memmap sequentially; the batch's order does not matter to the loss.
                 idx = order[start:start + config.batch_size].sort().values
                 yield _tensor(vectors[idx] if isinstance(vectors, torch.Tensor) else vectors[idx.numpy()])
+            remaining -= min(remaining, math.ceil(n / config.batch_size))
     else:
         yield from map(_tensor, vectors)
 
 
 def _num_batches(vectors: Vectors, config: SAEConfig) -> int | None:
+    """An array's training steps: ``epochs`` passes, at least ``min_updates``."""
     if isinstance(vectors, (torch.Tensor, np.ndarray)):
-        return config.epochs * math.ceil(len(vectors) / config.batch_size)
+        return max(config.epochs * math.ceil(len(vectors) / config.batch_size), config.min_updates)
     return len(vectors) if hasattr(vectors, '__len__') else None
 
 
@@ -287,8 +294,8 @@ def _data_mean(vectors: Vectors, first: torch.Tensor) -> torch.Tensor:
 
 def train_sae(vectors: Vectors, config: SAEConfig, model: SparseAutoencoder | None = None, device=None,
               log_every: int = 10, verbose: bool = True):
-    """Trains a TopK SAE on ``vectors`` (an ``N x d`` tensor/array/memmap, shuffled for ``config.epochs`` passes, or
-    an iterator of ``batch x d`` batches, consumed once).
+    """Trains a TopK SAE on ``vectors`` (an ``N x d`` tensor/array/memmap, shuffled for ``config.epochs`` passes and
+    at least ``config.min_updates`` steps, or an iterator of ``batch x d`` batches, consumed once).
 
     A new model's ``b_dec`` starts at the data mean. Returns ``(model, log)``: ``log`` holds one dict per
     ``log_every`` steps with ``step``, ``vectors``, ``mse``, ``fve`` (fraction of variance explained), ``l0``

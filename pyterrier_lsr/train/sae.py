@@ -3,6 +3,7 @@ trained on them, and for Latent Terms the whole corpus-to-index build in one cal
 from collections.abc import Iterable, Sequence
 
 import numpy as np
+from tqdm.auto import tqdm
 
 from ..core.checks import check_documents
 from ..index import SpladeIndexer
@@ -15,9 +16,14 @@ __all__ = ['LATENT_TERMS', 'build_latent_terms', 'train_latent_sae', 'train_toke
 # systems.latent_terms_index and of the Latent Terms teacher of domain adaptation.  The SAE sees every token vector of
 # the corpus three times: held-out pseudo-queries prefer that to one epoch over a 200,000 sample on Vaswani (571,000
 # vectors) and CISI (219,000) alike; the cap bounds its time and memory on large corpora, above it a seeded sample
-# (docs/results.md, The Vaswani experiment).
-LATENT_TERMS = dict(mode='multi', sae={'n_latents': 16384, 'k': 16, 'epochs': 3}, sqrt_tf=True, k1=0.9, b=0.4,
-                    max_train_vectors=800_000)
+# (docs/results.md).  Its budget in updates: three epochs and at least
+# min_updates, at most 3 x 782 = 2,346 (800,000 vectors in batches of 1,024).  Three epochs of a 50-document corpus are
+# 9-24 updates; held-out pseudo-queries of 50- and 500-document subsamples of Vaswani and CISI rise with a floor of
+# 100 and more with 300, the largest tried (mean RR@10 0.719, 0.817, 0.860), and prefer 16,384 latents to at most one
+# latent per token vector or per eight (benchmarks/latent_budget.py).  Vaswani (1,674 updates) and CISI (642) train as
+# before.
+LATENT_TERMS = dict(mode='multi', sae={'n_latents': 16384, 'k': 16, 'epochs': 3, 'min_updates': 300}, sqrt_tf=True,
+                    k1=0.9, b=0.4, max_train_vectors=800_000)
 
 
 def build_latent_terms(docs: Iterable[dict], index_path, dense: str = 'all-MiniLM-L6-v2', mode: str = 'single',
@@ -34,7 +40,8 @@ def build_latent_terms(docs: Iterable[dict], index_path, dense: str = 'all-MiniL
         latent_terms_kwargs: device, batch_size, max_length, precision for :class:`LatentTerms`.
 
     Documents are indexed from the cached vectors, without a second transformer pass.
-    Returns ``(latent_terms, index, log)``, ``log`` being the SAE training log.
+    Returns ``(latent_terms, index, log)``, ``log`` being the SAE training log (its last entry's ``step``: the updates
+    it ran; ``verbose`` prints them too).
     """
     docs = check_documents(docs, text_field)  # docnos checked, never str()-ed, before the hours of stage 1
     latent_terms = LatentTerms(dense, mode=mode, sqrt_tf=sqrt_tf, **latent_terms_kwargs)
@@ -77,6 +84,10 @@ def train_latent_sae(latent_terms: LatentTerms, texts: Sequence, sae: dict | Non
         rows = np.random.default_rng(config.seed).choice(len(vectors), max_train_vectors, replace=False)
         train = vectors[np.sort(rows)]
     model, log = train_sae(train, config, device=latent_terms.device, verbose=verbose)
+    if verbose:
+        tqdm.write(f'SAE: {log[-1]["step"]} updates over {len(train):,} vectors ({config.epochs} epochs, at least '
+                   f'{config.min_updates}), {config.n_latents:,} latents, {log[-1]["dead"]:.1%} dead, FVE '
+                   f'{log[-1]["fve"]:.3f}')
     return model, log, vectors, offsets
 
 
