@@ -155,6 +155,18 @@ class Int8Module(nn.Module):
             skip = (decoder,)
         quantize_linears(quantized, skip)
         self.quantized = quantized
+        self.train(False)
+
+    def train(self, mode: bool = True) -> 'Int8Module':
+        """Stays in eval mode whatever ``mode`` asks, and leaves the float module's mode to its owner: the int8 copy
+        only encodes. Left in training mode (``nn.Module``'s default), every encoding call switched it to eval and
+        back, and with one model shared by several threads a call ending switched dropout back on under the other
+        threads' forward passes."""
+        self.training = False
+        for part in (self.quantized, self.pool):
+            if part is not None:
+                part.train(False)
+        return self
 
     def __getattr__(self, name):
         try:
