@@ -8,14 +8,15 @@ from torch import nn
 
 from pyterrier_lsr import Splade
 from pyterrier_lsr.core.encoding import resolve_precision
-from pyterrier_lsr.core.int8 import Int8Linear, Int8MaxPool, Int8Module, packing_engine
+from pyterrier_lsr.core.int8 import Int8Linear, Int8MaxPool, Int8Module, packing_engine, reduce_range
 from pyterrier_lsr.core.offline import resolve_model
 
 
 @pytest.fixture(scope='module')
 def pair():
     path = resolve_model('splade-tiny')
-    return Splade.from_pretrained(path, batch_size=8), Splade.from_pretrained(path, batch_size=8, precision='int8')
+    return (Splade.from_pretrained(path, device='cpu', batch_size=8),
+            Splade.from_pretrained(path, batch_size=8, precision='int8'))
 
 
 def cosine(a, b):
@@ -57,6 +58,24 @@ def test_int8_packs_for_onednn_on_amx_cpus_and_leaves_the_engine_setting_alone(m
     assert (pool(hidden, mask) - logits).abs().max() < 0.02 * logits.abs().max()
 
 
+@pytest.mark.parametrize('vnni', [False, True])
+def test_int8_activations_get_8_bits_where_the_kernels_cannot_saturate(monkeypatch, vnni):
+    monkeypatch.setattr(torch.cpu, '_is_vnni_supported', lambda: vnni)
+    monkeypatch.setattr(torch.cpu, '_is_amx_tile_supported', lambda: False, raising=False)
+    assert reduce_range('x86') is not vnni and reduce_range('onednn') is False
+    torch.manual_seed(0)
+    linear = Int8Linear(nn.Linear(64, 48))
+    assert linear.reduce_range is not vnni and Int8MaxPool(nn.Linear(64, 5000)).reduce_range is not vnni
+    # the kernels take either on any x86 CPU: the eighth bit halves the activations' rounding error
+    hidden = torch.randn(4, 7, 64)
+    expected = hidden @ torch.ops.quantized.linear_unpack(linear.packed)[0].dequantize().T + linear.bias
+    errors = {}
+    for bits in (7, 8):
+        linear.reduce_range = bits == 7
+        errors[bits] = (linear(hidden) - expected).abs().mean()
+    assert errors[8] < 0.7 * errors[7]
+
+
 def test_int8_quantizes_a_copy_once_and_leaves_the_fp32_module_alone():
     from transformers import AutoTokenizer
 
@@ -71,10 +90,12 @@ def test_int8_quantizes_a_copy_once_and_leaves_the_fp32_module_alone():
     assert [name for name, m in module.named_modules() if isinstance(m, nn.Linear)] == linears
     assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())
     quantized = model.model.quantized
-    # every Linear of the copy is int8 but the vocabulary projection, which the int8 pooling replaces
+    # every Linear of the copy is int8 but the vocabulary projection, which the int8 pooling replaces, and the head
+    # transform's, which stays fp32
     decoder = quantized.mlm.get_output_embeddings()
-    assert [m for m in quantized.modules() if isinstance(m, nn.Linear)] == [decoder]
-    assert sum(isinstance(m, Int8Linear) for m in quantized.modules()) == len(linears) - 1
+    transform = quantized.mlm.cls.predictions.transform.dense
+    assert [m for m in quantized.modules() if isinstance(m, nn.Linear)] == [transform, decoder]
+    assert sum(isinstance(m, Int8Linear) for m in quantized.modules()) == len(linears) - 2
     assert isinstance(model.model.pool, Int8MaxPool)
     # the float module's own attributes stay reachable (save, settings, vocabulary size)
     assert model.model.vocab_size == module.vocab_size and model.model.settings is module.settings
@@ -118,7 +139,8 @@ def test_the_int8_copy_stays_in_eval_mode_and_leaves_the_float_modules_mode_alon
 def test_int8_model_saves_its_fp32_weights(pair, tmp_path, texts):
     fp32, int8 = pair
     int8.save_pretrained(tmp_path / "m")
-    assert Splade.from_pretrained(tmp_path / 'm', batch_size=8).encode(texts[:6]) == fp32.encode(texts[:6])
+    saved = Splade.from_pretrained(tmp_path / 'm', device='cpu', batch_size=8)
+    assert saved.encode(texts[:6]) == fp32.encode(texts[:6])
     reloaded = Splade.from_pretrained(tmp_path / 'm', batch_size=8, precision='int8')
     assert reloaded.encode(texts[:6]) == int8.encode(texts[:6])
 
@@ -153,7 +175,7 @@ def test_int8_for_the_other_torch_kinds(pair, tmp_path, texts):
     assert isinstance(loaded.model, Int8Module) and not isinstance(loaded.model.float_module, Int8Module)
     assert loaded.encode_docs(texts[:4]) == int8.encode_docs(texts[:4])
     # a sibling asked for fp32 gets the fp32 module back
-    assert Splade(int8.model, int8.tokenizer, precision='fp32').model is int8.model.float_module
+    assert Splade(int8.model, int8.tokenizer, device='cpu', precision='fp32').model is int8.model.float_module
 
 
 def test_int8_sae_splade(tiny):
@@ -164,7 +186,7 @@ def test_int8_sae_splade(tiny):
     sae = SparseAutoencoder(SAEConfig(d_in=32, n_latents=64, k=4, seed=1))
     module = SaeSpladeModel(mlm.bert, sae, structural_token_ids(tokenizer))
     texts = ['the nuclear reactor physics', 'radio wave noise in a transistor amplifier circuit']
-    fp32 = SaeSplade(module, tokenizer).encode(texts)
+    fp32 = SaeSplade(module, tokenizer, device='cpu').encode(texts)
     int8 = SaeSplade(module, tokenizer, precision='int8')
     assert any(isinstance(m, Int8Linear) for m in int8.model.quantized.modules())
     out = int8.encode(texts)
