@@ -25,18 +25,19 @@ def cosine(a, b):
 
 
 def test_int8_keeps_the_top_terms_of_fp32(pair, texts):
-    # Bounds measured on these 42 texts (splade-tiny, batch 8 and 32): every text keeps >= 8 of its fp32 top-10
-    # terms (mean 9.7), top-term weights (up to ~3) move by <= 0.24, cosine >= 0.991. bf16 meets the same kind of
-    # bound (test_encoding); nDCG@10 is benchmarks/int8.py's.
+    # Bounds measured on these 42 texts (splade-tiny, batch 8 and 32, 8-bit activations with VNNI, 7-bit as without):
+    # every text keeps >= 9 of its fp32 top-10 terms (mean >= 9.85), top-term weights (up to ~3) move by <= 0.09,
+    # cosine >= 0.9987. With the head transform in int8 and 7 bits everywhere: >= 8 terms, 0.24, 0.991. bf16 meets
+    # the same kind of bound (test_encoding); nDCG@10 is benchmarks/int8.py's.
     fp32, int8 = pair[0].encode(texts), pair[1].encode(texts)
     overlaps = []
     for a, b in zip(fp32, int8):
         top = sorted(a, key=a.get, reverse=True)[:10]
         overlaps.append(len(set(top) & set(sorted(b, key=b.get, reverse=True)[:10])))
-        assert overlaps[-1] >= 8
-        assert max(abs(a[t] - b.get(t, 0.0)) for t in top) < 0.3
-        assert cosine(a, b) > 0.98
-    assert sum(overlaps) / len(overlaps) >= 9.5
+        assert overlaps[-1] >= 9
+        assert max(abs(a[t] - b.get(t, 0.0)) for t in top) < 0.15
+        assert cosine(a, b) > 0.997
+    assert sum(overlaps) / len(overlaps) >= 9.8
     # ... and it is int8: the weights are not fp32's
     assert sum(a != b for a, b in zip(fp32, int8)) > len(texts) // 2
 
