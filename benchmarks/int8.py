@@ -14,7 +14,7 @@ Measured (``precision='int8'`` is :mod:`pyterrier_lsr.core.int8`; the model defa
 * effectiveness (unless ``--speed-only``): nDCG@10 on Vaswani (``--vaswani``, an ``irds:`` id) and CISI
   (``--cisi``, a folder of ``docs.jsonl``, ``topics.tsv``, ``qrels.txt``) of an index of fp32 documents searched
   with fp32 queries and of int8 documents searched with int8 queries (the two mixed pairs are reported too), PISA
-  exact retrieval.
+  exact retrieval, with each pair's topics better / worse than fp32's and the p-value of a paired t-test.
 
 Prints a table and writes JSON (``--output``).
 """
@@ -84,11 +84,16 @@ def effectiveness(name: str, collection, models: dict, workdir: Path) -> dict:
         indexes[p] = path
     runs = {f'docs {d} / queries {q}': LsrIndex(str(indexes[d]), models[q]).retriever()
             for d in models for q in models}
-    table = pt.Experiment(list(runs.values()), collection.topics, collection.qrels, [nDCG @ 10], names=list(runs))
+    # the first run (fp32 documents and queries) is the baseline of a paired t-test over the topics
+    table = pt.Experiment(list(runs.values()), collection.topics, collection.qrels, [nDCG @ 10], names=list(runs),
+                          baseline=0)
     ndcg = dict(zip(table['name'], table['nDCG@10']))
+    paired = {name: {'better': better, 'worse': worse, 'p': p} for name, better, worse, p in
+              zip(table['name'], table['nDCG@10 +'], table['nDCG@10 -'], table['nDCG@10 p-value'])}
     return {'docs': len(collection.corpus), 'topics': len(collection.topics), 'index_s': index_s,
             'index_docs_per_s': {p: len(collection.corpus) / s for p, s in index_s.items()}, 'ndcg@10': ndcg,
-            'vs_fp32': {p: ndcg[f'docs {p} / queries {p}'] / ndcg['docs fp32 / queries fp32'] for p in models}}
+            'vs_fp32': {p: ndcg[f'docs {p} / queries {p}'] / ndcg['docs fp32 / queries fp32'] for p in models},
+            'topics_vs_fp32': paired}
 
 
 def main(argv=None):
@@ -101,6 +106,7 @@ def main(argv=None):
     parser.add_argument('--rounds', type=int, default=3)
     parser.add_argument('--latency-queries', type=int, default=50)
     parser.add_argument('--speed-only', action='store_true', help='speed and latency, no indexes')
+    parser.add_argument('--collections', nargs='+', choices=['vaswani', 'cisi'], default=['vaswani', 'cisi'])
     parser.add_argument('--threads', type=int, default=1, help='torch threads (1 on a shared machine)')
     parser.add_argument('--batch-size', type=int, default=32)
     parser.add_argument('--workdir', default=None, help='where the indexes go (default: a temporary folder)')
@@ -138,6 +144,7 @@ def main(argv=None):
         with tempfile.TemporaryDirectory() as tmp:
             workdir = Path(args.workdir or tmp)
             collections = [('vaswani', vaswani), ('cisi', load_collection(args.cisi).subset(args.docs))]
+            collections = [(name, c) for name, c in collections if name in args.collections]
             result['effectiveness'] = {name: effectiveness(name, collection, models, workdir)
                                        for name, collection in collections}
     result['loadavg_after'] = os.getloadavg()
