@@ -9,9 +9,12 @@ Measured (``precision='int8'`` is :mod:`pyterrier_lsr.core.int8`; the model defa
   ``--rounds`` rounds in this one process at ``--threads`` threads (default 1); the best round of each is reported
   (on a shared machine slower rounds measure the neighbours), with every round and the load average before and
   after. The full-corpus indexing time of each precision is reported too.
-* effectiveness: nDCG@10 on Vaswani (``--vaswani``, an ``irds:`` id) and CISI (``--cisi``, a folder of
-  ``docs.jsonl``, ``topics.tsv``, ``qrels.txt``) of an index of fp32 documents searched with fp32 queries and of
-  int8 documents searched with int8 queries (the two mixed pairs are reported too), PISA exact retrieval.
+* latency: milliseconds per ``encode_queries`` call of one query (the first ``--latency-queries`` Vaswani topics,
+  timed only), median of each round, the precisions alternating, best round reported.
+* effectiveness (unless ``--speed-only``): nDCG@10 on Vaswani (``--vaswani``, an ``irds:`` id) and CISI
+  (``--cisi``, a folder of ``docs.jsonl``, ``topics.tsv``, ``qrels.txt``) of an index of fp32 documents searched
+  with fp32 queries and of int8 documents searched with int8 queries (the two mixed pairs are reported too), PISA
+  exact retrieval, with each pair's topics better / worse than fp32's and the p-value of a paired t-test.
 
 Prints a table and writes JSON (``--output``).
 """
@@ -19,6 +22,7 @@ import argparse
 import datetime
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -51,6 +55,19 @@ def speed(models: dict, texts: list, rounds: int) -> dict:
     return {p: {'rounds_s': t, 'docs_per_s': len(texts) / min(t)} for p, t in times.items()}
 
 
+def latency(models: dict, queries: list, rounds: int) -> dict:
+    times = {p: [] for p in models}
+    for _ in range(rounds):
+        for p, model in models.items():
+            calls = []
+            for query in queries:
+                start = time.perf_counter()
+                model.encode_queries([query])
+                calls.append(time.perf_counter() - start)
+            times[p].append(1000 * statistics.median(calls))
+    return {p: {'rounds_median_ms': t, 'median_ms': min(t)} for p, t in times.items()}
+
+
 def effectiveness(name: str, collection, models: dict, workdir: Path) -> dict:
     """nDCG@10 of every pair of document and query precisions, and each precision's indexing docs/s."""
     import pyterrier as pt
@@ -67,11 +84,16 @@ def effectiveness(name: str, collection, models: dict, workdir: Path) -> dict:
         indexes[p] = path
     runs = {f'docs {d} / queries {q}': LsrIndex(str(indexes[d]), models[q]).retriever()
             for d in models for q in models}
-    table = pt.Experiment(list(runs.values()), collection.topics, collection.qrels, [nDCG @ 10], names=list(runs))
+    # the first run (fp32 documents and queries) is the baseline of a paired t-test over the topics
+    table = pt.Experiment(list(runs.values()), collection.topics, collection.qrels, [nDCG @ 10], names=list(runs),
+                          baseline=0)
     ndcg = dict(zip(table['name'], table['nDCG@10']))
+    paired = {name: {'better': better, 'worse': worse, 'p': p} for name, better, worse, p in
+              zip(table['name'], table['nDCG@10 +'], table['nDCG@10 -'], table['nDCG@10 p-value'])}
     return {'docs': len(collection.corpus), 'topics': len(collection.topics), 'index_s': index_s,
             'index_docs_per_s': {p: len(collection.corpus) / s for p, s in index_s.items()}, 'ndcg@10': ndcg,
-            'vs_fp32': {p: ndcg[f'docs {p} / queries {p}'] / ndcg['docs fp32 / queries fp32'] for p in models}}
+            'vs_fp32': {p: ndcg[f'docs {p} / queries {p}'] / ndcg['docs fp32 / queries fp32'] for p in models},
+            'topics_vs_fp32': paired}
 
 
 def main(argv=None):
@@ -82,6 +104,9 @@ def main(argv=None):
     parser.add_argument('--docs', type=int, default=None, help='a corpus subset per collection (default: all)')
     parser.add_argument('--speed-docs', type=int, default=1000)
     parser.add_argument('--rounds', type=int, default=3)
+    parser.add_argument('--latency-queries', type=int, default=50)
+    parser.add_argument('--speed-only', action='store_true', help='speed and latency, no indexes')
+    parser.add_argument('--collections', nargs='+', choices=['vaswani', 'cisi'], default=['vaswani', 'cisi'])
     parser.add_argument('--threads', type=int, default=1, help='torch threads (1 on a shared machine)')
     parser.add_argument('--batch-size', type=int, default=32)
     parser.add_argument('--workdir', default=None, help='where the indexes go (default: a temporary folder)')
@@ -111,12 +136,17 @@ def main(argv=None):
     result['speed']['vs_fp32'] = {p: result['speed'][p]['docs_per_s'] / result['speed']['fp32']['docs_per_s']
                                   for p in precisions}
     result['speed']['docs'] = len(texts)
+    queries = list(vaswani.topics['query'][:args.latency_queries])
+    result['latency'] = latency(models, queries, args.rounds)
     result['loadavg_after_speed'] = os.getloadavg()
-    with tempfile.TemporaryDirectory() as tmp:
-        workdir = Path(args.workdir or tmp)
-        collections = [('vaswani', vaswani), ('cisi', load_collection(args.cisi).subset(args.docs))]
-        result['effectiveness'] = {name: effectiveness(name, collection, models, workdir)
-                                   for name, collection in collections}
+    result['effectiveness'] = {}
+    if not args.speed_only:
+        with tempfile.TemporaryDirectory() as tmp:
+            workdir = Path(args.workdir or tmp)
+            collections = [('vaswani', vaswani), ('cisi', load_collection(args.cisi).subset(args.docs))]
+            collections = [(name, c) for name, c in collections if name in args.collections]
+            result['effectiveness'] = {name: effectiveness(name, collection, models, workdir)
+                                       for name, collection in collections}
     result['loadavg_after'] = os.getloadavg()
     result['seconds'] = (datetime.datetime.now(datetime.timezone.utc) - started).total_seconds()
     write_json(args.output, result)
@@ -128,6 +158,8 @@ def main(argv=None):
     print(f"{'':28s}" + ''.join(f'{p:>10s}' for p in precisions) + ''.join(f'{p + "/fp32":>11s}' for p in others))
     print(f"{f'docs/s (best of {args.rounds})':28s}" + ''.join(f"{s[p]['docs_per_s']:10.1f}" for p in precisions)
           + ''.join(f"{s['vs_fp32'][p]:11.2f}" for p in others))
+    lat = result['latency']
+    print(f"{'ms per one-query call':28s}" + ''.join(f"{lat[p]['median_ms']:10.2f}" for p in precisions))
     for name, e in result['effectiveness'].items():
         n, docs_s = e['ndcg@10'], e['index_docs_per_s']
         print(f"{name + ' nDCG@10':28s}" + ''.join(f"{n[f'docs {p} / queries {p}']:10.4f}" for p in precisions)

@@ -1,104 +1,136 @@
-"""int8 activation quantization per token (pyterrier_lsr.core.int8, now) against per call (one grid for a kernel call's
-whole input, the previous version, reproduced here): query vectors against fp32, and document-encoding speed.
+"""Where int8 SPLADE loses fidelity to fp32, component by component, on held-out text (no test topic is read).
 
-    PYTHONPATH=. python benchmarks/int8_activations.py --collections irds:vaswani path/to/cisi --speed-docs 200
+    PYTHONPATH=. python benchmarks/int8_activations.py --corpus path/to/packages --texts 300
 
-* fidelity, per collection's topics (SPLADE-tiny query encoder): mean cosine to the fp32 vector, mean overlap of the
-  top-10 terms, and non-zero terms relative to fp32 (spurious terms from quantization noise);
-* speed: docs/s of ``encode_docs`` on the first ``--speed-docs`` Vaswani documents, fp32 / per call / per token
-  interleaved for ``--rounds`` rounds, best round of each (1 thread).
+Texts: from the ``packages`` corpus folder (``docs.jsonl.gz``: Debian long descriptions and short package
+descriptions; ``queries.tsv``: its held-out queries), ``--texts`` of each kind, a domain none of the test collections
+shares. Each variant of the int8 copy (the model defaults to the offline ``splade-tiny``) encodes them, and its vectors
+are compared with fp32's: mean and minimum cosine, mean overlap of the top-10 terms, non-zero terms relative to fp32
+(spurious terms from rounding noise push it above 1).
 
-Prints JSON and writes it to ``--output``.
+Variants: the package's int8 path as it is; with 7-bit and with 8-bit activations (``reduce_range``, see
+:func:`pyterrier_lsr.core.int8.reduce_range`); the head transform in int8 and in fp32; every Linear but one in fp32
+(one variant per Linear), and the vocabulary projection alone in int8. Per encoder layer, the relative error
+(``||int8 - fp32|| / ||fp32||`` per token, averaged) of the hidden states of the package's int8 path.
+One torch thread. Prints JSON and writes it to ``--output``.
 """
 import argparse
+import datetime
+import gzip
+import itertools
 import json
 import os
-import time
+import sys
+from pathlib import Path
 
 
-def per_call(int8):
-    """The previous kernels' forwards: activations quantized on one grid per call (bias inside the kernel)."""
-    import torch
-
-    def linear_forward(self, x):
-        out = torch.ops.quantized.linear_dynamic(x.float(), self.packed, int8.REDUCE_RANGE)
-        return out if self.bias is None else out + self.bias
-
-    def pool_forward(self, hidden, attention_mask):
-        valid = attention_mask.bool()
-        pooled = torch.full((hidden.shape[0], self.vocab_size), float('-inf'))
-        for row in range(hidden.shape[0]):
-            tokens = hidden[row, valid[row]].float().contiguous()
-            if not len(tokens):
-                continue
-            for part, v0 in zip(self.slices, self.starts):
-                logits = torch.ops.quantized.linear_dynamic(tokens, part, int8.REDUCE_RANGE)
-                torch.amax(logits, dim=0, out=pooled[row, v0:v0 + logits.shape[1]])
-            if self.bias is not None:
-                pooled[row] += self.bias
-        return pooled
-    return linear_forward, pool_forward
+def read_texts(folder: Path, n: int) -> dict[str, list[str]]:
+    long, short = [], []
+    with gzip.open(folder / 'docs.jsonl.gz', 'rt', encoding='utf8') as f:
+        for line in f:
+            doc = json.loads(line)
+            kind = long if doc['docno'].startswith('debian:') else short
+            if len(kind) < n:
+                kind.append(doc['text'])
+            if len(long) == len(short) == n:
+                break
+    with open(folder / 'queries.tsv', encoding='utf8') as f:
+        queries = [line.rstrip('\n').split('\t', 1)[1] for line in itertools.islice(f, n)]
+    return {'long docs': long, 'short docs': short, 'queries': queries}
 
 
-def fidelity(reference, vectors) -> dict:
+def fidelity(reference: list[dict], vectors: list[dict]) -> dict:
     def cosine(a, b):
         dot = sum(w * b.get(t, 0.0) for t, w in a.items())
         return dot / ((sum(w * w for w in a.values()) * sum(w * w for w in b.values())) ** 0.5 or 1.0)
 
     def top(v):
         return set(sorted(v, key=v.get, reverse=True)[:10])
-    n = len(reference)
-    return {'cosine': sum(cosine(r, v) for r, v in zip(reference, vectors)) / n,
-            'top10_overlap': sum(len(top(r) & top(v)) / 10 for r, v in zip(reference, vectors)) / n,
+    cosines = [cosine(r, v) for r, v in zip(reference, vectors)]
+    return {'cosine': sum(cosines) / len(cosines), 'cosine_min': min(cosines),
+            'top10_overlap': sum(len(top(r) & top(v)) / 10 for r, v in zip(reference, vectors)) / len(vectors),
             'terms_vs_fp32': sum(map(len, vectors)) / sum(map(len, reference))}
+
+
+def layer_errors(fp32, int8_model, texts: list[str]) -> list[float]:
+    """Mean relative error of each encoder layer's output hidden states, int8 against fp32, over real tokens."""
+    import torch
+
+    from pyterrier_lsr.core.encoding import length_sorted_batches
+    layers = {}
+    for side, module in (('fp32', fp32.model), ('int8', int8_model.model.quantized)):
+        for i, layer in enumerate(module.mlm.base_model.encoder.layer):
+            layer.register_forward_hook(lambda m, inp, out, key=(side, i): layers.setdefault(key, []).append(
+                (out[0] if isinstance(out, tuple) else out).detach()))
+    errors = {}
+    with torch.inference_mode():
+        for batch in length_sorted_batches(fp32.tokenizer, texts, 32, fp32.max_length, 'cpu'):
+            layers.clear()
+            fp32.model(batch.input_ids, batch.attention_mask)
+            int8_model.model(batch.input_ids, batch.attention_mask)
+            valid = batch.attention_mask.bool()
+            for (side, i), (out,) in layers.items():
+                if side == 'int8':
+                    ref = layers['fp32', i][0][valid]
+                    rel = (out[valid] - ref).norm(dim=-1) / ref.norm(dim=-1)
+                    errors.setdefault(i, []).extend(rel.tolist())
+    return [sum(e) / len(e) for _, e in sorted(errors.items())]
 
 
 def main():
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument('--collections', nargs='+', default=['irds:vaswani'])
-    p.add_argument('--speed-docs', type=int, default=200)
-    p.add_argument('--rounds', type=int, default=3)
-    p.add_argument('--output', default='benchmarks/results/int8_activations.json')
+    p.add_argument('--corpus', default='packages', help='the packages corpus folder (docs.jsonl.gz, queries.tsv)')
+    p.add_argument('--texts', type=int, default=300, help='texts of each kind (long docs, short docs, queries)')
+    p.add_argument('--model', default='splade-tiny')
+    p.add_argument('--output', default='benchmarks/results/int8_components.json')
     args = p.parse_args()
     import torch
     torch.set_num_threads(1)
     from pyterrier_lsr import Splade
     from pyterrier_lsr.core import int8
-    from pyterrier_lsr.core.collection import load_collection
-    from pyterrier_lsr.core.offline import resolve_model
     from pyterrier_lsr.core.storage import write_json
 
-    path = resolve_model('splade-tiny')
-    fp32, int8_model = Splade.from_pretrained(path, batch_size=32), Splade.from_pretrained(path, batch_size=32,
-                                                                                              precision='int8')
-    forwards = {'per token': (int8.Int8Linear.forward, int8.Int8MaxPool.forward), 'per call': per_call(int8)}
+    started, load_before = datetime.datetime.now(datetime.timezone.utc), os.getloadavg()
+    fp32 = Splade.from_pretrained(args.model, device='cpu', batch_size=32)
+    model = Splade.from_pretrained(args.model, device='cpu', batch_size=32, precision='int8')
+    module, copy = model.model, model.model.quantized
+    floats = dict(module.float_module.named_modules())
+    int8s = {name: m for name, m in copy.named_modules() if isinstance(m, int8.Int8Linear)}
+    decoder = module.float_module.mlm.get_output_embeddings()
+    head_ids = {id(m) for m in int8.head_linears(module.float_module) if m is not decoder}
+    head = [name for name, m in floats.items() if id(m) in head_ids]
+    int8s.update({name: int8.Int8Linear(floats[name]) for name in head})
+    default_bits = 7 if int8.reduce_range(int8.packing_engine()) else 8
+    texts = read_texts(Path(args.corpus), args.texts)
+    references = {kind: fp32.encode_docs(t) for kind, t in texts.items()}
 
-    def use(name):
-        int8.Int8Linear.forward, int8.Int8MaxPool.forward = forwards[name]
+    def use(linears_int8=(), pool=True, bits=default_bits):
+        for name in int8s:
+            parent, _, leaf = name.rpartition('.')
+            setattr(copy.get_submodule(parent), leaf, int8s[name] if name in linears_int8 else floats[name])
+        for m in list(int8s.values()) + [module.pool]:
+            m.reduce_range = bits == 7
+        module.pool, pool_module = (module.pool if pool else None), module.pool
+        result = {kind: fidelity(references[kind], model.encode_docs(t)) for kind, t in texts.items()}
+        module.pool = pool_module
+        return result
 
-    result = {'loadavg_before': os.getloadavg(), 'fidelity': {}}
-    for name in args.collections:
-        topics = list(load_collection(name).topics['query'])
-        reference = fp32.encode_queries(topics)
-        result['fidelity'][name] = {}
-        for mode in forwards:
-            use(mode)
-            result['fidelity'][name][mode] = fidelity(reference, int8_model.encode_queries(topics))
-    docs = [d['text'] for d in load_collection('irds:vaswani').corpus[:args.speed_docs]]
-    times = {'fp32': [], 'per call': [], 'per token': []}
-    fp32.encode_docs(docs[:16])
-    int8_model.encode_docs(docs[:16])
-    for _ in range(args.rounds):
-        for mode in times:
-            model = fp32 if mode == 'fp32' else int8_model
-            if mode != 'fp32':
-                use(mode)
-            start = time.perf_counter()
-            model.encode_docs(docs)
-            times[mode].append(time.perf_counter() - start)
-    use('per token')
-    result['speed'] = {mode: {'rounds_s': t, 'docs_per_s': len(docs) / min(t)} for mode, t in times.items()}
-    result['loadavg_after'] = os.getloadavg()
+    backbone = [name for name in int8s if name not in head]
+    variants = {}
+    for bits in (7, 8):
+        variants[f'package path, {bits}-bit activations'] = use(backbone, bits=bits)
+        variants[f'head transform int8 too, {bits}-bit activations'] = use(list(int8s), bits=bits)
+        variants[f'projection alone in int8, {bits}-bit activations'] = use((), bits=bits)
+        variants[f'backbone alone in int8 (projection fp32), {bits}-bit activations'] = use(backbone, False, bits)
+    for name in int8s:
+        variants[f'{name} alone in int8, {default_bits}-bit activations'] = use([name], pool=False)
+    use(backbone)
+    result = {'command': ' '.join([Path(sys.executable).name] + sys.argv), 'started': started.isoformat(),
+              'loadavg_before': load_before, 'torch': torch.__version__, 'engine': int8.packing_engine(),
+              'vnni': torch.cpu._is_vnni_supported(), 'package_activation_bits': default_bits, 'model': args.model,
+              'texts': {kind: len(t) for kind, t in texts.items()}, 'fidelity': variants,
+              'layer_relative_error': layer_errors(fp32, model, [t for ts in texts.values() for t in ts]),
+              'loadavg_after': os.getloadavg()}
     write_json(args.output, result)
     print(json.dumps(result, indent=1))
 

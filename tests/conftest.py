@@ -24,7 +24,7 @@ if os.environ.get('PYTEST_XDIST_WORKER_COUNT'):
 def splade():
     from pyterrier_lsr import Splade
     from pyterrier_lsr.core.offline import resolve_model
-    return Splade.from_pretrained(resolve_model('splade-tiny'), batch_size=8)
+    return Splade.from_pretrained(resolve_model('splade-tiny'), device='cpu', batch_size=8)
 
 
 @pytest.fixture(scope='session')

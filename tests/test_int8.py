@@ -1,5 +1,6 @@
 """precision='int8': a quantized copy of the torch module, close to fp32 on real texts, CPU only."""
 import copy
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 import torch
@@ -7,14 +8,15 @@ from torch import nn
 
 from pyterrier_lsr import Splade
 from pyterrier_lsr.core.encoding import resolve_precision
-from pyterrier_lsr.core.int8 import Int8Linear, Int8MaxPool, Int8Module, packing_engine
+from pyterrier_lsr.core.int8 import Int8Linear, Int8MaxPool, Int8Module, packing_engine, reduce_range
 from pyterrier_lsr.core.offline import resolve_model
 
 
 @pytest.fixture(scope='module')
 def pair():
     path = resolve_model('splade-tiny')
-    return Splade.from_pretrained(path, batch_size=8), Splade.from_pretrained(path, batch_size=8, precision='int8')
+    return (Splade.from_pretrained(path, device='cpu', batch_size=8),
+            Splade.from_pretrained(path, batch_size=8, precision='int8'))
 
 
 def cosine(a, b):
@@ -23,18 +25,19 @@ def cosine(a, b):
 
 
 def test_int8_keeps_the_top_terms_of_fp32(pair, texts):
-    # Bounds measured on these 42 texts (splade-tiny, batch 8 and 32): every text keeps >= 8 of its fp32 top-10
-    # terms (mean 9.7), top-term weights (up to ~3) move by <= 0.24, cosine >= 0.991. bf16 meets the same kind of
-    # bound (test_encoding); nDCG@10 is benchmarks/int8.py's.
+    # Bounds measured on these 42 texts (splade-tiny, batch 8 and 32, 8-bit activations with VNNI, 7-bit as without):
+    # every text keeps >= 9 of its fp32 top-10 terms (mean >= 9.85), top-term weights (up to ~3) move by <= 0.09,
+    # cosine >= 0.9987. With the head transform in int8 and 7 bits everywhere: >= 8 terms, 0.24, 0.991. bf16 meets
+    # the same kind of bound (test_encoding); nDCG@10 is benchmarks/int8.py's.
     fp32, int8 = pair[0].encode(texts), pair[1].encode(texts)
     overlaps = []
     for a, b in zip(fp32, int8):
         top = sorted(a, key=a.get, reverse=True)[:10]
         overlaps.append(len(set(top) & set(sorted(b, key=b.get, reverse=True)[:10])))
-        assert overlaps[-1] >= 8
-        assert max(abs(a[t] - b.get(t, 0.0)) for t in top) < 0.3
-        assert cosine(a, b) > 0.98
-    assert sum(overlaps) / len(overlaps) >= 9.5
+        assert overlaps[-1] >= 9
+        assert max(abs(a[t] - b.get(t, 0.0)) for t in top) < 0.15
+        assert cosine(a, b) > 0.997
+    assert sum(overlaps) / len(overlaps) >= 9.8
     # ... and it is int8: the weights are not fp32's
     assert sum(a != b for a, b in zip(fp32, int8)) > len(texts) // 2
 
@@ -56,6 +59,24 @@ def test_int8_packs_for_onednn_on_amx_cpus_and_leaves_the_engine_setting_alone(m
     assert (pool(hidden, mask) - logits).abs().max() < 0.02 * logits.abs().max()
 
 
+@pytest.mark.parametrize('vnni', [False, True])
+def test_int8_activations_get_8_bits_where_the_kernels_cannot_saturate(monkeypatch, vnni):
+    monkeypatch.setattr(torch.cpu, '_is_vnni_supported', lambda: vnni)
+    monkeypatch.setattr(torch.cpu, '_is_amx_tile_supported', lambda: False, raising=False)
+    assert reduce_range('x86') is not vnni and reduce_range('onednn') is False
+    torch.manual_seed(0)
+    linear = Int8Linear(nn.Linear(64, 48))
+    assert linear.reduce_range is not vnni and Int8MaxPool(nn.Linear(64, 5000)).reduce_range is not vnni
+    # the kernels take either on any x86 CPU: the eighth bit halves the activations' rounding error
+    hidden = torch.randn(4, 7, 64)
+    expected = hidden @ torch.ops.quantized.linear_unpack(linear.packed)[0].dequantize().T + linear.bias
+    errors = {}
+    for bits in (7, 8):
+        linear.reduce_range = bits == 7
+        errors[bits] = (linear(hidden) - expected).abs().mean()
+    assert errors[8] < 0.7 * errors[7]
+
+
 def test_int8_quantizes_a_copy_once_and_leaves_the_fp32_module_alone():
     from transformers import AutoTokenizer
 
@@ -70,10 +91,12 @@ def test_int8_quantizes_a_copy_once_and_leaves_the_fp32_module_alone():
     assert [name for name, m in module.named_modules() if isinstance(m, nn.Linear)] == linears
     assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())
     quantized = model.model.quantized
-    # every Linear of the copy is int8 but the vocabulary projection, which the int8 pooling replaces
+    # every Linear of the copy is int8 but the vocabulary projection, which the int8 pooling replaces, and the head
+    # transform's, which stays fp32
     decoder = quantized.mlm.get_output_embeddings()
-    assert [m for m in quantized.modules() if isinstance(m, nn.Linear)] == [decoder]
-    assert sum(isinstance(m, Int8Linear) for m in quantized.modules()) == len(linears) - 1
+    transform = quantized.mlm.cls.predictions.transform.dense
+    assert [m for m in quantized.modules() if isinstance(m, nn.Linear)] == [transform, decoder]
+    assert sum(isinstance(m, Int8Linear) for m in quantized.modules()) == len(linears) - 2
     assert isinstance(model.model.pool, Int8MaxPool)
     # the float module's own attributes stay reachable (save, settings, vocabulary size)
     assert model.model.vocab_size == module.vocab_size and model.model.settings is module.settings
@@ -87,10 +110,38 @@ def test_int8_is_deterministic(pair, texts):
     assert again.encode(texts) == first
 
 
+def test_one_int8_model_encodes_from_several_threads(pair, texts):
+    # 12 calls on 4 threads, as a server sharing one model does: each call must give what it gives alone. An int8
+    # module left in training mode was switched to eval and back by every call, so a call ending turned dropout on
+    # under the others (measured: a few of 42 vectors wrong in most rounds, cosine down to 0.97, unrelated terms).
+    int8 = pair[1]
+    chunks = [texts[i::12] for i in range(12)]
+    expected = [int8.encode_docs(chunk) for chunk in chunks]
+    for _ in range(5):
+        with ThreadPoolExecutor(4) as pool:
+            assert list(pool.map(int8.encode_docs, chunks)) == expected
+    quantized = [m for m in int8.model.modules() if m is not int8.model.float_module]
+    assert not any(m.training for m in quantized)
+
+
+def test_the_int8_copy_stays_in_eval_mode_and_leaves_the_float_modules_mode_alone(pair):
+    module = pair[1].model
+    assert not module.training and not module.quantized.training
+    float_module = module.float_module
+    try:
+        float_module.train()
+        module.train()  # what encoding and trainers ask of a module
+        assert not module.training and not any(m.training for m in module.quantized.modules())
+        assert float_module.training
+    finally:
+        float_module.eval()
+
+
 def test_int8_model_saves_its_fp32_weights(pair, tmp_path, texts):
     fp32, int8 = pair
     int8.save_pretrained(tmp_path / "m")
-    assert Splade.from_pretrained(tmp_path / 'm', batch_size=8).encode(texts[:6]) == fp32.encode(texts[:6])
+    saved = Splade.from_pretrained(tmp_path / 'm', device='cpu', batch_size=8)
+    assert saved.encode(texts[:6]) == fp32.encode(texts[:6])
     reloaded = Splade.from_pretrained(tmp_path / 'm', batch_size=8, precision='int8')
     assert reloaded.encode(texts[:6]) == int8.encode(texts[:6])
 
@@ -125,7 +176,7 @@ def test_int8_for_the_other_torch_kinds(pair, tmp_path, texts):
     assert isinstance(loaded.model, Int8Module) and not isinstance(loaded.model.float_module, Int8Module)
     assert loaded.encode_docs(texts[:4]) == int8.encode_docs(texts[:4])
     # a sibling asked for fp32 gets the fp32 module back
-    assert Splade(int8.model, int8.tokenizer, precision='fp32').model is int8.model.float_module
+    assert Splade(int8.model, int8.tokenizer, device='cpu', precision='fp32').model is int8.model.float_module
 
 
 def test_int8_sae_splade(tiny):
@@ -136,7 +187,7 @@ def test_int8_sae_splade(tiny):
     sae = SparseAutoencoder(SAEConfig(d_in=32, n_latents=64, k=4, seed=1))
     module = SaeSpladeModel(mlm.bert, sae, structural_token_ids(tokenizer))
     texts = ['the nuclear reactor physics', 'radio wave noise in a transistor amplifier circuit']
-    fp32 = SaeSplade(module, tokenizer).encode(texts)
+    fp32 = SaeSplade(module, tokenizer, device='cpu').encode(texts)
     int8 = SaeSplade(module, tokenizer, precision='int8')
     assert any(isinstance(m, Int8Linear) for m in int8.model.quantized.modules())
     out = int8.encode(texts)

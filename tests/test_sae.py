@@ -40,7 +40,7 @@ def test_batch_topk_keeps_k_per_vector_on_average():
 
 def test_decoder_rows_unit_norm_and_gradient_orthogonal():
     config = SAEConfig(d_in=16, n_latents=64, k=4, batch_size=256, epochs=2, lr=1e-2)
-    sae, _ = train_sae(sparse_data(1024), config, verbose=False)
+    sae, _ = train_sae(sparse_data(1024), config, device='cpu', verbose=False)
     torch.testing.assert_close(sae.W_dec.norm(dim=1), torch.ones(64))
     sae.train()
     sae.losses(sparse_data(64, seed=1))['loss'].backward()
@@ -81,7 +81,7 @@ def test_sparse_gradients_equal_autograd_through_the_dense_encoder():
 def test_reconstruction_improves_on_sparse_data():
     x = sparse_data()
     config = SAEConfig(d_in=16, n_latents=64, k=4, batch_size=256, epochs=10, lr=1e-2)
-    sae, log = train_sae(x, config, verbose=False, log_every=4)
+    sae, log = train_sae(x, config, device='cpu', verbose=False, log_every=4)
     assert log[0]['fve'] < 0.5 and log[-1]['fve'] > 0.88
     assert log[-1]['mse'] < log[0]['mse'] / 4
     assert all(entry['l0'] <= 4 for entry in log)
@@ -114,7 +114,7 @@ def forced_dead_run(aux_coef, seed):
         update_dead(counts, n_vectors)
 
     model.update_dead = record
-    train_sae(x, config, model=model, verbose=False)
+    train_sae(x, config, model=model, device='cpu', verbose=False)
     return sum(fired[-8:])
 
 
@@ -129,13 +129,13 @@ def test_auxk_revives_forced_dead_latent():
 def test_deterministic_and_save_load(tmp_path):
     x = sparse_data(512)
     config = SAEConfig(d_in=16, n_latents=32, k=3, batch_size=128, epochs=2, seed=3)
-    a, log_a = train_sae(x, config, verbose=False)
-    b, log_b = train_sae(x.numpy(), config, verbose=False)
+    a, log_a = train_sae(x, config, device='cpu', verbose=False)
+    b, log_b = train_sae(x.numpy(), config, device='cpu', verbose=False)
     for name, tensor in a.state_dict().items():
         torch.testing.assert_close(tensor, b.state_dict()[name], rtol=0, atol=0)
     assert [e['mse'] for e in log_a] == [e['mse'] for e in log_b]
     a.save_pretrained(tmp_path / 'sae')
-    loaded = SparseAutoencoder.from_pretrained(tmp_path / 'sae')
+    loaded = SparseAutoencoder.from_pretrained(tmp_path / 'sae', device='cpu')
     assert loaded.config == config
     torch.testing.assert_close(loaded.encode(x), a.encode(x), rtol=0, atol=0)
     assert torch.equal(loaded.since_fired, a.since_fired)
@@ -145,11 +145,11 @@ def test_memmap_and_iterator_sources(tmp_path):
     x = sparse_data(600).numpy()
     np.save(tmp_path / 'x.npy', x)
     config = SAEConfig(d_in=16, n_latents=32, k=3, batch_size=100)
-    _, log = train_sae(np.load(tmp_path / 'x.npy', mmap_mode='r'), config, verbose=False, log_every=2)
+    _, log = train_sae(np.load(tmp_path / 'x.npy', mmap_mode='r'), config, device='cpu', verbose=False, log_every=2)
     assert log[-1]['vectors'] == 600 and log[-1]['step'] == 6
-    _, log = train_sae((x[i : i + 50] for i in range(0, 600, 50)), config, verbose=False)
+    _, log = train_sae((x[i : i + 50] for i in range(0, 600, 50)), config, device='cpu', verbose=False)
     assert log[-1]['vectors'] == 600 and log[-1]['step'] == 12
     with pytest.raises(ValueError, match='no vectors'):
-        train_sae(iter([]), config, verbose=False)
+        train_sae(iter([]), config, device='cpu', verbose=False)
     with pytest.raises(ValueError, match='k'):
         SAEConfig(d_in=16, n_latents=8, k=9)

@@ -195,7 +195,8 @@ def test_maxsim_store_retriever_scorer_and_ivf(minilm, tmp_path):
 def test_ssr_end_to_end_and_round_trip(minilm, vaswani_docs, tmp_path):
     docs = vaswani_docs[:30]
     vectors, offsets = minilm.embed([d['text'] for d in docs])
-    sae, log = train_ssr_sae(vectors, {'n_latents': 256, 'k': 8, 'epochs': 5, 'batch_size': 256}, verbose=False)
+    sae, log = train_ssr_sae(vectors, {'n_latents': 256, 'k': 8, 'epochs': 5, 'batch_size': 256}, device='cpu',
+                             verbose=False)
     assert log[-1]['l0'] == 8
     ssr = SSR(minilm, sae)
     index = SpladeIndexer(tmp_path / 'ssr.lsr', ssr, verbose=False).index(docs)
@@ -467,7 +468,8 @@ def test_token_index_bad_parameters_and_files(random_ssr, tmp_path):
 def test_token_level_ssr_on_a_tiny_corpus_and_reranked(minilm, vaswani_docs, tmp_path):
     docs = vaswani_docs[:30]
     vectors, offsets = minilm.embed([d['text'] for d in docs])
-    sae, _ = train_ssr_sae(vectors, {'n_latents': 256, 'k': 8, 'epochs': 3, 'batch_size': 256}, verbose=False)
+    sae, _ = train_ssr_sae(vectors, {'n_latents': 256, 'k': 8, 'epochs': 3, 'batch_size': 256}, device='cpu',
+                           verbose=False)
     ssr = SSR(minilm, sae, query_pooling='max')
     index = SSRIndex(tmp_path / 'ssr', ssr, verbose=False).indexer().index(docs)
     topics = pd.DataFrame({'qid': ['1', '2', '3'],

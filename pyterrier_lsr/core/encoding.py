@@ -20,14 +20,18 @@ PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
 INT8 = 'int8'
 
 
-def resolve_device(device=None) -> torch.device:
+def resolve_device(device=None, precision: str | None = None) -> torch.device:
+    """The package's one device rule, for every encoder and trainer: ``device`` when given, else CUDA when present
+    (the CPU for ``precision='int8'``, which runs on CPU only); tensors are then moved where the model is."""
     if device is None:
-        device = 'cuda' if torch.cuda.is_available() else 'cpu'
+        device = 'cuda' if torch.cuda.is_available() and precision != INT8 else 'cpu'
     return torch.device(device)
 
 
 def resolve_precision(precision: str | None, device: torch.device, int8: bool = False) -> str:
-    """``None`` means fp32 on CPU (exact) and bf16/fp16 on GPU (fast); ``'int8'`` (CPU only) where ``int8``."""
+    """The encoders' precision: ``None`` means fp32 on CPU (exact) and mixed precision on CUDA (fast: bf16 autocast,
+    fp16 where the GPU lacks bf16); ``'int8'`` (CPU only) where ``int8``. Trainers default to fp32 on any device
+    (``TrainConfig.bf16``); SAEs train in fp32."""
     if precision is None:
         if device.type != 'cuda':
             return 'fp32'

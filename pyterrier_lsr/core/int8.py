@@ -1,14 +1,16 @@
 """int8 CPU encoding: a dynamically quantized copy of a sparse model's torch module (``precision='int8'``).
 
-Every ``nn.Linear`` of the copy runs as an int8 matrix product (fbgemm/oneDNN, through the same
-``torch.ops.quantized.linear_dynamic`` kernels as ``torch.ao.quantization.quantize_dynamic``): weights are quantized
-once, symmetrically per output row; activations are quantized **per token**: each token's vector is divided by its
-largest magnitude before the kernel quantizes the call's input, and the product is multiplied back (it is linear;
-only the bias is added after), so every token gets a grid of its own. The kernels alone quantize a call's whole input
-on one grid (a batch of texts, padding included), which lost 1 % nDCG@10 on CISI's long queries (benchmarks/int8.py).
+Every ``nn.Linear`` of the copy but SPLADE's head transform (:func:`head_linears`) runs as an int8 matrix product
+(fbgemm/oneDNN, through the same ``torch.ops.quantized.linear_dynamic`` kernels as
+``torch.ao.quantization.quantize_dynamic``): weights are quantized once, symmetrically per output row;
+activations are quantized **per token**: each token's vector is divided by its largest magnitude before the kernel
+quantizes the call's input, and the product is multiplied back (it is linear; only the bias is added after), so
+every token gets a grid of its own. The kernels alone quantize a call's whole input on one grid (a batch of texts,
+padding included), which lost 1 % nDCG@10 on CISI's long queries (benchmarks/int8.py).
 SPLADE's vocabulary projection (128 or 768 -> 30522, most of the cost of a small model) is not an ``nn.Linear`` call
 but is fused with the max pooling (:func:`~pyterrier_lsr.models.pooling.max_pooled_logits`); here it runs in int8
 over prepacked vocabulary slices, one text at a time, never over padding, its tokens quantized per token too.
+Activations get 8 bits where the CPU's int8 kernels accumulate in int32 (VNNI), 7 elsewhere (:func:`reduce_range`).
 
 The user's fp32 module is never modified: :class:`Int8Module` keeps it (for saving, settings, training) beside the
 quantized copy that encodes. Chosen by measurement against ONNX Runtime's dynamic int8 (see ``benchmarks/int8.py``
@@ -26,9 +28,6 @@ from ..models.splade import SpladeModel
 # Vocabulary rows per prepacked slice: 256 positions x 4096 logits = 4 MB of fp32 logits, a cache-sized tile
 # (see pooling.CPU_CHUNK_ELEMENTS).
 VOCAB_STEP = 4096
-# fbgemm's AVX2 kernels sum pairs of uint8 x int8 products in int16; 7-bit activations cannot saturate it
-# (quantize_dynamic sets the same on x86).
-REDUCE_RANGE = True
 
 
 def packing_engine() -> str:
@@ -40,6 +39,15 @@ def packing_engine() -> str:
     if amx and 'onednn' in torch.backends.quantized.supported_engines:
         return 'onednn'
     return torch.backends.quantized.engine
+
+
+def reduce_range(engine: str) -> bool:
+    """Whether the activations get 7 bits instead of 8 in ``engine``'s kernels. fbgemm's kernels without VNNI (AVX2)
+    sum pairs of uint8 x int8 products in int16, which 8-bit activations can saturate: there they get 7 bits, as
+    ``quantize_dynamic`` gives them on x86. With avx512_vnni (``vpdpbusd`` accumulates in int32; AMX CPUs have it too)
+    nothing saturates, and the eighth bit halved SPLADE-tiny's int8 error on held-out text
+    (``benchmarks/int8_activations.py``)."""
+    return not (engine == 'onednn' or torch.cpu._is_vnni_supported())
 
 
 @contextlib.contextmanager
@@ -83,12 +91,13 @@ class Int8Linear(nn.Module):
         super().__init__()
         self.in_features, self.out_features = linear.in_features, linear.out_features
         self.packed = pack(linear.weight)
+        self.reduce_range = reduce_range(packing_engine())
         bias = linear.bias
         self.register_buffer('bias', None if bias is None else bias.detach().float().clone(), persistent=False)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x, scale = per_token(x.float())
-        out = torch.ops.quantized.linear_dynamic(x, self.packed, REDUCE_RANGE).mul_(scale)
+        out = torch.ops.quantized.linear_dynamic(x, self.packed, self.reduce_range).mul_(scale)
         return out if self.bias is None else out.add_(self.bias)
 
     def extra_repr(self) -> str:
@@ -104,6 +113,7 @@ class Int8MaxPool(nn.Module):
         self.vocab_size = weight.shape[0]
         self.starts = range(0, self.vocab_size, VOCAB_STEP)
         self.slices = [pack(weight[v0:v0 + VOCAB_STEP]) for v0 in self.starts]
+        self.reduce_range = reduce_range(packing_engine())
         bias = decoder.bias
         self.register_buffer('bias', None if bias is None else bias.detach().float().clone(), persistent=False)
 
@@ -116,7 +126,7 @@ class Int8MaxPool(nn.Module):
                 continue
             tokens, scale = per_token(tokens)
             for part, v0 in zip(self.slices, self.starts):
-                logits = torch.ops.quantized.linear_dynamic(tokens, part, REDUCE_RANGE).mul_(scale)
+                logits = torch.ops.quantized.linear_dynamic(tokens, part, self.reduce_range).mul_(scale)
                 torch.amax(logits, dim=0, out=pooled[row, v0:v0 + logits.shape[1]])
             if self.bias is not None:
                 pooled[row] += self.bias
@@ -130,6 +140,17 @@ def quantize_linears(module: nn.Module, skip=()) -> None:
             setattr(module, name, Int8Linear(child))
         else:
             quantize_linears(child, skip)
+
+
+def head_linears(model: SpladeModel) -> list[nn.Linear]:
+    """The Linear layers of SPLADE's head transform, which stay fp32: their output reaches every vocabulary logit,
+    and the maximum over a text's positions turns its rounding noise into spurious terms. In SPLADE-tiny this one
+    128 x 128 product, alone in int8, moved the vectors on held-out text twice as far from fp32's as the whole int8
+    vocabulary projection, and added 0.8-0.9 % non-zero terms (``benchmarks/int8_activations.py``); it is one product
+    per token beside the backbone's six per layer."""
+    kind, name = model._head_layout
+    head = model.mlm.vocab_transform if kind == 'distilbert' else model.mlm.get_submodule(name)
+    return [m for m in head.modules() if isinstance(m, nn.Linear)]
 
 
 class Int8Module(nn.Module):
@@ -152,9 +173,21 @@ class Int8Module(nn.Module):
         if isinstance(quantized, SpladeModel) and quantized._head_layout is not None:
             decoder = quantized.mlm.get_output_embeddings()
             self.pool = Int8MaxPool(decoder)
-            skip = (decoder,)
+            skip = (decoder, *head_linears(quantized))
         quantize_linears(quantized, skip)
         self.quantized = quantized
+        self.train(False)
+
+    def train(self, mode: bool = True) -> 'Int8Module':
+        """Stays in eval mode whatever ``mode`` asks, and leaves the float module's mode to its owner: the int8 copy
+        only encodes. Left in training mode (``nn.Module``'s default), every encoding call switched it to eval and
+        back, and with one model shared by several threads a call ending switched dropout back on under the other
+        threads' forward passes."""
+        self.training = False
+        for part in (self.quantized, self.pool):
+            if part is not None:
+                part.train(False)
+        return self
 
     def __getattr__(self, name):
         try:

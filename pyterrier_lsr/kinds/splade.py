@@ -41,7 +41,7 @@ class TorchSparseModel(SparseModel):
         model: the torch module (``None`` for a kind that gets it later, e.g. Latent Terms before its SAE); a
             module with a ``terms`` attribute (latent ids) names its own terms, else the tokenizer's tokens do.
         tokenizer: its HF tokenizer.
-        device: ``'cpu'``, ``'cuda'``...; default: CUDA when available.
+        device: ``'cpu'``, ``'cuda'``...; default: CUDA when available (the CPU for ``precision='int8'``).
         max_length: texts are truncated to this many tokens, special tokens included (default 256, SPLADE's
             training length, or the tokenizer's ``model_max_length`` when smaller; queries are far shorter); at most
             the tokenizer's ``model_max_length``, the model's positions.
@@ -57,7 +57,7 @@ class TorchSparseModel(SparseModel):
                  precision: str | None = None, name: str | None = None):
         self.max_length = check_max_length('max_length', max_length, tokenizer, 256)
         self.batch_size = check_int('batch_size', batch_size, 1)
-        self.device = resolve_device(device)
+        self.device = resolve_device(device, precision)
         self.tokenizer = tokenizer
         self.precision = resolve_precision(precision, self.device, int8=True)
         self.name = name

@@ -259,7 +259,8 @@ def train_ssr_sae(vectors: np.ndarray, sae: dict | None = None, max_train_vector
                   device=None, verbose: bool = True):
     """A TopK SAE over token embeddings (``vectors``: tokens x dim, e.g. a corpus's :meth:`MultiVector.embed`),
     trained on a seeded sample of at most ``max_train_vectors`` rows; ``sae``: :class:`SAEConfig` settings
-    (``d_in`` comes from ``vectors``).  Returns ``(sae, log)`` as :func:`train_sae` does."""
+    (``d_in`` comes from ``vectors``); ``device``: where it trains (default: CUDA when present).  Returns
+    ``(sae, log)`` as :func:`train_sae` does."""
     vectors = np.asarray(vectors)
     if vectors.ndim != 2:
         raise ValueError(f'vectors must be a 2-d float array (tokens x dim), got shape {vectors.shape}')

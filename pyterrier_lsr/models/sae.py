@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 
 from ..core import storage
 from ..core.checks import check_bool, check_float, check_int
+from ..core.encoding import resolve_device
 from ..core.model_files import load_weights
 
 CONFIG_FILE = 'sae_config.json'
@@ -243,7 +244,7 @@ class SparseAutoencoder(nn.Module):
         known = {f.name for f in fields(SAEConfig)}
         model = cls(SAEConfig(**{k: v for k, v in settings.items() if k in known}))
         load_weights(model, path / WEIGHTS_FILE)
-        return model.to(device or 'cpu').eval()
+        return model.to(resolve_device(device)).eval()
 
 
 def latent_term_names(n_latents: int) -> list[str]:
@@ -283,10 +284,11 @@ def _num_batches(vectors: Vectors, config: SAEConfig) -> int | None:
 
 
 def _data_mean(vectors: Vectors, first: torch.Tensor) -> torch.Tensor:
-    """Mean of an array (chunked, so memmaps are not loaded at once); of the first batch for an iterator."""
+    """Mean of an array (chunked, so memmaps are not loaded at once); of the first batch for an iterator. On the
+    vectors' own device (a CUDA tensor's chunks are summed there)."""
     if not isinstance(vectors, (torch.Tensor, np.ndarray)):
         return first.float().mean(0)
-    total = torch.zeros(vectors.shape[1], dtype=torch.float64)
+    total = torch.zeros(vectors.shape[1], dtype=torch.float64, device=first.device)
     for start in range(0, len(vectors), 65536):
         total += _tensor(vectors[start:start + 65536]).double().sum(0)
     return (total / len(vectors)).float()
@@ -300,8 +302,11 @@ def train_sae(vectors: Vectors, config: SAEConfig, model: SparseAutoencoder | No
     A new model's ``b_dec`` starts at the data mean. Returns ``(model, log)``: ``log`` holds one dict per
     ``log_every`` steps with ``step``, ``vectors``, ``mse``, ``fve`` (fraction of variance explained), ``l0``
     (mean active latents per vector), ``dead`` (fraction of dead latents), ``aux`` and ``seconds``.
+
+    ``device``: where it trains (default: CUDA when present; the model and each batch are moved there, wherever
+    ``vectors`` and ``model`` are); always in fp32.
     """
-    device = torch.device(device or 'cpu')
+    device = resolve_device(device)
     torch.manual_seed(config.seed)
     generator = torch.Generator().manual_seed(config.seed)
     batches = _batches(vectors, config, generator)
