@@ -277,7 +277,7 @@ def test_a_report_config_that_is_not_utf8_is_named(tmp_path):
 
 @pytest.mark.parametrize('lines, match', [
     (['{"query": "q", "positive": "p", "negative": "n"}', '{"query": "q", "positive": '], 'line 2: not valid JSON'),
-    (['{"query": "q", "positive": "p", "negative": "n"}', '["q", "p"]'], 'line 2: must be a JSON object'),
+    (['{"query": "q", "positive": "p", "negative": "n"}', '["q", "p"]'], 'line 2: a JSON array, not an object'),
     (['{"query": "q", "positive": "p", "negative": "n"}', '', '{"query": "q", "positive": " ", "negative": "n"}'],
      'line 3: training example has an empty or missing positive'),
     (['{"query": "q", "positive": "p"}'], r"lacks columns \['negative \(or negatives\)'\]"),

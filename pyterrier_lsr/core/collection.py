@@ -149,17 +149,25 @@ def _json_type(value) -> str:
     return names.get(type(value), 'number')
 
 
-def read_docs(path) -> list[dict]:
-    """The documents of a ``docs.jsonl`` file as ``{docno, text}`` dicts, in file order, checked line by line."""
-    path, unique, corpus = Path(path), UniqueDocnos(str(path)), []
-    for number, line in _lines(path):
+def json_records(path, what: str) -> Iterator[tuple[str, dict]]:
+    """``(where, record)`` for each non-blank line of a JSON Lines file (``where``: ``"<path>, line <n>"``), each
+    line decoded as :func:`_lines` does and required to be a JSON object (``what``: what the object should hold, for
+    the error)."""
+    for number, line in _lines(Path(path)):
         where = f'{path}, line {number}'
         try:
             record = json.loads(line)
         except ValueError as ex:
             raise ValueError(f'{where}: not valid JSON ({ex.msg} at column {ex.colno})') from None
         if not isinstance(record, dict):
-            raise ValueError(f'{where}: a JSON {_json_type(record)}, not an object with "docno" and "text"')
+            raise ValueError(f'{where}: a JSON {_json_type(record)}, not an object with {what}')
+        yield where, record
+
+
+def read_docs(path) -> list[dict]:
+    """The documents of a ``docs.jsonl`` file as ``{docno, text}`` dicts, in file order, checked line by line."""
+    path, unique, corpus = Path(path), UniqueDocnos(str(path)), []
+    for where, record in json_records(path, '"docno" and "text"'):
         for field in ('docno', 'text'):
             if field not in record:
                 raise ValueError(f'{where}: no "{field}" field (the record has {sorted(record)})')

@@ -39,8 +39,8 @@ SHARED_CACHES = (DOMAIN_CACHE, EMBEDDINGS_CACHE)
 PathLike = str | Path
 
 __all__ = ['MARKER', 'DOMAIN_CACHE', 'EMBEDDINGS_CACHE', 'SHARED_CACHES', 'artifact_type', 'is_artifact',
-           'write_file', 'write_bytes', 'write_text', 'write_json', 'write_array', 'read_json',
-           'build_folder', 'replace_folder', 'remove_artifact', 'mark', 'read_marker', 'move_file', 'temporary_sibling',
+           'write_file', 'write_bytes', 'write_text', 'write_json', 'write_array', 'read_json', 'build_folder',
+           'replace_folder', 'remove_artifact', 'mark', 'marker_stamp', 'read_marker', 'move_file', 'temporary_sibling',
            'remove_temporary', 'link_tree', 'file_digest', 'model_digest', 'check_replaceable', 'CHEAP_DIGEST_BYTES',
            'record_files', 'check_files', 'check_claimable', 'claim_folder']
 
@@ -129,6 +129,16 @@ def move_file(source: PathLike, target: PathLike) -> Path:
 
 
 # -- artifacts ---------------------------------------------------------------------------------------------------
+def marker_stamp(folder: PathLike) -> tuple | None:
+    """What changes whenever ``folder``'s marker is rewritten (a rebuild writes a new file: a new inode; an edit changes
+    its times), or None without one: a stat, so an open artifact re-reads its marker only when it changed."""
+    try:
+        stat = os.stat(Path(folder) / MARKER)
+    except OSError:
+        return None
+    return stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns
+
+
 def read_marker(path: PathLike) -> dict | None:
     """The marker of ``path`` (``{'artifact': type, ...}`` plus what its writer recorded), or ``None`` when ``path``
     carries no readable marker of its own (a symbolic link, a FIFO or a device named like one is none)."""

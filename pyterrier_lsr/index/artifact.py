@@ -21,7 +21,6 @@ pyterrier-lsr index (or an empty one); a failed rebuild leaves the old index as 
 a clear error.  An :class:`LsrIndex` object compares the marker's build id on every use, so it never serves metadata
 or a model cached from a folder that was rebuilt since.
 """
-import os
 import uuid
 from collections import Counter
 from collections.abc import Iterable, Mapping, Sequence
@@ -115,13 +114,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         return is_lsr_index(self.path) or (self.path / META_FILE).is_file()
 
     def _marker(self) -> dict:
-        try:
-            stat = os.stat(self.path / storage.MARKER)
-            # A rebuild writes a new marker file (a new inode, written later), an edit changes its times: re-read
-            # then only, a stat instead of a JSON read on every retrieval call.
-            key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
-        except OSError:
-            key = None
+        key = storage.marker_stamp(self.path)
         if key is not None and self._seen is not None and self._seen[0] == key:
             return self._seen[1]
         marker = storage.read_marker(self.path)

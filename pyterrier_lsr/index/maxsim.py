@@ -14,7 +14,6 @@ A query frame holds one row per query (a duplicate qid is an error, see
 :func:`~pyterrier_lsr.core.checks.check_query_frame`), and results are joined to their input row by position, never by
 qid.
 """
-import copy
 import time
 from collections.abc import Sequence
 from pathlib import Path
@@ -28,7 +27,7 @@ from ..core import arrays, storage
 from ..core.checks import check_int, check_query_frame, check_result_frame
 from ..core.encoding import as_texts
 from ..kinds.multivector import MultiVector, gather_rows, maxsim_rows, query_embeddings, segment_max
-from .tokens import TokenStore, load_npy, result_frame
+from .tokens import TokenStore, TopK, load_npy, result_frame
 
 STORE_FILE = 'maxsim.json'
 VECTORS_FILE = 'vectors.npy'
@@ -292,7 +291,7 @@ class _Ivf:
         return docs
 
 
-class MaxSimRetriever(pt.Transformer):
+class MaxSimRetriever(TopK, pt.Transformer):
     """``qid, query`` -> the top ``num_results`` documents of a :class:`MaxSimIndex` by exact MaxSim, over every
     document or over the k-means baseline's candidates; bound to the build it was made on."""
 
@@ -319,14 +318,6 @@ class MaxSimRetriever(pt.Transformer):
             if len(queries[query]):
                 rows.extend((position, d, s) for d, s in self.search_one(queries[query], state))
         return result_frame(rows, inp)
-
-    def fuse_rank_cutoff(self, k: int) -> 'MaxSimRetriever | None':
-        """``retriever % k``: this retriever asking for the top ``k`` (PyTerrier's rank cutoff protocol)."""
-        if k >= self.num_results:
-            return None
-        fused = copy.copy(self)
-        fused.num_results = k
-        return fused
 
     def __repr__(self):
         ivf = '' if self.ivf is None else f', ncells={self.ivf.ncells}, ndocs={self.ivf.ndocs}'

@@ -23,7 +23,6 @@ final name, and swapped in) with ``ssr_index.json`` (counts and the model's name
 ascending) and ``model/``, a copy of the SSR model, so the index reopens alone.  Only documents with a positive score
 are returned (as an inverted index does): a document sharing no latent with the query is not a result.
 """
-import copy
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -37,7 +36,7 @@ from ..core import arrays, storage
 from ..core.checks import check_bool, check_choice, check_int, check_query_frame
 from ..core.encoding import as_texts
 from ..kinds.ssr import QUERY_SIDES, SSR, pool_codes
-from .tokens import TokenStore, load_npy, result_frame
+from .tokens import TokenStore, TopK, load_npy, result_frame
 
 INDEX_KIND = 'ssr_index'
 META_FILE = 'ssr_index.json'
@@ -316,7 +315,7 @@ def check_query(mode: str, query: str | None) -> str:
     return query
 
 
-class SSRRetriever(pt.Transformer):
+class SSRRetriever(TopK, pt.Transformer):
     """``qid, query`` -> the top ``num_results`` documents of an :class:`SSRIndex`; bound to the build it was made
     on."""
 
@@ -334,14 +333,6 @@ class SSRRetriever(pt.Transformer):
     def ranked(self, inp: pd.DataFrame):
         """:meth:`SSRIndex.ranked` with this retriever's settings."""
         return self.index.ranked(inp, self.num_results, self.mode, self.query, self.query_latents, self.build)
-
-    def fuse_rank_cutoff(self, k: int) -> 'SSRRetriever | None':
-        """``retriever % k``: this retriever asking for the top ``k`` (PyTerrier's rank cutoff protocol)."""
-        if k >= self.num_results:
-            return None
-        fused = copy.copy(self)
-        fused.num_results = k
-        return fused
 
     def __repr__(self):
         return f'SSR({self.mode}, query={self.query}, {self.index.path.name})'

@@ -18,9 +18,9 @@ owns token rows ``offsets[i]:offsets[i + 1]``), plus what the store keeps per to
   between opening and reading it, and a retriever made before a rebuild refuses to run, so no result ever mixes
   two builds' docnos and rows.
 """
+import copy
 import hashlib
 import json
-import os
 import uuid
 from pathlib import Path
 
@@ -39,7 +39,7 @@ DOCNOS_FILE = 'docnos.json'
 OFFSETS_FILE = 'offsets.npy'
 PT_META_FILE = 'pt_meta.json'
 
-__all__ = ['TokenStore', 'load_npy', 'layout_problem', 'result_frame', 'DOCNOS_FILE', 'OFFSETS_FILE']
+__all__ = ['TokenStore', 'TopK', 'load_npy', 'layout_problem', 'result_frame', 'DOCNOS_FILE', 'OFFSETS_FILE']
 
 
 def load_npy(path: Path, mmap_mode=None) -> np.ndarray:
@@ -74,6 +74,19 @@ def result_frame(rows: list[tuple[int, str, float]], inp: pd.DataFrame) -> pd.Da
     return out.assign(docno=pd.Series([r[1] for r in rows], dtype=object),
                       score=np.array([r[2] for r in rows], dtype=np.float64),
                       rank=pd.Series(positions).groupby(positions).cumcount().to_numpy(dtype=np.int64))
+
+
+class TopK:
+    """A retriever that computes its top ``num_results`` itself: ``retriever % k`` is this retriever asking for the
+    top ``k`` (PyTerrier's rank cutoff protocol), never ranking more to cut them."""
+    num_results: int
+
+    def fuse_rank_cutoff(self, k: int):
+        if k >= self.num_results:
+            return None
+        fused = copy.copy(self)
+        fused.num_results = k
+        return fused
 
 
 def _build_of(marker: dict) -> str:
@@ -123,12 +136,7 @@ class TokenStore(pta.Artifact, pt.Indexer):
         return storage.is_artifact(self.path, self.kind)
 
     def _marker(self) -> dict:
-        try:
-            stat = os.stat(self.path / storage.MARKER)
-            # a rebuild writes a new marker file (a new inode): a stat, not a JSON read, on every use
-            key = (stat.st_dev, stat.st_ino, stat.st_size, stat.st_mtime_ns, stat.st_ctime_ns)
-        except OSError:
-            key = None
+        key = storage.marker_stamp(self.path)
         if key is not None and self._seen is not None and self._seen[0] == key:
             return self._seen[1]
         marker = storage.read_marker(self.path)

@@ -5,7 +5,6 @@ sampled from documents, BM25 hard negatives mined over a PISA index). :func:`add
 any PyTerrier scorer for distillation.
 """
 
-import json
 import math
 import random
 import re
@@ -19,6 +18,7 @@ import pyterrier as pt
 from tqdm.auto import tqdm
 
 from ..core.checks import is_missing
+from ..core.collection import json_records
 from ..core.encoding import as_text, is_blank
 
 
@@ -78,20 +78,11 @@ def from_json_file(path, limit: int | None = None) -> list[Example]:
             raise ValueError(f'{path} is not a JSON DataFrame ({" ".join(str(ex).split())[:200]})') from None
         return from_dataframe(frame if limit is None else frame.head(limit))
     records, lines = [], []
-    with open(path, 'rb') as f:  # json.loads decodes each line (UTF-8), so an undecodable one is named too
-        for number, line in enumerate(f, 1):
-            if limit is not None and len(records) == limit:
-                break
-            if not line.strip():
-                continue
-            try:
-                record = json.loads(line)
-            except ValueError as ex:
-                raise ValueError(f'{path} line {number}: not valid JSON ({ex})') from None
-            if not isinstance(record, dict):
-                raise ValueError(f'{path} line {number}: must be a JSON object, got {type(record).__name__}')
-            records.append(record)
-            lines.append(f'{path} line {number}')
+    for where, record in json_records(path, 'an example\'s fields'):
+        if limit is not None and len(records) == limit:
+            break
+        records.append(record)
+        lines.append(where)
     if not records:
         raise ValueError(f'{path} holds no examples')
     try:
