@@ -78,6 +78,14 @@ class LsrIndex(pta.Artifact, pt.Indexer):
             ``{'kind': 'bm25', 'k1': ..., 'b': ...}`` for term-frequency vectors).
         text_field, batch_size, verbose: for :meth:`index` with a model: the text column, documents encoded per
             chunk, progress bar.
+
+    Example::
+
+        index = LsrIndex("vaswani.lsr", Splade.from_pretrained("splade-tiny"))
+        if not index.built():
+            index.index(corpus)
+        index(topics)                                # the index is its own retriever
+        (index.retriever() % 10).search("radio waves")   # PISA asked for 10
     """
     ARTIFACT_TYPE = 'sparse_index'
     ARTIFACT_FORMAT = 'lsr'
@@ -403,8 +411,23 @@ class _Building:
 def SpladeIndexer(path, encoder=None, **settings) -> LsrIndex:  # noqa: N802  (the indexer's user-facing name)
     """The indexer of a new :class:`LsrIndex` at ``path``: ``LsrIndex(path).indexer(encoder, **settings)``.
 
-    ``encoder``: a model of the project that encodes the documents' text; without one, documents must carry ``toks``
-    already (``(splade >> SpladeIndexer(path)).index(corpus)``: the model hands itself over, so the index records it
-    all the same).  ``settings``: scale, engines, overwrite, save_model, scoring, text_field, batch_size, verbose (see
-    :class:`LsrIndex`)."""
+    Args:
+        path: the index folder to create.
+        encoder: a model of the project that encodes the documents' text; without one, documents must carry ``toks``
+            already (``(splade >> SpladeIndexer(path)).index(corpus)``: the model hands itself over, so the index
+            records it all the same).
+        settings: scale, engines, overwrite, save_model, scoring, text_field, batch_size, verbose (see
+            :class:`LsrIndex`).
+
+    Returns:
+        An :class:`LsrIndex` whose ``index(corpus)`` builds the folder and returns the index.
+
+    Raises:
+        ValueError: invalid settings, named (checked before anything is written).
+
+    Example::
+
+        index = (splade >> SpladeIndexer("vaswani.lsr")).index(corpus)
+        index.retriever().search("radio waves")
+    """
     return LsrIndex(path).indexer(encoder, **settings)

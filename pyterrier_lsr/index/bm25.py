@@ -28,7 +28,7 @@ __all__ = ['BM25', 'BM25_KIND', 'bm25', 'bm25_index']
 
 class BM25(pt.Transformer):
     """BM25 retrieval from a PISA text index (``pyterrier_pisa``'s, ``params`` go to its ``bm25()``), named by its
-    folder in experiment tables."""
+    folder in experiment tables; made by :func:`bm25`."""
 
     def __init__(self, index, **params):
         self.index = index
@@ -74,5 +74,23 @@ def bm25_index(path, corpus: Iterable[dict], verbose: bool = True, overwrite: bo
 
 def bm25(path, corpus: Iterable[dict], verbose: bool = True, overwrite: bool = False, **params) -> BM25:
     """:class:`BM25` over a PISA index of ``corpus``'s text at ``path`` (:func:`bm25_index`: built once, reopened for
-    the same corpus)."""
+    the same corpus).
+
+    Args:
+        path: the index folder (new, or our BM25 index).
+        corpus: ``{'docno', 'text'}`` dicts, docnos unique strings (checked before PISA sees them).
+        verbose: progress while indexing; ``False``: silent.
+        overwrite: replace our BM25 index of another corpus (never another folder).
+        params: PISA's BM25 settings (``k1``, ``b``, ``num_results``, ``threads``...).
+
+    Returns:
+        A :class:`BM25` retriever.
+
+    Raises:
+        ValueError, TypeError: a document PISA cannot store (naming it), an empty corpus, or a folder that is not ours.
+
+    Example::
+
+        table = pt.Experiment([bm25("vaswani.pisa", corpus)], topics, qrels, [nDCG @ 10])
+    """
     return BM25(bm25_index(path, corpus, verbose, overwrite), verbose=verbose, **params)

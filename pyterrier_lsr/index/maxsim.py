@@ -58,6 +58,14 @@ class MaxSimIndex(TokenStore):
         encoder: the :class:`MultiVector` that encodes documents (when indexing) and queries; when omitted, the
             encoder recorded at indexing time is loaded by its name.
         overwrite, text_field, batch_size, verbose: for :meth:`index` (see :class:`~.tokens.TokenStore`).
+
+    Example::
+
+        store = MaxSimIndex("vaswani.maxsim", encoder)
+        if not store.built():
+            store.indexer().index(corpus)
+        store.search("radio waves")                  # the store is its own brute-force retriever
+        (store.retriever() % 10).search("radio waves")   # asks for 10, not 1,000
     """
 
     kind, meta_file, label, model_name = STORE_KIND, STORE_FILE, 'MaxSim store', 'encoder'

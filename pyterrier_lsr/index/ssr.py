@@ -129,6 +129,13 @@ class SSRIndex(TokenStore):
             default: the copy stored in the index.
         save_model: store a copy of the model in the index when indexing (without it, pass ``ssr=`` when reopening).
         overwrite, text_field, batch_size, verbose: for :meth:`index` (see :class:`~.tokens.TokenStore`).
+
+    Example::
+
+        index = SSRIndex("vaswani.ssr", ssr)
+        if not index.built():
+            index.indexer().index(corpus)
+        pt.Artifact.load("vaswani.ssr").search("radio waves")   # reopens with its recorded model
     """
 
     kind, meta_file, label, model_name = INDEX_KIND, META_FILE, 'SSR index', 'ssr'

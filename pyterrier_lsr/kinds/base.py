@@ -108,7 +108,16 @@ def sparse_dot(query: dict[str, float], doc: dict[str, float]) -> float:
 
 
 class SparseScorer(pt.Transformer):
-    """Re-ranks ``qid, query, docno, text`` frames by the exact (float) dot product of the sparse vectors."""
+    """Re-ranks ``qid, query, docno, text`` frames by the exact (float) dot product of the sparse vectors.
+
+    Args:
+        query_encoder: adds ``query_toks`` (a model's ``query_encoder()``).
+        doc_encoder: adds ``toks`` from its ``text_field`` (a model's ``doc_encoder()``).
+
+    Example::
+
+        pipeline = bm25 % 100 >> pt.text.get_text(dataset, "text") >> splade.scorer()   # same as SparseScorer(...)
+    """
 
     def __init__(self, query_encoder: SparseTextEncoder, doc_encoder: SparseTextEncoder):
         self.query_encoder = query_encoder
@@ -139,6 +148,15 @@ class SparseModel(pt.Transformer, abc.ABC):
     small offline instance, for the conformance suite), and sets :attr:`kind` (its key in
     :data:`pyterrier_lsr.kinds.loading.MODEL_KINDS`, recorded in the folder), :attr:`scoring` and
     :attr:`terms_namespace`.
+
+    As a transformer, a model re-ranks a frame with ``query`` and ``text`` (:meth:`scorer`), else encodes ``query``
+    (:meth:`query_encoder`) or ``text`` (:meth:`doc_encoder`); ``model >> indexer`` hands the model to the indexer.
+
+    Example::
+
+        splade = Splade.from_pretrained("splade-tiny")          # any kind: load_model(folder) picks it
+        splade.encode_queries(["radio waves"])                  # [{'radio': 1.9, 'waves': 2.1, ...}]
+        index = (splade >> LsrIndex("vaswani.lsr").indexer()).index(corpus)
     """
     kind: ClassVar[str]
     #: how an index of this model scores: ``{'kind': 'dot'}``, or BM25 over term frequencies (Latent Terms)

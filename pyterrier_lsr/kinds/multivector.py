@@ -34,6 +34,12 @@ class MultiVector(pt.Transformer):
         device, batch_size, precision: as for :class:`~pyterrier_lsr.Splade`.
         doc_max_length, query_max_length: truncation lengths (special tokens included) of documents and queries
             (default 256 and 32, or the tokenizer's ``model_max_length`` when smaller; at most that).
+
+    Example::
+
+        encoder = MultiVector.from_pretrained("path/to/multivector")
+        store = (encoder >> MaxSimIndex("vaswani.maxsim").indexer()).index(corpus)
+        (bm25 % 100 >> pt.text.get_text(dataset, "text") >> encoder).search("radio waves")   # exact MaxSim re-ranking
     """
 
     def __init__(self, model: MultiVectorModel, tokenizer, device=None, doc_max_length: int | None = None,

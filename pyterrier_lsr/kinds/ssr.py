@@ -113,6 +113,12 @@ class SSR(SparseModel):
             ``k``; ``SSRIndex``'s ``mode='pooled'`` pools these codes).  More than the trained ``k`` lets a document
             token share more latents with a query token's top ones, at more postings per query (measured in
             docs/results.md, SSR); queries and :meth:`encode_vectors` (pooled PISA codes) keep the SAE's ``k``.
+
+    Example::
+
+        ssr = SSR.from_pretrained("path/to/ssr")                       # or load_model(folder)
+        index = (ssr >> SSRIndex("vaswani.ssr").indexer()).index(corpus)
+        index.retriever(mode="tokens").search("radio waves")
     """
 
     kind = 'ssr'
