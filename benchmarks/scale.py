@@ -38,6 +38,7 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
+import torch
 from scale_costs import Clock, K, PeakMemory, batched, choose, exact_truth, grid, machine, per_query, postings, recall
 
 from pyterrier_lsr import LsrIndex, Splade, scaleout
@@ -79,7 +80,8 @@ class Stages:
         with PeakMemory() as memory:
             result = work()
         record = {**result, 'wall_s': round(time.perf_counter() - start, 2),
-                  'cpu_s': round(time.process_time() - cpu, 2), 'peak_rss_mib': round(memory.peak / MIB, 1),
+                  'cpu_s': round(time.process_time() - cpu, 2), 'torch_threads': torch.get_num_threads(),
+                  'peak_rss_mib': round(memory.peak / MIB, 1),
                   'rss_at_start_mib': round(memory.start / MIB, 1), 'load_start': load, 'load_end': os.getloadavg(),
                   'finished': datetime.now(timezone.utc).isoformat(timespec='seconds')}
         write_json(self.folder / f'{name}.json', record)
@@ -177,7 +179,7 @@ def plot(records: dict, path: Path, precision: str):
         ax.grid(True, which='both', alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=8)
-    fig.suptitle('packages corpus, SPLADE-tiny, 1 thread; load average in scale.json')
+    fig.suptitle('packages corpus, SPLADE-tiny; torch threads and load average of each stage in scale.json')
     fig.tight_layout()
     tmp = path.with_name(path.stem + '.tmp' + path.suffix)
     fig.savefig(tmp, dpi=110)
@@ -387,7 +389,6 @@ def main():
     parser.add_argument('--output', default='benchmarks/results/scale.json')
     parser.add_argument('--plot', default='benchmarks/results/scale.png')
     args = parser.parse_args()
-    import torch
     torch.set_num_threads(args.threads)
     Path(args.data).mkdir(parents=True, exist_ok=True)
     run = Run(args)
