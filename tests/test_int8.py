@@ -7,8 +7,9 @@ import torch
 from torch import nn
 
 from pyterrier_lsr import Splade
+from pyterrier_lsr.core import int8 as int8_module
 from pyterrier_lsr.core.encoding import resolve_precision
-from pyterrier_lsr.core.int8 import Int8Linear, Int8MaxPool, Int8Module, packing_engine, reduce_range
+from pyterrier_lsr.core.int8 import Int8Linear, Int8MaxPool, Int8Module, backbone_share, packing_engine, reduce_range
 from pyterrier_lsr.core.offline import resolve_model
 
 
@@ -19,17 +20,35 @@ def pair():
             Splade.from_pretrained(path, batch_size=8, precision='int8'))
 
 
+@pytest.fixture(scope='module')
+def int8_backbone():
+    """splade-tiny in int8 with its backbone in int8 too, as a model whose backbone is most of its work gets it."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(int8_module, 'BACKBONE_SHARE', 0.0)
+        return Splade.from_pretrained(resolve_model('splade-tiny'), batch_size=8, precision='int8')
+
+
 def cosine(a, b):
     dot = sum(w * b.get(t, 0.0) for t, w in a.items())
     return dot / (sum(w * w for w in a.values()) * sum(w * w for w in b.values())) ** 0.5
 
 
-def test_int8_keeps_the_top_terms_of_fp32(pair, texts):
+def test_int8_gives_fp32s_vectors_where_the_backbone_stays_fp32(pair, texts):
+    # splade-tiny's backbone is 9 % of its products: it stays fp32, and the int8 projection only screens the
+    # vocabulary for the terms computed again in fp32, so the vectors are fp32's.
+    assert not pair[1].model.int8_backbone and isinstance(pair[1].model.pool, Int8MaxPool)
+    for a, b in zip(pair[0].encode(texts), pair[1].encode(texts)):
+        assert set(a) == set(b)
+        assert max(abs(a[t] - b[t]) for t in a) < 1e-4
+
+
+def test_an_int8_backbone_keeps_the_top_terms_of_fp32(pair, int8_backbone, texts):
     # Bounds measured on these 42 texts (splade-tiny, batch 8 and 32, 8-bit activations with VNNI, 7-bit as without):
     # every text keeps >= 9 of its fp32 top-10 terms (mean >= 9.85), top-term weights (up to ~3) move by <= 0.09,
     # cosine >= 0.9987. With the head transform in int8 and 7 bits everywhere: >= 8 terms, 0.24, 0.991. bf16 meets
     # the same kind of bound (test_encoding); nDCG@10 is benchmarks/int8.py's.
-    fp32, int8 = pair[0].encode(texts), pair[1].encode(texts)
+    assert int8_backbone.model.int8_backbone
+    fp32, int8 = pair[0].encode(texts), int8_backbone.encode(texts)
     overlaps = []
     for a, b in zip(fp32, int8):
         top = sorted(a, key=a.get, reverse=True)[:10]
@@ -40,6 +59,25 @@ def test_int8_keeps_the_top_terms_of_fp32(pair, texts):
     assert sum(overlaps) / len(overlaps) >= 9.8
     # ... and it is int8: the weights are not fp32's
     assert sum(a != b for a, b in zip(fp32, int8)) > len(texts) // 2
+
+
+def test_int8_pooling_gives_fp32_values_to_the_terms_that_can_be_non_zero(pair, texts):
+    # The int8 product only screens the vocabulary: every logit that can survive SPLADE's relu (> 0 in fp32) is
+    # found and computed again in fp32 over the same hidden states, so the non-zero terms are fp32's, with fp32's
+    # weights; the screening's own error (~0.1-0.3 on a logit) would otherwise add and drop terms.
+    from pyterrier_lsr.models.pooling import max_pooled_logits
+    model = pair[1].model
+    decoder = model.float_module.mlm.get_output_embeddings()
+    batch = pair[1].tokenizer(texts[:16], padding=True, truncation=True, max_length=128, return_tensors='pt')
+    with torch.no_grad():
+        hidden = model.quantized.decoder_inputs(batch['input_ids'], batch['attention_mask'])
+        fp32 = max_pooled_logits(hidden, batch['attention_mask'], decoder.weight, decoder.bias)
+        int8 = model.pool(hidden, batch['attention_mask'])
+    assert torch.equal(int8 > 0, fp32 > 0)
+    positive = fp32 > 0
+    assert (int8[positive] - fp32[positive]).abs().max() < 1e-4
+    # ... while the rest of the vocabulary keeps the int8 screen's values
+    assert (int8 - fp32).abs().max() > 0.01
 
 
 @pytest.mark.parametrize('amx', [False, True])
@@ -91,13 +129,20 @@ def test_int8_quantizes_a_copy_once_and_leaves_the_fp32_module_alone():
     assert [name for name, m in module.named_modules() if isinstance(m, nn.Linear)] == linears
     assert all(torch.equal(before[k], v) for k, v in module.state_dict().items())
     quantized = model.model.quantized
-    # every Linear of the copy is int8 but the vocabulary projection, which the int8 pooling replaces, and the head
-    # transform's, which stays fp32
+    # the vocabulary projection is replaced by the int8 pooling; the backbone, 9 % of splade-tiny's products, stays fp32
     decoder = quantized.mlm.get_output_embeddings()
     transform = quantized.mlm.cls.predictions.transform.dense
-    assert [m for m in quantized.modules() if isinstance(m, nn.Linear)] == [transform, decoder]
-    assert sum(isinstance(m, Int8Linear) for m in quantized.modules()) == len(linears) - 2
+    assert 0.08 < backbone_share(quantized, (decoder, transform)) < 0.1
+    assert sum(isinstance(m, nn.Linear) for m in quantized.modules()) == len(linears)
     assert isinstance(model.model.pool, Int8MaxPool)
+    # with a share above the threshold (as BERT-base's 78 %), every Linear of the copy is int8 but the vocabulary
+    # projection and the head transform's, which stays fp32
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(int8_module, 'BACKBONE_SHARE', 0.05)
+        quantized = Splade(module, tokenizer, precision='int8').model.quantized
+    head, decoder = quantized.mlm.cls.predictions.transform.dense, quantized.mlm.get_output_embeddings()
+    assert [m for m in quantized.modules() if isinstance(m, nn.Linear)] == [head, decoder]
+    assert sum(isinstance(m, Int8Linear) for m in quantized.modules()) == len(linears) - 2
     # the float module's own attributes stay reachable (save, settings, vocabulary size)
     assert model.model.vocab_size == module.vocab_size and model.model.settings is module.settings
 
