@@ -20,6 +20,7 @@ Prints a table and writes JSON (``--output``).
 """
 import argparse
 import datetime
+import math
 import os
 import platform
 import statistics
@@ -88,8 +89,10 @@ def effectiveness(name: str, collection, models: dict, workdir: Path) -> dict:
     table = pt.Experiment(list(runs.values()), collection.topics, collection.qrels, [nDCG @ 10], names=list(runs),
                           baseline=0)
     ndcg = dict(zip(table['name'], table['nDCG@10']))
-    paired = {name: {'better': better, 'worse': worse, 'p': p} for name, better, worse, p in
-              zip(table['name'], table['nDCG@10 +'], table['nDCG@10 -'], table['nDCG@10 p-value'])}
+    # undefined (the baseline itself, or no topic differs) is null, not NaN: the result file stays valid JSON
+    paired = {name: {k: None if math.isnan(v) else v for k, v in zip(('better', 'worse', 'p'), values)}
+              for name, *values in zip(table['name'], table['nDCG@10 +'], table['nDCG@10 -'],
+                                       table['nDCG@10 p-value'])}
     return {'docs': len(collection.corpus), 'topics': len(collection.topics), 'index_s': index_s,
             'index_docs_per_s': {p: len(collection.corpus) / s for p, s in index_s.items()}, 'ndcg@10': ndcg,
             'vs_fp32': {p: ndcg[f'docs {p} / queries {p}'] / ndcg['docs fp32 / queries fp32'] for p in models},

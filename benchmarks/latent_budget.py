@@ -25,8 +25,8 @@ rewrites ``--output`` from all collections there, with the command, date, machin
 choice: the held-out pseudo-queries' mean RR@10 over every collection and size scored for every candidate, and among
 the candidates within ``--tolerance`` of the best, the one with the fewest updates (then latents). Set before the
 runs: pseudo-queries are drawn from the corpus's own text, so the longer an SAE fits that corpus the better they
-tend to score (benchmarks/claims/latent-terms.md, "Every token vector"); only a gain above the tolerance buys more
-updates.
+tend to score (`git show df4b050:benchmarks/claims/latent-terms.md`, "Every token vector"); only a gain above the
+tolerance buys more updates.
 """
 import argparse
 import copy

@@ -153,3 +153,12 @@ def test_memmap_and_iterator_sources(tmp_path):
         train_sae(iter([]), config, device='cpu', verbose=False)
     with pytest.raises(ValueError, match='k'):
         SAEConfig(d_in=16, n_latents=8, k=9)
+
+
+def test_the_data_mean_of_an_array_needs_no_first_batch():
+    # benchmarks/latent_budget.py starts its snapshot model from an array's mean before any batch is drawn
+    from pyterrier_lsr.models.sae import _data_mean
+
+    data = sparse_data(n=1000)
+    for source in (data, data.numpy()):
+        assert torch.allclose(_data_mean(source, None), data.mean(0), atol=1e-6)

@@ -284,11 +284,12 @@ def _num_batches(vectors: Vectors, config: SAEConfig) -> int | None:
 
 
 def _data_mean(vectors: Vectors, first: torch.Tensor) -> torch.Tensor:
-    """Mean of an array (chunked, so memmaps are not loaded at once); of the first batch for an iterator. On the
-    vectors' own device (a CUDA tensor's chunks are summed there)."""
+    """Mean of an array (chunked, so memmaps are not loaded at once); of the first batch for an iterator (``first``,
+    unused for an array). On the vectors' own device (a CUDA tensor's chunks are summed there)."""
     if not isinstance(vectors, (torch.Tensor, np.ndarray)):
         return first.float().mean(0)
-    total = torch.zeros(vectors.shape[1], dtype=torch.float64, device=first.device)
+    device = vectors.device if isinstance(vectors, torch.Tensor) else 'cpu'
+    total = torch.zeros(vectors.shape[1], dtype=torch.float64, device=device)
     for start in range(0, len(vectors), 65536):
         total += _tensor(vectors[start:start + 65536]).double().sum(0)
     return (total / len(vectors)).float()
