@@ -188,6 +188,18 @@ def test_a_rank_cutoff_of_the_text_retriever_reaches_the_engine(splade, tmp_path
     assert calls[-1] == 2 and res.groupby('qid').size().max() <= 2
 
 
+def test_a_rank_cutoff_of_the_index_itself_reaches_the_engine(splade, tmp_path, monkeypatch):
+    index = SpladeIndexer(tmp_path / 'x.lsr', splade, verbose=False).index(DOCS)
+    calls = _spy(monkeypatch, type(get_engine('pisa')), 'retriever', 'num_results')
+    for queries in (TOPICS, splade.query_encoder()(TOPICS)):  # text, and query_toks
+        full = index(queries)
+        res = (index % 2).compile()(queries)
+        assert calls[-2:] == [1000, 2]
+        pd.testing.assert_frame_equal(res, full[full['rank'] < 2].reset_index(drop=True))
+    assert list((index % 2).compile()(TOPICS.iloc[:0]).columns) == list(full.columns)  # columns kept when empty
+    assert index.fuse_rank_cutoff(1000) is None  # the default depth: nothing to fuse
+
+
 @pytest.mark.parametrize('kind', ['maxsim', 'maxsim-ivf', 'ssr'])
 def test_a_rank_cutoff_asks_the_token_stores_for_k(kind, encoder, ssr, tmp_path, monkeypatch):
     store = build('ssr' if kind == 'ssr' else 'maxsim', tmp_path / 's', encoder, ssr)

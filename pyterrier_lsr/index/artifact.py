@@ -255,10 +255,16 @@ class LsrIndex(pta.Artifact, pt.Indexer):
             query_encoder = self.model().query_encoder()
         return Retriever(system_label(query_encoder, self, engine), query_encoder, toks_retriever)
 
-    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+    def transform(self, inp: pd.DataFrame, num_results: int = 1000) -> pd.DataFrame:
         """The index as its own default retriever: :meth:`toks_retriever` for frames carrying ``query_toks`` (e.g.
         after the model's query encoder, ``model >> index``), else :meth:`retriever`."""
-        return (self.toks_retriever() if 'query_toks' in inp.columns else self.retriever())(inp)
+        retriever = self.toks_retriever if 'query_toks' in inp.columns else self.retriever
+        return retriever(num_results)(inp)
+
+    def fuse_rank_cutoff(self, k: int):
+        """``index % k``: the default retriever asking its engine for the top ``k`` (PyTerrier's rank cutoff
+        protocol), never ranking 1,000 to cut them."""
+        return pt.apply.generic(lambda inp: self.transform(inp, k)) if k < 1000 else None
 
     # -- building ------------------------------------------------------------------------------------------------
     def index_inputs(self):
