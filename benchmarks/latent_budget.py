@@ -4,9 +4,12 @@ pseudo-queries of subsamples of several sizes (never on the topics), then the to
     PYTHONPATH=. OMP_NUM_THREADS=1 python benchmarks/latent_budget.py --collection irds:vaswani \
         --data runs/latent_budget --sizes 50
     PYTHONPATH=. OMP_NUM_THREADS=1 python benchmarks/latent_budget.py --collection irds:vaswani \
-        --data runs/latent_budget_500 --sizes 500     # side by side; the same two for --collection path/to/cisi
+        --data runs/latent_budget_500 --sizes 500     # side by side; the same for --collection path/to/cisi
+    PYTHONPATH=. OMP_NUM_THREADS=1 python benchmarks/latent_budget.py --collection irds:vaswani \
+        --data runs/latent_budget_5000 --sizes 5000   # likewise: a folder per collection and size
     PYTHONPATH=. OMP_NUM_THREADS=1 python benchmarks/latent_budget.py --collection path/to/cisi \
-        --data runs/latent_budget --sizes 50 --merge runs/latent_budget_500    # once all are done: the result file
+        --data runs/latent_budget --sizes 50 --merge runs/latent_budget_500 runs/latent_budget_5000 ...  # once all
+                                                                                      # are done: the result file
 
 A subsample of ``size`` documents holds the relevant documents of seeded topics up to half of it, the rest drawn at
 random (so a few topics can be scored at every size); a size at or above the collection's is the whole collection.

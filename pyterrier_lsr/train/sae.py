@@ -18,10 +18,10 @@ __all__ = ['LATENT_TERMS', 'build_latent_terms', 'train_latent_sae', 'train_toke
 # vectors) and CISI (219,000) alike; the cap bounds its time and memory on large corpora, above it a seeded sample
 # (docs/results.md).  Its budget in updates: three epochs and at least
 # min_updates, at most 3 x 782 = 2,346 (800,000 vectors in batches of 1,024).  Three epochs of a 50-document corpus are
-# 9-24 updates; held-out pseudo-queries of 50- and 500-document subsamples of Vaswani and CISI rise with a floor of
-# 100 and more with 300, the largest tried (mean RR@10 0.719, 0.817, 0.860), and prefer 16,384 latents to at most one
-# latent per token vector or per eight (benchmarks/latent_budget.py).  Vaswani (1,674 updates) and CISI (642) train as
-# before.
+# 9-24 updates; held-out pseudo-queries of 50-, 500- and 5,000-document subsamples of Vaswani and CISI rise with a
+# floor of 100 and more with 300, the largest tried (mean RR@10 0.706, 0.771, 0.800; at 5,000 documents three epochs
+# exceed every floor), and prefer 16,384 latents to at most one latent per token vector or per eight
+# (benchmarks/latent_budget.py).  Vaswani (1,674 updates) and CISI (642) train as before.
 LATENT_TERMS = dict(mode='multi', sae={'n_latents': 16384, 'k': 16, 'epochs': 3, 'min_updates': 300}, sqrt_tf=True,
                     k1=0.9, b=0.4, max_train_vectors=800_000)
 
