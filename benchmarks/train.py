@@ -51,7 +51,7 @@ def theirs(examples, args, bf16):
     from datasets import Dataset
     from sentence_transformers import SparseEncoder, SparseEncoderTrainer, SparseEncoderTrainingArguments
     from sentence_transformers.sparse_encoder.losses import SparseMultipleNegativesRankingLoss, SpladeLoss
-    from sentence_transformers.sparse_encoder.models import MLMTransformer, SpladePooling
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
     from transformers import TrainerCallback
 
     mlm = MLMTransformer(resolve_model(args.model), max_seq_length=args.doc_max_length)

@@ -77,8 +77,8 @@ def test_model_folder_round_trip_and_index(splade, vaswani_docs, tmp_path):
 
 def test_reads_sentence_transformers_layout(splade, tmp_path):
     from sentence_transformers import SparseEncoder
-    from sentence_transformers.models import Router
-    from sentence_transformers.sparse_encoder.models import MLMTransformer, SparseStaticEmbedding, SpladePooling
+    from sentence_transformers.sentence_transformer.modules import Router
+    from sentence_transformers.sparse_encoder.modules import MLMTransformer, SparseStaticEmbedding, SpladePooling
 
     mlm = MLMTransformer(splade.name)
     weight = torch.rand(mlm.tokenizer.vocab_size, generator=torch.Generator().manual_seed(0))
