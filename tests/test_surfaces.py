@@ -250,3 +250,30 @@ def test_each_builder_shows_progress_by_default_and_is_silent_with_verbose_false
         build(tmp_path / f'{name}-default.x')
         bars = progress_bars(capfd.readouterr().err)
         assert bars and ('20' in [count for _, count in bars]), (name, bars)
+
+
+def test_bm25_refuses_a_corpus_without_a_word_before_pisa_aborts(tmp_path):
+    with pytest.raises(ValueError, match='has a word'):
+        systems.bm25(tmp_path / 'x', [{'docno': 'a', 'text': '!!! ???'}], verbose=False)
+
+
+@pytest.mark.parametrize('docno', ['doc 1', 'a\tb'])
+def test_bm25_refuses_docnos_pisa_would_cut(docno, tmp_path):
+    with pytest.raises(ValueError, match='whitespace'):
+        systems.bm25(tmp_path / 'x', [{'docno': docno, 'text': 'radio'}, {'docno': 'b', 'text': 'cats'}],
+                     verbose=False)
+
+
+def test_corpora_that_join_alike_have_other_keys_and_a_lone_surrogate_has_one():
+    from pyterrier_lsr.core.collection import corpus_key
+    assert corpus_key({'a': 'radio\nb\twaves', 'c': 'cats'}) != corpus_key({'a': 'radio', 'b': 'waves\nc\tcats'})
+    assert len(corpus_key({'a': 'radio \ud800'})) == 12
+
+
+@pytest.mark.parametrize('line', ['{"docno": ' + '9' * 5000 + ', "text": "x"}', '[' * 100_000])
+def test_unreadable_json_names_file_and_line(line, tmp_path):
+    (tmp_path / 'docs.jsonl').write_text('{"docno": "a", "text": "x"}\n' + line + '\n')
+    (tmp_path / 'topics.tsv').write_text('1\tx\n')
+    (tmp_path / 'qrels.txt').write_text('1 0 a 1\n')
+    with pytest.raises(ValueError, match=r'docs.jsonl, line 2'):
+        load_collection(tmp_path)

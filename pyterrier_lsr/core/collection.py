@@ -74,7 +74,9 @@ class Collection:
 
 def corpus_key(docs: dict[str, str]) -> str:
     """A short digest of a corpus (``{docno: text}``, in order): the key of caches and builds made from it."""
-    digest = hashlib.sha1('\n'.join(f'{d}\t{t}' for d, t in docs.items()).encode()).hexdigest()
+    # one JSON pair a document: separators inside docnos and texts cannot make two corpora alike, and a lone
+    # surrogate is escaped rather than failing to encode
+    digest = hashlib.sha1('\n'.join(json.dumps([d, t]) for d, t in docs.items()).encode()).hexdigest()
     return hashlib.sha1(json.dumps([len(docs), digest]).encode()).hexdigest()[:12]
 
 
@@ -157,8 +159,10 @@ def json_records(path, what: str) -> Iterator[tuple[str, dict]]:
         where = f'{path}, line {number}'
         try:
             record = json.loads(line)
-        except ValueError as ex:
+        except json.JSONDecodeError as ex:
             raise ValueError(f'{where}: not valid JSON ({ex.msg} at column {ex.colno})') from None
+        except (ValueError, RecursionError) as ex:  # an integer of thousands of digits, nesting too deep
+            raise ValueError(f'{where}: JSON that cannot be read ({type(ex).__name__}: {ex})') from None
         if not isinstance(record, dict):
             raise ValueError(f'{where}: a JSON {_json_type(record)}, not an object with {what}')
         yield where, record

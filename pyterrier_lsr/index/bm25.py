@@ -60,9 +60,14 @@ def bm25_index(path, corpus: Iterable[dict], verbose: bool = True, overwrite: bo
             raise ValueError(f'{path} holds a BM25 index of another corpus (corpus key {recorded}, this corpus of '
                              f'{len(docs)} documents has {key}); choose another path, or pass overwrite=True to '
                              'rebuild it')
-    if not any(text.strip() for _, text in docs):
-        raise ValueError(f'every one of the {len(docs)} documents of {path} has an empty text; nothing could be '
-                         'retrieved (and PISA would abort the process)')
+    # PISA splits docnos at whitespace (they would come back cut) and aborts the process on a corpus without a term
+    spaced = next((docno for docno, _ in docs if any(c.isspace() for c in docno)), None)
+    if spaced is not None:
+        raise ValueError(f'docno {spaced!r} holds whitespace, which a BM25 (PISA) index cannot keep: use docnos '
+                         'without spaces or tabs')
+    if not any(any(c.isalnum() for c in text) for _, text in docs):
+        raise ValueError(f'none of the {len(docs)} documents of {path} has a word (letters or digits); nothing could '
+                         'be retrieved (and PISA would abort the process)')
     with storage.build_folder(path, BM25_KIND, overwrite, what='BM25 index') as tmp:
         feed = tqdm(({'docno': docno, 'text': text} for docno, text in docs), total=len(docs), unit='doc',
                     desc=f'BM25 indexing {path.name}', disable=not verbose)
