@@ -372,3 +372,20 @@ def test_a_run_on_tampered_cached_examples_stops_naming_the_file(tmp_path):
     path.write_text(json.dumps(data))
     with pytest.raises(ValueError, match=re.escape(f'{path} is damaged (examples[1])')):
         build_data(docs, tmp_path, config, verbose=False)
+
+
+def test_data_that_run_out_end_the_run_warned_and_saved(tiny, tmp_path):
+    model, tokenizer = tiny
+    few = iter(examples()[:3])  # one batch of 2, then not enough for a second
+    with pytest.warns(UserWarning, match='ran out after 1 of 5 steps'):
+        train(model, tokenizer, few, tmp_path, TrainConfig(steps=5, batch_size=2, warmup_steps=0), verbose=False)
+    assert [c.name for c in checkpoints(tmp_path)] == ['checkpoint-1']
+    assert not model.training
+
+
+def test_a_diverged_run_leaves_the_model_in_eval_mode(tiny, tmp_path):
+    model, tokenizer = tiny
+    with pytest.raises(TrainingDiverged):
+        train(model, tokenizer, examples(), tmp_path, TrainConfig(steps=40, batch_size=8, lr=1e30, warmup_steps=0),
+              verbose=False)
+    assert not model.training

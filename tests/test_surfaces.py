@@ -277,3 +277,18 @@ def test_unreadable_json_names_file_and_line(line, tmp_path):
     (tmp_path / 'qrels.txt').write_text('1 0 a 1\n')
     with pytest.raises(ValueError, match=r'docs.jsonl, line 2'):
         load_collection(tmp_path)
+
+
+def test_one_string_is_not_a_list_of_texts(splade):
+    for encode in (splade.encode, splade.encode_queries, splade.encode_docs):
+        with pytest.raises(TypeError, match='texts: a list of strings'):
+            encode('radio')
+
+
+def test_a_user_file_named_like_our_lock_is_kept(tmp_path):
+    from pyterrier_lsr import SpladeIndexer
+    lock = tmp_path / '.ix.lock'
+    lock.write_text('user content')
+    with pytest.raises(ValueError, match='not a lock file of ours'):
+        SpladeIndexer(tmp_path / 'ix', verbose=False).index([{'docno': 'd1', 'toks': {'a': 1.0}}])
+    assert lock.read_text() == 'user content'

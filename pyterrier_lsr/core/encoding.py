@@ -165,6 +165,8 @@ def encode_texts(
     tokenize to special tokens only (e.g. control characters) give ``{}`` without running the model; non-``str``
     texts raise ``TypeError`` and non-finite model outputs ``ValueError``, each naming the text's position.
     """
+    if isinstance(texts, (str, bytes)):  # iterated, it would be one text a character
+        raise TypeError(f'texts: a list of strings, not one {type(texts).__name__} (wrap it: [text])')
     device = resolve_device(device)
     texts = [as_text(text, i) for i, text in enumerate(texts)]
     results: list[dict[str, float]] = [{} for _ in texts]

@@ -240,6 +240,9 @@ def _lock(path: Path) -> Iterator[None]:
         if same:
             break
         f.close()
+    if os.fstat(f.fileno()).st_size:  # our lock files stay empty: this one is a user's file, never to be removed
+        f.close()
+        raise ValueError(f'{lock_path} is not a lock file of ours (it has content); move it away to write {path}')
     try:
         yield
     finally:

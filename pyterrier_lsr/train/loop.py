@@ -19,6 +19,7 @@ Checkpoints and resumption are in :mod:`.checkpoints`.
 
 import random
 import time
+import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -380,7 +381,7 @@ def run_loop(
     ``tokenizer`` + ``trainer_state.pt``) and exact resume: the batch iterator is replayed up to the checkpoint and
     torch's RNG restored, so ``batches`` must be deterministic and any randomness in ``loss_fn`` must come from
     torch's global RNG (reseeded every step).
-    ``resume``, ``resumed``: see :func:`train`.
+    ``resume``, ``resumed``: see :func:`train`. Data that run out end the run early: warned, its steps saved.
 
     A loss or gradient norm that is infinite or NaN, or weights that are when a checkpoint is due, raise
     :class:`TrainingDiverged` naming the step: a diverged model is never saved, and earlier checkpoints stay.
@@ -404,32 +405,37 @@ def run_loop(
                torch.optim.lr_scheduler.LambdaLR(optimizer, _lr_lambda(config)), params, extra_parameters)
     step, log = run.restore(checkpoint, state, resume)
     model.train()
-    window: list[dict] = []
-    start_time = time.time()
-    with tqdm(
-        total=config.steps, initial=step, desc=desc, unit='step', disable=not verbose or not dist.is_main()
-    ) as pbar:
-        while step < config.steps:
-            parts = run.step(step)
-            if parts is None:
-                break  # a stream ran out
-            step += 1
-            window.extend(parts)
-            pbar.update(1)
-            if step % config.log_every == 0 or step == config.steps:
-                log.append(_mean_row(window, step, run.scheduler.get_last_lr()[0], time.time() - start_time))
-                window = []
-                pbar.set_postfix({k: f'{log[-1][k]:.3g}' for k in ('loss', 'd_nnz') if k in log[-1]})
-            if evaluate is not None and dist.is_main() and (_every(step, config.eval_every) or step == config.steps):
-                model.eval()
-                log.append({'step': step, **evaluate(model)})
-                model.train()
-            if _every(step, config.save_every) or step == config.steps:
-                run.save(step, tokenizer, log)
-            if log and dist.is_main():
-                write_log(output_dir, log)
+    try:  # left in eval mode however it ends: a model in training mode is not safe to share
+        window, start_time = [], time.time()
+        with tqdm(
+            total=config.steps, initial=step, desc=desc, unit='step', disable=not verbose or not dist.is_main()
+        ) as pbar:
+            while step < config.steps:
+                parts = run.step(step)
+                if parts is None:  # a stream ran out: what was trained is saved, and said
+                    warnings.warn(f'the training data ran out after {step} of {config.steps} steps', stacklevel=2)
+                    if step and not _every(step, config.save_every):
+                        run.save(step, tokenizer, log)
+                    break
+                step += 1
+                window.extend(parts)
+                pbar.update(1)
+                if step % config.log_every == 0 or step == config.steps:
+                    log.append(_mean_row(window, step, run.scheduler.get_last_lr()[0], time.time() - start_time))
+                    window = []
+                    pbar.set_postfix({k: f'{log[-1][k]:.3g}' for k in ('loss', 'd_nnz') if k in log[-1]})
+                evaluating = _every(step, config.eval_every) or step == config.steps
+                if evaluate is not None and dist.is_main() and evaluating:
+                    model.eval()
+                    log.append({'step': step, **evaluate(model)})
+                    model.train()
+                if _every(step, config.save_every) or step == config.steps:
+                    run.save(step, tokenizer, log)
+                if log and dist.is_main():
+                    write_log(output_dir, log)
+    finally:
+        model.eval()
     dist.barrier()  # checkpoints are complete before any process returns (and, say, resumes or evaluates)
-    model.eval()
     return log
 
 
