@@ -1,4 +1,4 @@
-"""One test per defect of issue #12 owned outside the index (numbers in the names follow the issue)."""
+"""One test per defect owned outside the index: resume state, report inputs, IDF tables, query weights, threads."""
 import copy
 import json
 import math
