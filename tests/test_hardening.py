@@ -1,4 +1,5 @@
-"""One test per defect owned outside the index: resume state, report inputs, IDF tables, query weights, threads."""
+"""Defects owned outside the index: checkpoints and resume, model folders and settings, inputs and outputs of the
+encoders, IDF tables and query weights, threads, report configs and pruning rules."""
 import copy
 import json
 import math
