@@ -321,7 +321,7 @@ def exact_integer_top(index, queries, k=10, keep=64):
     score (PISA's, ``sum_t int(q_t * scale) * int(d_t * scale)``) reaches the k-th (a set), and how many documents
     match at all (at most ``k``). Engines rank those integers, so this is the reference their own approximation is
     measured against; the float ranking adds the index's quantization on top (:func:`exact_top`)."""
-    from pyterrier_lsr.index.engines.glue import quantized_csr
+    from pyterrier_lsr.index.engines.native import quantized_csr
     docnos, terms, indptr, ids, impacts = quantized_csr(index)
     term_ids = {t: i for i, t in enumerate(terms)}
     q = np.zeros((len(terms), len(queries)))

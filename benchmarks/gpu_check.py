@@ -124,8 +124,9 @@ def training(name, module, tokenizer, texts, steps, batch_size) -> dict:
     from pyterrier_lsr.train import Example, TrainConfig, train
     examples = [Example(' '.join(t.split()[:8]), t) for t in texts if t.strip()]
     bf16 = torch.cuda.is_available()
-    config = TrainConfig(steps=steps + 2, batch_size=batch_size, warmup_steps=0, flops_warmup_steps=0, bf16=bf16,
-                         log_every=1, doc_max_length=128)
+    config = TrainConfig(steps=steps + 2, batch_size=batch_size, warmup_steps=0, flops_warmup_steps=0,
+                         precision='bf16' if bf16 else 'fp32',
+                         log_every=1, max_length=128)
     with tempfile.TemporaryDirectory() as tmp:
         log = train(module, tokenizer, examples, tmp, config, verbose=False)
     seconds = {row['step']: row['seconds'] for row in log if 'seconds' in row}

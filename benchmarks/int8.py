@@ -2,7 +2,7 @@
 
     IR_DATASETS_HOME=... python benchmarks/int8.py --cisi path/to/cisi
 
-Measured (``precision='int8'`` is :mod:`pyterrier_lsr.core.int8`; the model defaults to the offline ``splade-tiny``;
+Measured (``precision='int8'`` is :mod:`pyterrier_lsr.models.int8`; the model defaults to the offline ``splade-tiny``;
 ``--precisions fp32 int8 bf16`` adds bf16 autocast, every pair of document and query precisions in one experiment):
 
 * speed: docs/s of ``encode_docs`` on the first ``--speed-docs`` Vaswani documents, the precisions alternating for

@@ -9,13 +9,13 @@ are compared with fp32's: mean and minimum cosine, mean overlap of the top-10 te
 (spurious terms from rounding noise push it above 1).
 
 Variants: the package's int8 path as it is (the backbone in int8 or fp32 by its share of the model's products, see
-:data:`pyterrier_lsr.core.int8.BACKBONE_SHARE`); the backbone in int8 with the projection's non-zero terms computed
-again in fp32 or not (:data:`~pyterrier_lsr.core.int8.REFINE_MARGIN`); with 7-bit and with 8-bit activations
-(``reduce_range``, see :func:`pyterrier_lsr.core.int8.reduce_range`); the head transform in int8 and in fp32; every
+:data:`pyterrier_lsr.models.int8.BACKBONE_SHARE`); the backbone in int8 with the projection's non-zero terms computed
+again in fp32 or not (:data:`~pyterrier_lsr.models.int8.REFINE_MARGIN`); with 7-bit and with 8-bit activations
+(``reduce_range``, see :func:`pyterrier_lsr.models.int8.reduce_range`); the head transform in int8 and in fp32; every
 Linear but one in fp32 (one variant per Linear), and the vocabulary projection alone in int8. Per encoder layer, the
 relative error (``||int8 - fp32|| / ||fp32||`` per token, averaged) of the hidden states with the backbone in int8.
 Speed: documents per CPU-second of fp32 and of the refined projection with the backbone in int8 and in fp32, on all
-the texts, the three alternating for ``--speed-rounds`` rounds (what :data:`~pyterrier_lsr.core.int8.BACKBONE_SHARE`
+the texts, the three alternating for ``--speed-rounds`` rounds (what :data:`~pyterrier_lsr.models.int8.BACKBONE_SHARE`
 weighs).
 One torch thread. Prints JSON and writes it to ``--output``.
 """
@@ -94,8 +94,8 @@ def main():
     import torch
     torch.set_num_threads(1)
     from pyterrier_lsr import Splade
-    from pyterrier_lsr.core import int8
     from pyterrier_lsr.core.storage import write_json
+    from pyterrier_lsr.models import int8
 
     started, load_before = datetime.datetime.now(datetime.timezone.utc), os.getloadavg()
     fp32 = Splade.from_pretrained(args.model, device='cpu', batch_size=32)

@@ -67,8 +67,8 @@ def main():
     parser.add_argument('--lr', type=float, default=1e-3)
     parser.add_argument('--train-backbone', action='store_true', help='fine-tune the backbone too (CPU-heavy)')
     parser.add_argument('--projection-lr-factor', type=float, default=1., help='lr factor of the projection')
-    parser.add_argument('--doc-max-length', type=int, default=256)
-    parser.add_argument('--train-doc-max-length', type=int, default=128)
+    parser.add_argument('--max-length', type=int, default=256)
+    parser.add_argument('--train-max-length', type=int, default=128)
     parser.add_argument('--latents', type=int, default=4096)
     parser.add_argument('--k', type=int, default=16)
     parser.add_argument('--sae-epochs', type=int, default=1)
@@ -117,18 +117,18 @@ def main():
     encoder_dir = Path(args.encoder)
     train_seconds = None
     if not (encoder_dir / 'multivector.json').exists():
-        encoder = MultiVector.from_backbone('all-MiniLM-L6-v2', doc_max_length=args.doc_max_length)
+        encoder = MultiVector.from_backbone('all-MiniLM-L6-v2', max_length=args.max_length)
         examples = [ex for c in collections for ex in self_supervised(c.corpus, num_negatives=1, verbose=False)]
         config = TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_steps=args.steps // 10,
                              lr_multipliers={'projection': args.projection_lr_factor} if args.train_backbone else {},
                              query_max_length=32,
-                             doc_max_length=args.train_doc_max_length, log_every=10)
+                             max_length=args.train_max_length, log_every=10)
         start = time.perf_counter()
         train_multivector(encoder.model, encoder.tokenizer, examples, work / 'train', config,
                           train_backbone=args.train_backbone)
         train_seconds = time.perf_counter() - start
         encoder.save_pretrained(encoder_dir)
-    encoder = MultiVector.from_pretrained(encoder_dir, doc_max_length=args.doc_max_length)
+    encoder = MultiVector.from_pretrained(encoder_dir, max_length=args.max_length)
 
     rows, report = [], {'args': vars(args), 'encoder_train_seconds': train_seconds, 'collections': {}}
     for collection in collections:
@@ -138,7 +138,7 @@ def main():
         store_reused = reusable(store_path, encoder_dir, docs)
         if store_reused:
             store = MaxSimIndex(store_path, encoder)
-            vectors, offsets = store.vectors.numpy(), store.offsets
+            vectors, offsets = store.vectors().numpy(), store.offsets
             embed_s = json.loads(embed_file.read_text())['embed_s'] if embed_file.exists() else None
         else:
             start = time.perf_counter()

@@ -60,7 +60,7 @@ def main():
     work.mkdir(parents=True, exist_ok=True)
 
     if args.store:
-        base = MaxSimIndex(args.store).vectors.numpy()
+        base = MaxSimIndex(args.store).vectors().numpy()
         copies = -(-args.tokens // len(base))
         vectors = np.concatenate([base] * copies)[:args.tokens]
         vectors += rng.standard_normal(vectors.shape, dtype=np.float32) * (args.noise / np.sqrt(vectors.shape[1]))

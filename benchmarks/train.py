@@ -21,7 +21,7 @@ from pathlib import Path
 from pyterrier_lsr.core.offline import resolve_model, use_irds_cache
 
 
-def ours(examples, args, bf16):
+def ours(examples, args, precision):
     from pyterrier_lsr import Splade
     from pyterrier_lsr.train import TrainConfig, train
 
@@ -36,8 +36,8 @@ def ours(examples, args, bf16):
         lambda_d=args.lambda_d,
         flops_warmup_steps=0,
         query_max_length=args.query_max_length,
-        doc_max_length=args.doc_max_length,
-        bf16=bf16,
+        max_length=args.max_length,
+        precision=precision,
         log_every=1,
         save_every=10**9,
     )
@@ -47,14 +47,14 @@ def ours(examples, args, bf16):
     return args.steps * args.batch_size / (seconds[total] - seconds[args.warmup])
 
 
-def theirs(examples, args, bf16):
+def theirs(examples, args, precision):
     from datasets import Dataset
     from sentence_transformers import SparseEncoder, SparseEncoderTrainer, SparseEncoderTrainingArguments
     from sentence_transformers.sparse_encoder.losses import SparseMultipleNegativesRankingLoss, SpladeLoss
     from sentence_transformers.sparse_encoder.modules import MLMTransformer, SpladePooling
     from transformers import TrainerCallback
 
-    mlm = MLMTransformer(resolve_model(args.model), max_seq_length=args.doc_max_length)
+    mlm = MLMTransformer(resolve_model(args.model), max_seq_length=args.max_length)
     model = SparseEncoder(modules=[mlm, SpladePooling('max')])
     total = args.warmup + args.steps
     rows = examples[: total * args.batch_size]
@@ -84,7 +84,7 @@ def theirs(examples, args, bf16):
             per_device_train_batch_size=args.batch_size,
             learning_rate=2e-5,
             warmup_steps=0,
-            bf16=bf16,
+            bf16=precision == 'bf16',
             use_cpu=True,
             report_to='none',
             save_strategy='no',
@@ -105,7 +105,7 @@ def main():
     parser.add_argument('--warmup', type=int, default=3)
     parser.add_argument('--repeats', type=int, default=2)
     parser.add_argument('--query-max-length', type=int, default=32)
-    parser.add_argument('--doc-max-length', type=int, default=128)
+    parser.add_argument('--max-length', type=int, default=128)
     parser.add_argument('--lambda-q', type=float, default=1e-3)
     parser.add_argument('--lambda-d', type=float, default=1e-3)
     parser.add_argument('--threads', type=int, default=None, help='torch threads (1 is steadier on a shared machine)')
@@ -129,8 +129,8 @@ def main():
     for precision in ('fp32', 'bf16'):
         runs = {'pyterrier-lsr': [], 'sentence-transformers': []}
         for _ in range(args.repeats):
-            runs['pyterrier-lsr'].append(ours(examples, args, precision == 'bf16'))
-            runs['sentence-transformers'].append(theirs(examples, args, precision == 'bf16'))
+            runs['pyterrier-lsr'].append(ours(examples, args, precision))
+            runs['sentence-transformers'].append(theirs(examples, args, precision))
         results[precision] = {name: statistics.median(v) for name, v in runs.items()}
         results[precision]['runs'] = runs
         results[precision]['ratio'] = results[precision]['pyterrier-lsr'] / results[precision]['sentence-transformers']

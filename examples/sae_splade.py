@@ -41,7 +41,7 @@ def stage1(args, corpus, root: Path):
     settings = {'n_latents': args.n_latents, 'k': args.k, 'epochs': args.sae_epochs, 'seed': args.seed}
     sae, log = train_token_sae(resolve_model(args.model), [d['text'] for d in corpus], settings,
                                cache_dir=root / 'token_cache', max_train_vectors=args.sae_vectors,
-                               max_length=args.doc_max_length, batch_size=64)
+                               max_length=args.max_length, batch_size=64)
     sae.save_pretrained(folder)
     log = {'settings': settings, 'max_train_vectors': args.sae_vectors, 'seconds': round(time.time() - start),
            'final': log[-1], 'curve': log}

@@ -70,7 +70,7 @@ def mlm_config(args, steps: int, lr: float):
         batch_size=args.mlm_batch_size,
         lr=lr,
         warmup_steps=steps // 10,
-        bf16=args.bf16,
+        precision=args.precision,
         seed=args.seed,
         log_every=args.log_every,
     )

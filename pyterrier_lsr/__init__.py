@@ -33,11 +33,11 @@ from .kinds.inference_free import InferenceFreeSplade
 from .kinds.latent_terms import LatentTerms
 from .kinds.loading import load_model
 from .kinds.multivector import MultiVector
-from .kinds.pruning import Prune
-from .kinds.query import IDFQueryEncoder, StaticQueryEncoder
 from .kinds.sae_splade import SaeSplade
 from .kinds.splade import Splade
 from .kinds.ssr import SSR
+from .stages.pruning import Prune
+from .stages.query import IDFQueryEncoder, StaticQueryEncoder
 
 __all__ = [
     'SparseModel',

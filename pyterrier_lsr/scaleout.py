@@ -37,8 +37,9 @@ from tqdm.auto import tqdm
 
 from .core import storage
 from .core.checks import UniqueDocnos, check_float, check_int, check_vector
+from .core.folders import local_folder
 from .index.vectors import VectorStore, shard_name, write_manifest, write_shard
-from .kinds.loading import load_model, local_folder
+from .kinds.loading import load_model
 
 JOB_FILE = 'encode.json'
 MODEL_FOLDER = 'model'

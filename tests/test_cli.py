@@ -23,7 +23,8 @@ def _domain_adapt(tmp_path, *extra):
     (['--collection', 'irds:vaswani', '--set', 'steps=0'], 'steps must be >= 1, got 0'),
     (['--collection', 'irds:vaswani', '--set', 'per_doc=0'], 'per_doc must be >= 1, got 0'),
     (['--collection', 'irds:vaswani', '--set', 'lr=fast'], "lr must be a number, got 'fast'"),
-    (['--collection', 'irds:vaswani', '--set', 'bf16=maybe'], "bf16 must be true or false, got 'maybe'"),
+    (['--collection', 'irds:vaswani', '--set', 'precision=maybe'],
+     "precision must be one of 'fp32', 'bf16'; got 'maybe'"),
     (['--collection', 'irds:vaswani', '--set', 'steps'], "--set takes NAME=VALUE, got 'steps'"),
     (['--collection', 'irds:unknown'], 'irds:unknown is not an ir_datasets id'),
 ])

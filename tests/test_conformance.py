@@ -150,8 +150,8 @@ def token_stores(examples, tmp_path_factory):
     """An SSR index and a MaxSim store of the same (MiniLM, 16-d) encoder over the conformance corpus."""
     folder = tmp_path_factory.mktemp('token_stores')
     model = examples('ssr')
-    return (model >> SSRIndex(folder / 'ssr', verbose=False).indexer()).index(CORPUS), \
-        (model.encoder >> MaxSimIndex(folder / 'store', verbose=False).indexer()).index(CORPUS)
+    return SSRIndex(folder / 'ssr', verbose=False).indexer(model).index(CORPUS), \
+        MaxSimIndex(folder / 'store', verbose=False).indexer(model.encoder).index(CORPUS)
 
 
 TOKEN_RETRIEVERS = {
@@ -159,7 +159,7 @@ TOKEN_RETRIEVERS = {
     'MaxSimIndex % 3': lambda index, store: (store % 3).compile(),
     'SSRIndex.retriever': lambda index, store: index.retriever(num_results=3),
     'SSRIndex % 3': lambda index, store: (index % 3).compile(),
-    'SSR.reranked': lambda index, store: index.ssr.reranked(index, store, depth=3),
+    'SSR.reranked': lambda index, store: index.model().reranked(index, store, depth=3),
 }
 
 
@@ -176,7 +176,7 @@ def test_dense_retriever_conformance(tmp_path):
 @pytest.mark.parametrize('make, match', [
     (lambda s: Splade(s.model, s.tokenizer, max_length=513), 'max_length must be >= 3 and <= 512'),
     (lambda s: LatentTerms('all-MiniLM-L6-v2', max_length=10 ** 9), 'max_length must be >= 3 and <= 512'),
-    (lambda s: MultiVector.from_backbone('all-MiniLM-L6-v2', dim=8, doc_max_length=600), 'doc_max_length must be'),
+    (lambda s: MultiVector.from_backbone('all-MiniLM-L6-v2', dim=8, max_length=600), 'max_length must be'),
     (lambda s: MultiVector.from_backbone('all-MiniLM-L6-v2', dim=8, query_max_length=2), 'query_max_length must be'),
     (lambda s: MultiVector.from_backbone('all-MiniLM-L6-v2', dim=0), 'dim must be >= 1'),
     (lambda s: MultiVector.from_backbone('all-MiniLM-L6-v2', dim=8, batch_size=0), 'batch_size must be >= 1'),

@@ -40,10 +40,10 @@ KINDS = {'splade': lambda tiny: Splade(*tiny), 'sae-splade': _sae_splade, 'ssr':
 
 
 @pytest.mark.parametrize('kind', list(KINDS))
-def test_doc_encoder_hands_every_kind_to_the_indexer(kind, tiny, tmp_path):
-    # SSR's encoder used to hand over nothing (it read `.splade`), so its index recorded no model and did not retrieve
+def test_an_indexer_given_a_model_records_every_kind(kind, tiny, tmp_path):
+    # toks from the doc encoder, the model given to the indexer: the index records it and retrieves on its own
     model = KINDS[kind](tiny)
-    index = (model.doc_encoder() >> SpladeIndexer(tmp_path / 'x.lsr', verbose=False)).index(DOCS)
+    index = (model.doc_encoder() >> SpladeIndexer(tmp_path / 'x.lsr', model, verbose=False)).index(DOCS)
     reopened = LsrIndex(index.path)
     assert reopened.meta['model']['kind'] == kind
     got = reopened.retriever(num_results=5)(TOPICS)
@@ -112,8 +112,8 @@ def test_a_tampered_kind_is_one_clear_error(kind, tiny, tmp_path):
 
 def test_settings_that_would_empty_every_output_are_refused(tiny):
     from pyterrier_lsr import Prune
-    from pyterrier_lsr.kinds.pruning import prune
     from pyterrier_lsr.models.heads import rescale_head
+    from pyterrier_lsr.stages.pruning import prune
     with pytest.raises(ValueError, match='max_length'):
         Splade(*tiny, max_length=2)
     for rules in [{'top_n': -1}, {'threshold': float('nan')}, {'ratio': -0.1}]:

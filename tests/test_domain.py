@@ -34,7 +34,7 @@ def _splade(tiny):
 
 def _config(**kw):
     return DomainConfig.two_sided(**{'steps': 4, 'batch_size': 4, 'eval_every': 2, 'heldout': 10, 'heldout_pool': 5,
-                                     'pool': 10, 'teachers': ('bm25',), 'lr': 1e-2, 'bf16': False, **kw})
+                                     'pool': 10, 'teachers': ('bm25',), 'lr': 1e-2, 'precision': 'fp32', **kw})
 
 
 def _weights(model):
@@ -156,7 +156,7 @@ def test_query_side_adapts_a_copy_of_the_query_encoder(tiny, corpus, tmp_path, m
     reloaded = load_model(tmp_path / 'run' / 'model')
     assert isinstance(reloaded, AsymmetricSplade) and reloaded.sides is Splade
     # folders written before `sides` was recorded hold SPLADE models and load as before
-    from pyterrier_lsr.kinds.loading import model_settings, update_settings
+    from pyterrier_lsr.core.folders import model_settings, update_settings
     settings = model_settings(tmp_path / 'run' / 'model')
     assert settings['kind'] == 'asymmetric' and settings['sides'] == 'splade'
     update_settings(tmp_path / 'run' / 'model', sides=None)
@@ -170,8 +170,8 @@ def test_query_side_adapts_a_copy_of_the_query_encoder(tiny, corpus, tmp_path, m
     # indexing the adapted model writes the starting model's documents, and its retriever runs the adapted queries:
     # an index of the starting model serves it the same
     from pyterrier_lsr import SpladeIndexer
-    own = (out >> SpladeIndexer(str(tmp_path / 'own.lsr'), verbose=False)).index(corpus)
-    start_index = (splade >> SpladeIndexer(str(tmp_path / 'start.lsr'), verbose=False)).index(corpus)
+    own = SpladeIndexer(str(tmp_path / 'own.lsr'), out, verbose=False).index(corpus)
+    start_index = SpladeIndexer(str(tmp_path / 'start.lsr'), splade, verbose=False).index(corpus)
     assert isinstance(own.model(), AsymmetricSplade)
     out.name = 'runs/adapted'  # as systems.adapted names its models: both sides follow
     assert repr(out.query_encoder()) == "AsymmetricSplade('adapted').query"
@@ -193,7 +193,7 @@ def test_query_side_trains_for_real(tiny, corpus, tmp_path):
     assert len({row['heldout_first_ndcg'] for row in log['curve']}) > 1
     assert all(torch.equal(v, start[k]) for k, v in splade.model.state_dict().items())
     # the documents read from an index of the starting model instead of encoded: the same run
-    index = (splade >> SpladeIndexer(str(tmp_path / 'start.lsr'), verbose=False)).index(corpus)
+    index = SpladeIndexer(str(tmp_path / 'start.lsr'), splade, verbose=False).index(corpus)
     _, again = domain_adapt(splade, corpus, tmp_path / 'again', config, tmp_path / 'cache', verbose=False,
                             documents=index)
     assert [row['heldout_first_ndcg'] for row in again['curve']] == pytest.approx(
@@ -202,7 +202,7 @@ def test_query_side_trains_for_real(tiny, corpus, tmp_path):
     assert log['documents_from'] is None and again['documents_from'] == str(index.path)
     # an index of what another model (here: other max_length) encodes is refused, and so is a two-sided config
     short = Splade(*tiny, device='cpu', max_length=8)
-    other = (short >> SpladeIndexer(str(tmp_path / 'short.lsr'), verbose=False)).index(corpus)
+    other = SpladeIndexer(str(tmp_path / 'short.lsr'), short, verbose=False).index(corpus)
     with pytest.raises(ValueError, match='does not hold the documents as this model encodes them'):
         domain_adapt(splade, corpus, tmp_path / 'other', config, tmp_path / 'cache', verbose=False, documents=other)
     with pytest.raises(ValueError, match="serves query-side adaptation"):
@@ -226,7 +226,7 @@ def test_query_side_of_a_doc_only_model_trains_its_table_alone(tiny, corpus, tmp
                                    device='cpu')
     start, idf_side = _weights(doc_only.model), doc_only.query_side
     idf = dict(idf_side.weights)
-    index = (doc_only >> SpladeIndexer(str(tmp_path / 'doc-only.lsr'), verbose=False)).index(corpus)
+    index = SpladeIndexer(str(tmp_path / 'doc-only.lsr'), doc_only, verbose=False).index(corpus)
     calls = _prefer_last_step(monkeypatch)
     out, log = domain_adapt(doc_only, corpus, tmp_path / 'run', _config(side='query', negatives=7, lr=1e-1,
                                                                         candidates='teacher'),
@@ -268,7 +268,7 @@ def test_heldout_scores_and_keyword_queries(tiny, corpus):
     alone = heldout_scores(splade.model, splade.tokenizer, heldout[1:], docs, _config(), ['d9'])
     assert alone['heldout_mrr'] == 0 and alone['heldout_first_mrr'] > 0
     # a doc-only query side (a trainable static table) scores the same way
-    from pyterrier_lsr.kinds.query import StaticQueryWeights
+    from pyterrier_lsr.stages.query import StaticQueryWeights
     table = heldout_scores(splade.model, splade.tokenizer, heldout, docs, _config(), ['d6'],
                                          StaticQueryWeights(splade.tokenizer))
     assert set(table) == set(s) and 0 < table['heldout_ndcg'] <= 1
@@ -352,8 +352,8 @@ def test_cli_domain_adapt_on_a_folder(corpus, tmp_path, capsys):
     (folder / 'qrels.txt').write_text('1 0 d1 1\n')
     from pyterrier_lsr import Splade, SpladeIndexer
     from pyterrier_lsr.core.offline import resolve_model
-    index = (Splade.from_pretrained(resolve_model('splade-tiny'))
-             >> SpladeIndexer(str(tmp_path / 'start.lsr'), verbose=False)).index(corpus)
+    index = SpladeIndexer(str(tmp_path / 'start.lsr'), Splade.from_pretrained(resolve_model('splade-tiny')),
+                          verbose=False).index(corpus)
     main(['domain-adapt', '--model', 'splade-tiny', '--collection', str(folder), '--output-dir', str(tmp_path / 'out'),
           '--set', 'steps=2', 'batch_size=4', 'eval_every=1', 'heldout=5', 'pool=10', 'negatives=7',
           'teachers=bm25', '--documents', str(index.path)])
@@ -431,7 +431,7 @@ def test_query_side_adapts_an_sae_splade_and_keeps_its_kind(tiny, corpus, tmp_pa
     mlm, tokenizer = tiny[0].mlm, tiny[1]
     sae = SparseAutoencoder(SAEConfig(d_in=32, n_latents=64, k=4, seed=1))
     start = SaeSplade(SaeSpladeModel(mlm.bert, sae, structural_token_ids(tokenizer)), tokenizer, device='cpu')
-    index = (start >> SpladeIndexer(str(tmp_path / 'sae.lsr'), verbose=False)).index(corpus)
+    index = SpladeIndexer(str(tmp_path / 'sae.lsr'), start, verbose=False).index(corpus)
     calls = _prefer_last_step(monkeypatch)
     out, log = domain_adapt(start, corpus, tmp_path / 'run', _config(side='query', negatives=7, candidates='teacher'),
                             tmp_path / 'cache', verbose=False, documents=index)
@@ -458,8 +458,8 @@ def test_experiment_evaluator_retrieves_from_a_given_index(tiny, corpus, tmp_pat
     splade = _splade(tiny)
     topics = pd.DataFrame({'qid': ['1', '2'], 'query': ['radio wave noise', 'nuclear reactor physics']})
     qrels = pd.DataFrame([{'qid': q, 'docno': f'd{i}', 'label': 1} for q in '12' for i in range(30, 60)])
-    full = (splade >> SpladeIndexer(str(tmp_path / 'full.lsr'), verbose=False)).index(corpus)
-    part = (splade >> SpladeIndexer(str(tmp_path / 'part.lsr'), verbose=False)).index(corpus[:30])
+    full = SpladeIndexer(str(tmp_path / 'full.lsr'), splade, verbose=False).index(corpus)
+    part = SpladeIndexer(str(tmp_path / 'part.lsr'), splade, verbose=False).index(corpus[:30])
     indexed = experiment_evaluator(splade.tokenizer, corpus, topics, qrels, doc_model=splade.model)(splade.model)
     assert experiment_evaluator(splade.tokenizer, corpus, topics, qrels, index=full)(splade.model) == indexed
     assert indexed['nDCG@10'] > 0
@@ -478,10 +478,10 @@ def test_domain_adapt_checks_docnos_before_any_work(splade, tmp_path, docnos, er
     assert not (tmp_path / 'out').exists()
 
 
-def test_domain_adapt_refuses_a_doc_max_length_past_the_tokenizers_when_made(tiny, corpus, tmp_path):
+def test_domain_adapt_refuses_a_max_length_past_the_tokenizers_when_made(tiny, corpus, tmp_path):
     splade = _splade(tiny)
     splade.tokenizer.model_max_length = 64
-    with pytest.raises(ValueError, match=re.escape('doc_max_length must be >= 3 and <= 64, got 96')):
+    with pytest.raises(ValueError, match=re.escape('max_length must be >= 3 and <= 64, got 96')):
         domain_adapt(splade, corpus, tmp_path / 'out', DomainConfig(), verbose=False)
     assert not (tmp_path / 'out').exists()
 

@@ -7,7 +7,7 @@ import pytest
 
 from pyterrier_lsr import LsrIndex, SpladeIndexer
 from pyterrier_lsr.index import VectorStore, VectorWriter, get_engine
-from pyterrier_lsr.index.engines.glue import require
+from pyterrier_lsr.index.engines.native import require
 
 NUM_DOCS = 200
 

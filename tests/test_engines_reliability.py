@@ -313,7 +313,7 @@ def test_bmp_reordered_serves_the_same_results(tmp_path, capfd):
     index.build_engine('bmp', overwrite=True, reorder=True, block_size=8, verbose=True)
     assert 'graph bisection' in capfd.readouterr().err  # the progress shows (engine builds are silenced otherwise)
     assert index.meta['engines']['bmp']['reorder'] is True
-    from pyterrier_lsr.index.engines.glue import Forward
+    from pyterrier_lsr.index.engines.topk import Forward
     order = [families[int(docno[1:])] for docno in Forward(index.path / 'bmp').docnos]
     changes = lambda seq: sum(a != b for a, b in zip(seq, seq[1:]))  # noqa: E731
     assert changes(families) > 30 and changes(order) <= 8  # grouped (family borders fall inside some leaves)
@@ -367,7 +367,7 @@ def test_a_forward_index_altered_in_place_is_refused_before_it_is_read(tmp_path,
 
 
 def test_bounded_rescore_skips_only_candidates_that_cannot_reach_the_kth():
-    from pyterrier_lsr.index.engines.glue import bounded_rescore, ranked
+    from pyterrier_lsr.index.engines.topk import bounded_rescore, ranked
     exact = np.array([50., 40., 45., 10., 30., 5.])
     bounds = np.array([60., 55., 50., 40., 31., 20.])  # descending, each at least its row's exact score
     asked = []
@@ -385,7 +385,7 @@ def test_bounded_rescore_skips_only_candidates_that_cannot_reach_the_kth():
 def test_forward_rescore_equals_the_dense_product_for_any_rows(tmp_path):
     # The exact scores every engine returns: the dot product, for empty documents, repeated and unsorted rows, and
     # terms the query lacks.
-    from pyterrier_lsr.index.engines.glue import Forward
+    from pyterrier_lsr.index.engines.topk import Forward
     rng = np.random.default_rng(0)
     num_docs, num_terms = 400, 50
     lengths = rng.integers(0, 12, num_docs) * (rng.random(num_docs) < 0.8)

@@ -16,10 +16,10 @@ from pyterrier_lsr.core.checks import MAX_WEIGHT
 from pyterrier_lsr.core.encoding import encode_texts
 from pyterrier_lsr.core.model_files import ModelLoadError
 from pyterrier_lsr.core.offline import resolve_model
-from pyterrier_lsr.kinds.pruning import prune
 from pyterrier_lsr.models import SpladeModel
 from pyterrier_lsr.report import ConfigError, load_config
 from pyterrier_lsr.report.builder import _SystemBuilder
+from pyterrier_lsr.stages.pruning import prune
 from pyterrier_lsr.train import Example, TrainConfig, train
 
 

@@ -61,7 +61,7 @@ def test_existing_index_needs_overwrite(small_index, splade, small_corpus):
 
 def test_pipeline_indexing_and_reopen(splade, small_corpus, tmp_path):
     path = tmp_path / 'pipe.lsr'
-    index = (splade.doc_encoder() >> SpladeIndexer(path, verbose=False)).index(small_corpus[:50])
+    index = (splade.doc_encoder() >> SpladeIndexer(path, splade, verbose=False)).index(small_corpus[:50])
     assert index.num_docs() == 50
     # The doc encoder hands its model to the indexer, so the index reopens alone and retrieves like the model.
     res = LsrIndex(path).retriever(num_results=5)(QUERIES)

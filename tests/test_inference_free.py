@@ -12,7 +12,7 @@ from pyterrier_lsr import (
     StaticQueryEncoder,
     load_model,
 )
-from pyterrier_lsr.kinds.query import StaticQueryWeights
+from pyterrier_lsr.stages.query import StaticQueryWeights
 from pyterrier_lsr.train import TrainConfig, batch_loss, flops, train_inference_free
 
 

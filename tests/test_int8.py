@@ -7,10 +7,10 @@ import torch
 from torch import nn
 
 from pyterrier_lsr import Splade
-from pyterrier_lsr.core import int8 as int8_module
 from pyterrier_lsr.core.encoding import resolve_precision
-from pyterrier_lsr.core.int8 import Int8Linear, Int8MaxPool, Int8Module, backbone_share, packing_engine, reduce_range
 from pyterrier_lsr.core.offline import resolve_model
+from pyterrier_lsr.models import int8 as int8_module
+from pyterrier_lsr.models.int8 import Int8Linear, Int8MaxPool, Int8Module, backbone_share, packing_engine, reduce_range
 
 
 @pytest.fixture(scope='module')

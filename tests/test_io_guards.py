@@ -228,7 +228,7 @@ def test_saving_a_step_again_refuses_a_user_folder_of_that_name(tmp_path):
 
 
 def test_a_garbled_query_table_names_its_file(tiny, tmp_path):
-    from pyterrier_lsr.kinds.query import StaticQueryEncoder
+    from pyterrier_lsr.stages.query import StaticQueryEncoder
     _, tokenizer = tiny
     StaticQueryEncoder(tokenizer, {'nuclear': 1.5}).save_pretrained(str(tmp_path / 'q'))
     assert StaticQueryEncoder.from_pretrained(str(tmp_path / 'q')).weights == {'nuclear': 1.5}

@@ -3,8 +3,8 @@ import pyterrier as pt
 import pytest
 
 from pyterrier_lsr import Prune, SpladeIndexer
-from pyterrier_lsr.kinds.pruning import prune
 from pyterrier_lsr.report import ConfigError, System, load_config, posting_lengths, report
+from pyterrier_lsr.stages.pruning import prune
 
 V = {'a': 3.0, 'b': 2.0, 'c': 2.0, 'd': 0.5, 'z': 0.0}
 

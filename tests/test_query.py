@@ -6,7 +6,7 @@ import pyterrier as pt
 import pytest
 
 from pyterrier_lsr import IDFQueryEncoder, SpladeIndexer, StaticQueryEncoder
-from pyterrier_lsr.kinds.query import idf
+from pyterrier_lsr.stages.query import idf
 
 TOY = ['the cat sat', 'the dog', 'a cat', None]
 

@@ -33,8 +33,8 @@ SMALL = [
     (r'(texts|corpus)\[:\d+\]', r'\1[:32]'),
 ]
 # upper bounds on the fields of every TrainConfig / DomainConfig the blocks make (held-out: the subset is small)
-CAPS = {'TrainConfig': {'steps': 2, 'batch_size': 4, 'doc_max_length': 64, 'warmup_steps': 1},
-        'DomainConfig': {'steps': 2, 'batch_size': 4, 'doc_max_length': 64, 'heldout': 20}}
+CAPS = {'TrainConfig': {'steps': 2, 'batch_size': 4, 'max_length': 64, 'warmup_steps': 1},
+        'DomainConfig': {'steps': 2, 'batch_size': 4, 'max_length': 64, 'heldout': 20}}
 SUBSET = {'docs': 200, 'topics': 3}
 # first line of a block (README.md or docs/*.md) -> why it is not run
 EXCLUDED = {

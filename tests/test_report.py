@@ -141,7 +141,7 @@ def test_query_times_take_the_median_over_passes():
 def test_latency_is_split_into_encoding_and_retrieval(splade, vaswani_docs, tmp_path):
     from pyterrier.measures import nDCG
 
-    from pyterrier_lsr.kinds.query import IDFQueryEncoder
+    from pyterrier_lsr.stages.query import IDFQueryEncoder
 
     index = SpladeIndexer(tmp_path / 'idx.lsr', splade, verbose=False).index(vaswani_docs[:60])
     topics = pd.DataFrame({'qid': ['1', '2', '3'], 'query': ['electron density', 'dielectric constant', 'radio wave']})

@@ -364,7 +364,7 @@ def test_a_run_on_tampered_cached_examples_stops_naming_the_file(tmp_path):
     words = 'nuclear reactor physics electron density ionosphere transistor amplifier radio wave noise'.split()
     docs = {f'd{i}': '. '.join(' '.join(rng.sample(words, 6)) for _ in range(3)) + '.' for i in range(40)}
     config = DomainConfig.two_sided(steps=2, batch_size=4, heldout=5, heldout_pool=5, pool=10, teachers=('bm25',),
-                                    bf16=False)
+                                    precision='fp32')
     data, hit = build_data(docs, tmp_path, config, verbose=False)
     assert not hit and build_data(docs, tmp_path, config, verbose=False)[1]
     path, = tmp_path.glob('domain-data-*.json')

@@ -150,16 +150,16 @@ def test_train_multivector_refuses_a_length_past_the_tokenizers_before_any_step(
     from pyterrier_lsr.train.multivector import train_multivector
     tiny_mv.tokenizer.model_max_length = 64
     examples = [Example('cat', d, [SHORT_DOCS[0]]) for d in SHORT_DOCS[1:5]]
-    with pytest.raises(ValueError, match=re.escape('doc_max_length must be >= 3 and <= 64, got 256')):
+    with pytest.raises(ValueError, match=re.escape('max_length must be >= 3 and <= 64, got 256')):
         train_multivector(tiny_mv.model, tiny_mv.tokenizer, examples, tmp_path / 'run',
-                          TrainConfig(steps=1, batch_size=4), verbose=False)  # the default doc_max_length: too long
+                          TrainConfig(steps=1, batch_size=4), verbose=False)  # the default max_length: too long
     assert not (tmp_path / 'run').exists()
 
 
 def test_maxsim_store_retriever_scorer_and_ivf(minilm, tmp_path):
     docs = [{'docno': f'd{i}', 'text': t} for i, t in enumerate(SHORT_DOCS)]
-    store = (minilm >> MaxSimIndex(tmp_path / 'store', verbose=False).indexer()).index(docs)
-    assert store.num_docs() == len(docs) and store.meta['num_tokens'] == store.vectors.shape[0]
+    store = MaxSimIndex(tmp_path / 'store', minilm, verbose=False).indexer().index(docs)
+    assert store.num_docs() == len(docs) and store.meta['num_tokens'] == store.vectors().shape[0]
     topics = pd.DataFrame({'qid': ['1', '2'], 'query': [SHORT_DOCS[1], SHORT_DOCS[4]]})
     res = store.retriever(num_results=5)(topics)
     assert len(res) == 10 and {'qid', 'query', 'docno', 'score', 'rank'} <= set(res.columns)
@@ -365,7 +365,7 @@ def test_doc_k_indexes_more_latents_per_document_token_and_round_trips(random_ss
     narrow = SSRIndex.write(tmp_path / 'narrow', docnos, vectors, offsets, random_ssr)
     assert np.bincount(narrow.tokens).max() == 3 and narrow.meta['doc_k'] == 3
     # doc_k is a setting of the model: it survives the saved folder, the index's copy and load_model
-    assert SSRIndex(tmp_path / 'ssr').ssr.doc_k == 7
+    assert SSRIndex(tmp_path / 'ssr').model().doc_k == 7
     wide.save_pretrained(tmp_path / 'model')
     assert SSR.from_pretrained(tmp_path / 'model').doc_k == 7 and load_model(tmp_path / 'model').doc_k == 7
     assert 'doc_k=7' in repr(wide)
@@ -378,7 +378,7 @@ def test_doc_k_indexes_more_latents_per_document_token_and_round_trips(random_ss
 
 def test_decoder_query_side_retriever_reranked_and_checks(random_ssr, tmp_path):
     docs = [{'docno': f'd{i}', 'text': t} for i, t in enumerate(SHORT_DOCS)]
-    index = (random_ssr >> SSRIndex(tmp_path / 'ssr', verbose=False).indexer()).index(docs)
+    index = SSRIndex(tmp_path / 'ssr', random_ssr, verbose=False).indexer().index(docs)
     topics = pd.DataFrame({'qid': ['1', '2'], 'query': ['reactor physics noise', 'electron density']})
     res = index.retriever(num_results=4, query='decoder', query_latents=8)(topics)
     q_vectors, q_offsets = random_ssr.encoder.embed(topics['query'].tolist(), query=True)

@@ -108,13 +108,13 @@ def test_token_indexers_stream_the_documents(kind, encoder, ssr, tmp_path, monke
         assert np.allclose(np.load(store.path / name), np.load(whole.path / name), atol=1e-3), name
 
 
-def test_models_hand_themselves_over_to_the_token_indexers(encoder, ssr, tmp_path):
-    indexer = encoder >> MaxSimIndex(tmp_path / 'mv', verbose=False).indexer()
-    assert isinstance(indexer, MaxSimIndex) and indexer.encoder is encoder  # embeds the texts itself: no Compose
-    assert (ssr >> SSRIndex(tmp_path / 'ssr', verbose=False).indexer()).index(DOCS).ssr is ssr
+def test_token_indexers_take_their_model_as_every_index_does(encoder, ssr, tmp_path):
+    indexer = MaxSimIndex(tmp_path / 'mv', verbose=False).indexer(encoder)
+    assert isinstance(indexer, MaxSimIndex) and indexer.model() is encoder
+    assert SSRIndex(tmp_path / 'ssr', ssr, verbose=False).indexer().index(DOCS).model() is ssr
     store = indexer.index(DOCS)
     assert store.meta['model'] == 'tiny-mv'
-    with pytest.raises(ValueError, match='no encoder to encode the documents'):
+    with pytest.raises(ValueError, match='no model to encode the documents'):
         MaxSimIndex(tmp_path / 'none').indexer().index(DOCS)
     # the encoder is a transformer of its own: its exact MaxSim scorer
     frame = TOPICS.iloc[:1].merge(pd.DataFrame(DOCS[:3]), how='cross')
@@ -138,15 +138,14 @@ def test_lsr_index_is_its_default_retriever(splade, tmp_path):
     pd.testing.assert_frame_equal(LsrIndex(index.path)(TOPICS), expected)
     toks = splade.query_encoder()(TOPICS)
     pd.testing.assert_frame_equal(LsrIndex(index.path)(toks), index.toks_retriever()(toks))
-    pd.testing.assert_frame_equal((splade >> LsrIndex(index.path))(TOPICS), index.toks_retriever()(toks))
 
 
 def test_spladeindexer_is_the_index_s_indexer(splade, tmp_path):
-    indexer = SpladeIndexer(tmp_path / 'x.lsr', scale=50., verbose=False)
+    indexer = SpladeIndexer(tmp_path / 'x.lsr', splade, scale=50., verbose=False)
     assert isinstance(indexer, LsrIndex) and not indexer.built()
-    handed = (splade.doc_encoder() >> indexer)[-1]
-    assert isinstance(handed, LsrIndex) and handed._model is splade and handed._scale == 50.
-    index = (splade.doc_encoder() >> indexer).index(DOCS)
+    pipeline = splade.doc_encoder() >> indexer  # plain PyTerrier composition: the indexer is the one given
+    assert isinstance(pipeline, pt.Compose) and pipeline[-1] is indexer and indexer._scale == 50.
+    index = pipeline.index(DOCS)
     assert index.scale == 50. and LsrIndex(index.path).model().name == splade.name
     again = LsrIndex(index.path).indexer(overwrite=True, scale=20.).index([{'docno': 'a', 'toks': {'x': 1.0}}])
     assert again.scale == 20. and again.num_docs() == 1

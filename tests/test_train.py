@@ -250,7 +250,7 @@ def test_bad_inputs(tiny, tmp_path):
     ('weight_decay', float('inf'), 'weight_decay must be a finite number >= 0'),
     ('lambda_q', -1, 'lambda_q must be a finite number >= 0'),
     ('warmup_steps', -1, 'warmup_steps must be >= 0'),
-    ('doc_max_length', 2, 'doc_max_length must be >= 3'),
+    ('max_length', 2, 'max_length must be >= 3'),
     ('log_every', 0, 'log_every must be >= 1'),
     ('steps', 2.5, 'steps must be an integer'),
     ('bf16', 'no', 'bf16 must be True or False'),
@@ -262,7 +262,7 @@ def test_train_config_refuses_invalid_fields_when_made(field, value, message):
         TrainConfig(**{field: value})
 
 
-@pytest.mark.parametrize('field', ['query_max_length', 'doc_max_length'])
+@pytest.mark.parametrize('field', ['query_max_length', 'max_length'])
 def test_train_refuses_a_length_past_the_tokenizers_before_any_step(tiny, tmp_path, field):
     model, tokenizer = tiny
     tokenizer.model_max_length = 64  # the model has no positions past it

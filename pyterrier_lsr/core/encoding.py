@@ -16,7 +16,7 @@ from .checks import is_missing
 
 # The autocast dtype of each precision.
 PRECISIONS = {'fp32': None, 'bf16': torch.bfloat16, 'fp16': torch.float16}
-# Not an autocast: the module itself is quantized (pyterrier_lsr.core.int8), so only kinds that quantize accept it.
+# Not an autocast: the module itself is quantized (pyterrier_lsr.models.int8), so only kinds that quantize accept it.
 INT8 = 'int8'
 
 
@@ -31,7 +31,7 @@ def resolve_device(device=None, precision: str | None = None) -> torch.device:
 def resolve_precision(precision: str | None, device: torch.device, int8: bool = False) -> str:
     """The encoders' precision: ``None`` means fp32 on CPU (exact) and mixed precision on CUDA (fast: bf16 autocast,
     fp16 where the GPU lacks bf16); ``'int8'`` (CPU only) where ``int8``. Trainers default to fp32 on any device
-    (``TrainConfig.bf16``); SAEs train in fp32."""
+    (``TrainConfig.precision``); SAEs train in fp32."""
     if precision is None:
         if device.type != 'cuda':
             return 'fp32'

@@ -273,13 +273,10 @@ class LsrIndex(pta.Artifact, pt.Indexer):
     def indexer(self, model=None, **settings) -> 'LsrIndex':
         """The one way to configure indexing: this index with ``model`` (default: the one given) encoding or
         recorded, and ``settings`` (scale, engines, overwrite, save_model, scoring, text_field, batch_size, verbose)
-        replacing its own; ``.index(docs)`` builds it."""
+        replacing its own; ``.index(docs)`` builds it.  Documents that carry ``toks`` already (``model.doc_encoder()
+        >> index.indexer(model)``) are indexed as given, and ``model`` is recorded so that the index retrieves on its
+        own."""
         return LsrIndex(self.path, model if model is not None else self._model, **{**self._settings, **settings})
-
-    def with_model(self, model) -> 'LsrIndex':
-        """This indexer with ``model`` recorded in the index (``toks`` are still taken as given), so that the index
-        retrieves on its own; ``doc_encoder >> index.indexer()`` calls it."""
-        return self.indexer(model)
 
     def _encoded(self, docs: Iterable[dict]):
         """Lists of ``(docno, vector)`` pairs, one per chunk, validated (docnos: non-empty strings, unique).
@@ -414,14 +411,14 @@ class _Building:
         return VectorStore(self.folder / VECTORS_FOLDER)
 
 
-def SpladeIndexer(path, encoder=None, **settings) -> LsrIndex:  # noqa: N802  (the indexer's user-facing name)
-    """The indexer of a new :class:`LsrIndex` at ``path``: ``LsrIndex(path).indexer(encoder, **settings)``.
+def SpladeIndexer(path, model=None, **settings) -> LsrIndex:  # noqa: N802  (the indexer's user-facing name)
+    """The indexer of a new :class:`LsrIndex` at ``path``: ``LsrIndex(path).indexer(model, **settings)``.
 
     Args:
         path: the index folder to create.
-        encoder: a model of the project that encodes the documents' text; without one, documents must carry ``toks``
-            already (``(splade >> SpladeIndexer(path)).index(corpus)``: the model hands itself over, so the index
-            records it all the same).
+        model: a model of the project, recorded in the index; it encodes the documents' text unless they carry
+            ``toks`` already (``(splade.doc_encoder() >> SpladeIndexer(path, splade)).index(corpus)``).  Without one,
+            documents must carry ``toks`` and the index records no model.
         settings: scale, engines, overwrite, save_model, scoring, text_field, batch_size, verbose (see
             :class:`LsrIndex`).
 
@@ -433,7 +430,7 @@ def SpladeIndexer(path, encoder=None, **settings) -> LsrIndex:  # noqa: N802  (t
 
     Example::
 
-        index = (splade >> SpladeIndexer("vaswani.lsr")).index(corpus)
+        index = (splade.doc_encoder() >> SpladeIndexer("vaswani.lsr", splade)).index(corpus)
         index.retriever().search("radio waves")
     """
-    return LsrIndex(path).indexer(encoder, **settings)
+    return LsrIndex(path).indexer(model, **settings)

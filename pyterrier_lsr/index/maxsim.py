@@ -5,7 +5,7 @@ that store as the clustering baseline of :mod:`pyterrier_lsr.kinds.ssr`.
 A store (:class:`MaxSimIndex`, type ``multivector_index``, format ``maxsim``) is a token store folder (see
 :mod:`.tokens`: marker, ``pt_meta.json``, ``docnos.json``, ``offsets.npy``) with ``vectors.npy`` (all documents' token
 embeddings, float16, grouped by document) and ``maxsim.json`` (counts, ``dim``, the encoder's name).  Build one with
-``MaxSimIndex(path, encoder).indexer().index(docs)`` (or ``encoder >> MaxSimIndex(path).indexer()``), or from
+``MaxSimIndex(path, model).indexer().index(docs)``, or from
 embeddings at hand with :meth:`MaxSimIndex.write`.  Search reads the vectors into memory as float32 on first use and
 computes exactly, so it suits small corpora (Vaswani: ~0.6M tokens, ~0.3 GB in memory).  The k-means cells
 (``ivf/``) carry their own marker recording their files and the digest of the vectors they cluster: opening checks
@@ -55,26 +55,26 @@ class MaxSimIndex(TokenStore):
 
     Args:
         path: the folder; a missing or empty one is a store to build (:meth:`built` is False).
-        encoder: the :class:`MultiVector` that encodes documents (when indexing) and queries; when omitted, the
-            encoder recorded at indexing time is loaded by its name.
+        model: the :class:`MultiVector` that encodes documents (when indexing) and queries; when omitted, the
+            model recorded at indexing time is loaded by its name.
         overwrite, text_field, batch_size, verbose: for :meth:`index` (see :class:`~.tokens.TokenStore`).
 
     Example::
 
-        store = MaxSimIndex("vaswani.maxsim", encoder)
+        store = MaxSimIndex("vaswani.maxsim", model)
         if not store.built():
             store.indexer().index(corpus)
         store.search("radio waves")                  # the store is its own brute-force retriever
         (store.retriever() % 10).search("radio waves")   # asks for 10, not 1,000
     """
 
-    kind, meta_file, label, model_name = STORE_KIND, STORE_FILE, 'MaxSim store', 'encoder'
+    kind, meta_file, label = STORE_KIND, STORE_FILE, 'MaxSim store'
     ARTIFACT_TYPE = 'multivector_index'
     ARTIFACT_FORMAT = 'maxsim'
 
-    def __init__(self, path, encoder: MultiVector | None = None, *, overwrite: bool = False,
+    def __init__(self, path, model: MultiVector | None = None, *, overwrite: bool = False,
                  text_field: str = 'text', batch_size: int = 1024, verbose: bool = True):
-        super().__init__(path, encoder, overwrite=overwrite, text_field=text_field, batch_size=batch_size,
+        super().__init__(path, model, overwrite=overwrite, text_field=text_field, batch_size=batch_size,
                          verbose=verbose)
 
     def _open(self, marker: dict) -> dict:
@@ -93,12 +93,12 @@ class MaxSimIndex(TokenStore):
 
     @classmethod
     def write(cls, path, docnos: Sequence[str], vectors: np.ndarray, offsets: np.ndarray,
-              encoder: MultiVector | None = None, overwrite: bool = False) -> 'MaxSimIndex':
+              model: MultiVector | None = None, overwrite: bool = False) -> 'MaxSimIndex':
         """Writes a store from embeddings already computed (e.g. :meth:`MultiVector.embed` of a corpus): the inputs
         are checked first (docnos: non-empty unique strings; offsets: from 0, non-decreasing, ending at the number of
         vector rows; vectors: finite), then the store is built beside ``path`` and swapped in; ``overwrite`` replaces
         only another MaxSim store."""
-        return cls._from_arrays(path, docnos, vectors, offsets, encoder, overwrite=overwrite)
+        return cls._from_arrays(path, docnos, vectors, offsets, model, overwrite=overwrite)
 
     def _embed(self, model, texts):
         return model.embed(texts)
@@ -109,7 +109,6 @@ class MaxSimIndex(TokenStore):
     def _vectors(self, state: dict) -> torch.Tensor:
         return self._lazy_array(state, VECTORS_FILE, lambda a: torch.from_numpy(a.astype(np.float32)))
 
-    @property
     def vectors(self) -> torch.Tensor:
         """Every token embedding (float32), read on first use."""
         return self._vectors(self._state())
@@ -125,17 +124,16 @@ class MaxSimIndex(TokenStore):
             state['docids'] = {d: i for i, d in enumerate(state['docnos'])}
         return state['docids']
 
-    @property
-    def encoder(self) -> MultiVector:
-        """The encoder given, else the one the build at ``path`` records (by name), loaded once per build."""
+    def model(self) -> MultiVector:
+        """The model given, else the one the build at ``path`` records (by name), loaded once per build."""
         if self._model is not None:
             return self._model
         state = self._state()
-        if 'encoder' not in state:
+        if 'model' not in state:
             if not state['meta'].get('model'):
-                raise ValueError(f'{self.path} records no model; pass encoder= to MaxSimIndex')
-            state['encoder'] = MultiVector.from_pretrained(state['meta']['model'])
-        return state['encoder']
+                raise ValueError(f'{self.path} records no model; pass model= to MaxSimIndex')
+            state['model'] = MultiVector.from_pretrained(state['meta']['model'])
+        return state['model']
 
     def score_all(self, query: torch.Tensor, state: dict | None = None) -> torch.Tensor:
         """Exact MaxSim of one query's embeddings (Lq x dim) against every document."""
@@ -193,7 +191,7 @@ class MaxSimIndex(TokenStore):
         (PLAID samples the corpus for k-means; our corpora are below its sample size, so every token is used).
         Returns the seconds spent in k-means and in assignment."""
         import faiss
-        vectors = self.vectors.numpy()
+        vectors = self.vectors().numpy()
         k = n_centroids or int(2 ** np.floor(np.log2(16 * np.sqrt(len(vectors)))))
         start = time.perf_counter()
         kmeans = faiss.Kmeans(vectors.shape[1], k, niter=niter, seed=seed, spherical=True, verbose=verbose,
@@ -320,7 +318,7 @@ class MaxSimRetriever(TopK, pt.Transformer):
         check_query_frame(inp, ['query'])
         state = self.index._check_build(self.build)
         texts = as_texts(inp['query'], 'column "query"')
-        queries = query_embeddings(self.index.encoder, list(dict.fromkeys(texts)))
+        queries = query_embeddings(self.index.model(), list(dict.fromkeys(texts)))
         rows = []
         for position, query in enumerate(texts):
             if len(queries[query]):
@@ -341,7 +339,7 @@ class _StoredScorer(pt.Transformer):
         if not len(inp):
             return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
         texts = as_texts(inp['query'], 'column "query"')
-        return self.index.rescore(inp, texts, query_embeddings(self.index.encoder, list(dict.fromkeys(texts))))
+        return self.index.rescore(inp, texts, query_embeddings(self.index.model(), list(dict.fromkeys(texts))))
 
     def __repr__(self):
         return f'MaxSimScorer({self.index.path.name})'

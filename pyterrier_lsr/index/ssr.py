@@ -125,26 +125,28 @@ class SSRIndex(TokenStore):
 
     Args:
         path: the folder; a missing or empty one is an index to build (:meth:`built` is False).
-        ssr: the :class:`~pyterrier_lsr.kinds.ssr.SSR` model that encodes documents (when indexing) and queries;
+        model: the :class:`~pyterrier_lsr.kinds.ssr.SSR` model that encodes documents (when indexing) and queries;
             default: the copy stored in the index.
-        save_model: store a copy of the model in the index when indexing (without it, pass ``ssr=`` when reopening).
+        save_model: store a copy of the model in the index when indexing (without it, pass ``model=`` when
+            reopening).
         overwrite, text_field, batch_size, verbose: for :meth:`index` (see :class:`~.tokens.TokenStore`).
 
     Example::
 
-        index = SSRIndex("vaswani.ssr", ssr)
+        index = SSRIndex("vaswani.ssr", model)
         if not index.built():
             index.indexer().index(corpus)
         pt.Artifact.load("vaswani.ssr").search("radio waves")   # reopens with its recorded model
     """
 
-    kind, meta_file, label, model_name = INDEX_KIND, META_FILE, 'SSR index', 'ssr'
+    kind, meta_file, label = INDEX_KIND, META_FILE, 'SSR index'
     ARTIFACT_TYPE = 'sparse_index'
     ARTIFACT_FORMAT = 'ssr'
 
-    def __init__(self, path, ssr: SSR | None = None, *, save_model: bool = True, overwrite: bool = False,
+    def __init__(self, path, model: SSR | None = None, *, save_model: bool = True, overwrite: bool = False,
                  text_field: str = 'text', batch_size: int = 1024, verbose: bool = True):
-        super().__init__(path, ssr, overwrite=overwrite, text_field=text_field, batch_size=batch_size, verbose=verbose)
+        super().__init__(path, model, overwrite=overwrite, text_field=text_field, batch_size=batch_size,
+                         verbose=verbose)
         self._settings['save_model'] = check_bool('save_model', save_model)
 
     def _open(self, marker: dict) -> dict:
@@ -185,12 +187,12 @@ class SSRIndex(TokenStore):
         return self._state()['values']
 
     @classmethod
-    def write(cls, path, docnos: Sequence[str], vectors: np.ndarray, offsets: np.ndarray, ssr: SSR,
+    def write(cls, path, docnos: Sequence[str], vectors: np.ndarray, offsets: np.ndarray, model: SSR,
               overwrite: bool = False, save_model: bool = True) -> 'SSRIndex':
         """An index from token embeddings already computed (e.g. :meth:`MultiVector.embed` of a corpus, as a
         :class:`~pyterrier_lsr.index.maxsim.MaxSimIndex` store holds them); ``overwrite`` replaces only another SSR
-        index; ``save_model`` stores a copy of ``ssr`` (without it, pass ``ssr=`` when reopening)."""
-        return cls._from_arrays(path, docnos, vectors, offsets, ssr, overwrite=overwrite, save_model=save_model)
+        index; ``save_model`` stores a copy of ``model`` (without it, pass ``model=`` when reopening)."""
+        return cls._from_arrays(path, docnos, vectors, offsets, model, overwrite=overwrite, save_model=save_model)
 
     def _embed(self, model: SSR, texts):
         return model.encoder.embed(texts)
@@ -198,15 +200,14 @@ class SSRIndex(TokenStore):
     def _sink(self, folder: Path, model: SSR):
         return _CodeSink(folder, model, self._settings['save_model'])
 
-    @property
-    def ssr(self) -> SSR:
+    def model(self) -> SSR:
         """The model: the one given, else the copy stored in the index (its files checked first)."""
         if self._model is not None:
             return self._matching(self._model)
         state = self._state()
         if 'model' not in state:
             if not (self.path / MODEL_FOLDER).is_dir():
-                raise ValueError(f'{self.path} holds no model (written with save_model=False); pass ssr= to SSRIndex')
+                raise ValueError(f'{self.path} holds no model (written with save_model=False); pass model= to SSRIndex')
             storage.check_files(self.path, state['files'], 'the model copy of the SSR index', full=True,
                                 prefix=f'{MODEL_FOLDER}/')  # weights edited in place
             state['model'] = self._matching(SSR.from_pretrained(self.path / MODEL_FOLDER))
@@ -251,7 +252,7 @@ class SSRIndex(TokenStore):
         indptr, docs, maxima = self.pooled(state)
         owner = torch.zeros(len(indices), dtype=torch.long)
         query = pool_codes(torch.as_tensor(indices, dtype=torch.long), torch.as_tensor(values), owner, 1,
-                           state['meta']['n_latents'], self.ssr.query_pooling)[0].numpy()
+                           state['meta']['n_latents'], self.model().query_pooling)[0].numpy()
         out = np.zeros(state['meta']['num_docs'])
         for latent in np.flatnonzero(query > 0).tolist():
             start, stop = indptr[latent], indptr[latent + 1]
@@ -269,7 +270,7 @@ class SSRIndex(TokenStore):
         query = check_query(mode, query)
         state = state or self._state()
         score = self.score_tokens if mode == 'tokens' else self.score_pooled
-        indices, values = self.ssr.query_codes(vectors, query, query_latents)
+        indices, values = self.model().query_codes(vectors, query, query_latents)
         out = []
         for q in range(len(offsets) - 1):
             start, stop = offsets[q], offsets[q + 1]
@@ -288,7 +289,7 @@ class SSRIndex(TokenStore):
         the index was rebuilt since)."""
         check_query_frame(inp, ['query'])
         state = self._state() if build is None else self._check_build(build)
-        vectors, offsets = self.ssr.encoder.embed(as_texts(inp['query'], 'column "query"'), query=True)
+        vectors, offsets = self.model().encoder.embed(as_texts(inp['query'], 'column "query"'), query=True)
         found = self.search_embeddings(vectors, offsets, num_results, mode, query, query_latents, state)
         docnos = state['docnos']
         rows = [(position, docnos[d], s) for position, (docs, scores) in enumerate(found)
@@ -305,7 +306,7 @@ class SSRIndex(TokenStore):
         get theirs."""
         num_results = check_int('num_results', num_results, 1)
         query = check_query(mode, query)
-        self.ssr.query_width(query, query_latents)
+        self.model().query_width(query, query_latents)
         return SSRRetriever(self, num_results, mode, query, query_latents)
 
 

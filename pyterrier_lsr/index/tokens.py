@@ -8,8 +8,8 @@ opens it), a settings file (``num_docs``, ``num_tokens``, ...), ``docnos.json`` 
 owns token rows ``offsets[i]:offsets[i + 1]``), plus what the store keeps per token.
 
 * **Unbuilt artifacts**: ``Store(path)`` reads nothing; on a missing or empty folder it is a store to build
-  (:meth:`TokenStore.built` is False) with ``Store(path, model).indexer().index(docs)`` or ``model >>
-  Store(path).indexer()`` (the model hands itself over, see :func:`~pyterrier_lsr.kinds.base.hand_over`).
+  (:meth:`TokenStore.built` is False) with ``Store(path, model).indexer().index(docs)`` or
+  ``Store(path).indexer(model).index(docs)``.
 * **Streaming**: documents are validated one by one (:func:`~pyterrier_lsr.core.checks.documents`), encoded
   ``batch_size`` at a time and their rows appended to the files being built
   (:class:`~pyterrier_lsr.core.arrays.ArrayWriter`); the folder is built beside its final name and swapped in.
@@ -107,17 +107,14 @@ class TokenStore(pta.Artifact, pt.Indexer):
         overwrite: let :meth:`index` replace an existing store of this kind at ``path`` (never any other folder).
         text_field, batch_size, verbose: for :meth:`index`: the text column, documents encoded per chunk, progress.
 
-    A subclass sets ``kind`` (its marker type), ``meta_file``, ``label``, ``model_name`` (the model argument's name,
-    for messages) and the artifact type/format, and implements :meth:`_open` (its own files, read on first use),
-    :meth:`_sink` (what it writes per chunk of token rows) and :meth:`_embed`.
+    A subclass sets ``kind`` (its marker type), ``meta_file``, ``label`` and the artifact type/format, and
+    implements :meth:`_open` (its own files, read on first use), :meth:`_sink` (what it writes per chunk of token
+    rows) and :meth:`_embed`.
     """
     kind: str
     meta_file: str
     label: str
-    model_name: str
     ARTIFACT_PACKAGE_HINT = 'pyterrier-lsr'
-    #: the store encodes the documents' text itself, with the model handed over (see kinds.base.compose)
-    encodes_text = True
 
     def __init__(self, path, model=None, *, overwrite: bool = False, text_field: str = 'text',
                  batch_size: int = 1024, verbose: bool = True):
@@ -142,7 +139,7 @@ class TokenStore(pta.Artifact, pt.Indexer):
         marker = storage.read_marker(self.path)
         if marker is None or marker['artifact'] != self.kind:
             raise FileNotFoundError(f'no {self.label} at {self.path} (no {storage.MARKER} naming {self.kind!r}); '
-                                    f'build one with {type(self).__name__}(path, {self.model_name}).indexer()'
+                                    f'build one with {type(self).__name__}(path, model).indexer()'
                                     '.index(docs)')
         if not isinstance(marker.get('files'), dict):
             raise ValueError(f'{self.label} {self.path}: its {storage.MARKER} records no files (written by an older '
@@ -239,10 +236,6 @@ class TokenStore(pta.Artifact, pt.Indexer):
         (overwrite, text_field, batch_size, verbose, ...) replace the store's own."""
         return type(self)(self.path, model if model is not None else self._model, **{**self._settings, **settings})
 
-    def with_model(self, model) -> 'TokenStore':
-        """The indexer with ``model`` (``model >> store.indexer()`` calls it)."""
-        return self.indexer(model)
-
     def index_inputs(self):
         return [['docno', self._settings['text_field']]]
 
@@ -269,9 +262,9 @@ class TokenStore(pta.Artifact, pt.Indexer):
 
     def _indexing_model(self):
         if self._model is None:
-            raise ValueError(f'{self.path}: no {self.model_name} to encode the documents; pass it '
-                             f'({type(self).__name__}(path, {self.model_name}).indexer()) or hand it over '
-                             f'({self.model_name} >> {type(self).__name__}(path).indexer())')
+            name = type(self).__name__
+            raise ValueError(f'{self.path}: no model to encode the documents; pass it: {name}(path, model).indexer() '
+                             f'or {name}(path).indexer(model)')
         return self._model
 
     @classmethod

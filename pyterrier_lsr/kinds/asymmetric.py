@@ -8,9 +8,10 @@ sides' kind in ``lsr.sides``) with the query model's folder in its ``query/`` su
 from collections.abc import Sequence
 from pathlib import Path
 
+from ..core.folders import CONFIG_FILE, CONFIG_KEY, model_settings
 from ..core.model_files import ModelLoadError
 from .base import SparseModel
-from .loading import CONFIG_FILE, CONFIG_KEY, MODEL_KINDS, load_model, model_class, model_settings
+from .loading import MODEL_KINDS, load_model, model_class
 from .splade import Splade, TorchSparseModel
 
 __all__ = ['AsymmetricSplade']

@@ -1,4 +1,4 @@
-"""The one contract every model kind implements, and the PyTerrier transformers it hands out.
+"""The one contract every model kind implements.
 
 A model kind (SPLADE, inference-free, asymmetric, SAE-SPLADE, Latent Terms, SSR) is a :class:`SparseModel`: it
 encodes documents and queries to sparse ``{term: weight}`` vectors (:meth:`~SparseModel.encode_docs`,
@@ -8,15 +8,15 @@ declares its settings (``kind``, ``scoring``, ``terms`` namespace) and writes/re
 
 * ``query_encoder()`` / ``doc_encoder()`` (transformers adding ``query_toks`` / ``toks``) and ``scorer()`` (exact
   float dot-product re-ranking);
-* the model hand-over to indexers: ``model.doc_encoder() >> SpladeIndexer(path)`` (and ``model >> indexer``) records
-  the model in the index, whatever the kind; an indexer that encodes the text itself (``ssr >>
-  SSRIndex(path).indexer()``) is handed the model and is then the whole pipeline (:func:`compose`);
+* composition as any ``pt.Transformer`` (an index records the model it is given: ``LsrIndex(path, model)`` or
+  ``index.indexer(model)``);
 * ``pt.Transformer`` behaviour (a frame with ``query`` and ``text`` is re-ranked, else ``query`` or ``text`` is
   encoded), a short ``repr`` and a display ``label`` for tables;
 * name resolution (a local folder, an offline short name such as ``'splade-tiny'``, or a hub name) and atomic,
   guarded folder writes (:mod:`pyterrier_lsr.core.storage`): a model folder is built beside and swapped in, replaces
-  only a
-  model folder of ours, and saving never renames the model.
+  only a model folder of ours, and saving never renames the model.
+
+The transformers themselves are in :mod:`pyterrier_lsr.stages.encoders`.
 
 This is pyterrier_dr's ``BiEncoder`` idea for sparse vectors (sentence-transformers' ``SparseEncoder`` is the same
 split: ``encode_query`` / ``encode_document``).
@@ -24,120 +24,20 @@ split: ``encode_query`` / ``encode_document``).
 import abc
 from collections.abc import Sequence
 from pathlib import Path
-from typing import ClassVar, Optional
+from typing import ClassVar
 
 import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
 from ..core import storage
-from ..core.checks import check_result_frame
-from ..core.encoding import as_text
-from .loading import local_folder, update_settings
+from ..core.folders import local_folder, update_settings
+from ..stages.encoders import ModelEncoder, SparseScorer, SparseTextEncoder
 
 MODEL_ARTIFACT = 'model'
 TERM_NAMESPACES = ('vocabulary', 'latent')
 
-__all__ = ['SparseModel', 'SparseTextEncoder', 'SparseEncoder', 'SparseScorer', 'sparse_dot', 'MODEL_ARTIFACT',
-           'hand_over', 'compose']
-
-
-class SparseTextEncoder(pt.Transformer):
-    """Adds ``out_field`` = ``{term: weight}`` encoded from ``text_field`` (subclasses implement :meth:`encode`).
-
-    A document-side encoder that knows its model (``model``) hands it to a following indexer."""
-    text_field = 'text'
-    out_field = 'toks'
-    model: Optional['SparseModel'] = None
-
-    def encode(self, texts: Sequence) -> list[dict[str, float]]:
-        raise NotImplementedError
-
-    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        pta.validate.columns(inp, includes=[self.text_field])
-        texts = inp[self.text_field].tolist()
-        return inp.assign(**{self.out_field: self.encode(texts) if texts else pd.Series(dtype=object)})
-
-    def __rshift__(self, other):
-        if self.out_field == 'toks':
-            other = hand_over(self.model, other)
-        return super().__rshift__(other)
-
-
-def hand_over(model: Optional['SparseModel'], other):
-    """A document encoder hands its model to a following indexer, so that the index records (and reloads) it."""
-    if model is not None and callable(getattr(other, 'with_model', None)):
-        return other.with_model(model)
-    return other
-
-
-def compose(model, other) -> pt.Transformer:
-    """``model >> other`` for a model: the model is handed over (:func:`hand_over`); a transformer that encodes the
-    text itself with the model it was handed (``encodes_text``: a token-level store, whose rows no frame column
-    carries) is then the whole pipeline, as composing the model in front would encode every text twice."""
-    other = hand_over(model, other)
-    if getattr(other, 'encodes_text', False):
-        return other
-    return pt.Transformer.__rshift__(model, other)
-
-
-class SparseEncoder(SparseTextEncoder):
-    """One side of a :class:`SparseModel` as a transformer (made by ``query_encoder()`` / ``doc_encoder()``)."""
-
-    def __init__(self, model: 'SparseModel', query: bool, text_field: str, batch_size: int | None = None,
-                 verbose: bool = False):
-        self.model = model
-        self.query = query
-        self.text_field = text_field
-        self.out_field = 'query_toks' if query else 'toks'
-        self.batch_size = batch_size
-        self.verbose = verbose
-
-    def encode(self, texts: Sequence) -> list[dict[str, float]]:
-        encode = self.model.encode_queries if self.query else self.model.encode_docs
-        return encode(texts, batch_size=self.batch_size, verbose=self.verbose)
-
-    def __repr__(self):
-        return f'{self.model!r}.{"query" if self.query else "doc"}'
-
-
-def sparse_dot(query: dict[str, float], doc: dict[str, float]) -> float:
-    if len(doc) < len(query):
-        query, doc = doc, query
-    return sum(w * doc.get(t, 0.) for t, w in query.items())
-
-
-class SparseScorer(pt.Transformer):
-    """Re-ranks ``qid, query, docno, text`` frames by the exact (float) dot product of the sparse vectors.
-
-    Args:
-        query_encoder: adds ``query_toks`` (a model's ``query_encoder()``).
-        doc_encoder: adds ``toks`` from its ``text_field`` (a model's ``doc_encoder()``).
-
-    Example::
-
-        pipeline = bm25 % 100 >> pt.text.get_text(dataset, "text") >> splade.scorer()   # same as SparseScorer(...)
-    """
-
-    def __init__(self, query_encoder: SparseTextEncoder, doc_encoder: SparseTextEncoder):
-        self.query_encoder = query_encoder
-        self.doc_encoder = doc_encoder
-
-    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        check_result_frame(inp, ['query', self.doc_encoder.text_field])
-        if not len(inp):
-            return inp.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype=int))
-        # Missing texts become '' (encoded as empty vectors) so that they can key the caches below.
-        query_col = [as_text(q, i) for i, q in enumerate(inp['query'])]
-        text_col = [as_text(t, i) for i, t in enumerate(inp[self.doc_encoder.text_field])]
-        queries, texts = list(dict.fromkeys(query_col)), list(dict.fromkeys(text_col))
-        qvecs = dict(zip(queries, self.query_encoder.encode(queries)))
-        dvecs = dict(zip(texts, self.doc_encoder.encode(texts)))
-        scores = [sparse_dot(qvecs[q], dvecs[d]) for q, d in zip(query_col, text_col)]
-        return pt.model.add_ranks(inp.assign(score=scores))
-
-    def __repr__(self):
-        return f'{self.query_encoder!r} . {self.doc_encoder!r}'
+__all__ = ['SparseModel', 'MODEL_ARTIFACT']
 
 
 class SparseModel(pt.Transformer, abc.ABC):
@@ -150,13 +50,13 @@ class SparseModel(pt.Transformer, abc.ABC):
     :attr:`terms_namespace`.
 
     As a transformer, a model re-ranks a frame with ``query`` and ``text`` (:meth:`scorer`), else encodes ``query``
-    (:meth:`query_encoder`) or ``text`` (:meth:`doc_encoder`); ``model >> indexer`` hands the model to the indexer.
+    (:meth:`query_encoder`) or ``text`` (:meth:`doc_encoder`); an index records the model it is given.
 
     Example::
 
         splade = Splade.from_pretrained("splade-tiny")          # any kind: load_model(folder) picks it
         splade.encode_queries(["radio waves"])                  # [{'radio': 1.9, 'waves': 2.1, ...}]
-        index = (splade >> LsrIndex("vaswani.lsr").indexer()).index(corpus)
+        index = LsrIndex("vaswani.lsr", splade).index(corpus)
     """
     kind: ClassVar[str]
     #: how an index of this model scores: ``{'kind': 'dot'}``, or BM25 over term frequencies (Latent Terms)
@@ -228,12 +128,12 @@ class SparseModel(pt.Transformer, abc.ABC):
 
     def query_encoder(self, batch_size: int | None = None, verbose: bool = False) -> SparseTextEncoder:
         """Transformer adding ``query_toks`` from ``query``."""
-        return SparseEncoder(self, True, 'query', batch_size, verbose)
+        return ModelEncoder(self, True, 'query', batch_size, verbose)
 
     def doc_encoder(self, text_field: str = 'text', batch_size: int | None = None,
                     verbose: bool = False) -> SparseTextEncoder:
-        """Transformer adding ``toks`` from ``text_field`` (hands this model to a following indexer)."""
-        return SparseEncoder(self, False, text_field, batch_size, verbose)
+        """Transformer adding ``toks`` from ``text_field``."""
+        return ModelEncoder(self, False, text_field, batch_size, verbose)
 
     def scorer(self, text_field: str = 'text', batch_size: int | None = None) -> SparseScorer:
         """Transformer re-ranking ``qid, query, docno, text`` by the exact dot product."""
@@ -245,9 +145,6 @@ class SparseModel(pt.Transformer, abc.ABC):
             v.columns(includes=['query'], mode='query_encoder')
             v.columns(includes=['text'], mode='doc_encoder')
         return getattr(self, v.mode)()(inp)
-
-    def __rshift__(self, other):
-        return compose(self, other)
 
     @property
     def short_name(self) -> str:

@@ -10,7 +10,7 @@ from pathlib import Path
 
 from ..core.model_files import load_tokenizer
 from ..models.splade import SpladeModel
-from .query import WEIGHTS_FILE, StaticQueryEncoder, static_module_folder
+from ..stages.query import WEIGHTS_FILE, StaticQueryEncoder, static_module_folder
 from .splade import TorchSparseModel, check_tokenizer
 
 __all__ = ['InferenceFreeSplade']

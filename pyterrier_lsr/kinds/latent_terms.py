@@ -31,10 +31,10 @@ from tqdm.auto import tqdm
 from ..core import arrays, storage
 from ..core.checks import check_bool, check_choice, check_float, check_str
 from ..core.encoding import autocast, length_sorted_batches, to_dicts
+from ..core.folders import CONFIG_FILE, CONFIG_KEY, kind_settings
 from ..core.offline import offline_name, resolve_model
 from ..models.features import MODES, DenseFeatures, LatentTermsModel, load_dense, st_max_length, st_pooling
 from ..models.sae import SAEConfig, SparseAutoencoder, latent_term_names
-from .loading import CONFIG_FILE, CONFIG_KEY, kind_settings
 from .splade import TorchSparseModel
 
 SAE_FOLDER = 'sae'

@@ -2,9 +2,8 @@
 
 A :class:`MultiVector` is not a :class:`~pyterrier_lsr.kinds.base.SparseModel` (it gives dense token vectors, not
 ``{term: weight}``): as a PyTerrier transformer it is its MaxSim scorer (a ``qid, query, docno, text`` frame is
-re-ranked), and ``encoder >> MaxSimIndex(path).indexer()`` hands it to the store's indexer, which embeds the documents
-(see :func:`~pyterrier_lsr.kinds.base.compose`); :mod:`pyterrier_lsr.kinds.ssr` reads its token vectors through a
-sparse autoencoder.
+re-ranked), and ``MaxSimIndex(path, model).indexer()`` embeds the documents with it;
+:mod:`pyterrier_lsr.kinds.ssr` reads its token vectors through a sparse autoencoder.
 """
 from collections.abc import Sequence
 from pathlib import Path
@@ -17,38 +16,38 @@ import torch
 from ..core import storage
 from ..core.checks import check_int, check_max_length, check_result_frame
 from ..core.encoding import as_texts, autocast, length_sorted_batches, resolve_device, resolve_precision
+from ..core.folders import local_folder
 from ..core.model_files import load_tokenizer
 from ..models.multivector import SETTINGS_FILE, MultiVectorModel
 from ..models.sae_splade import structural_token_ids
-from .base import MODEL_ARTIFACT, compose
-from .loading import local_folder
+from .base import MODEL_ARTIFACT
 
 
 class MultiVector(pt.Transformer):
     """A :class:`~pyterrier_lsr.models.multivector.MultiVectorModel` and its tokenizer: token embeddings of texts and
-    an exact MaxSim scorer (also as the encoder's own transformer); ``encoder >> MaxSimIndex(path).indexer()`` indexes
+    an exact MaxSim scorer (also as the encoder's own transformer); ``MaxSimIndex(path, model).indexer()`` indexes
     with it.
 
     Args:
         model, tokenizer: the encoder and its HF tokenizer.
         device, batch_size, precision: as for :class:`~pyterrier_lsr.Splade`.
-        doc_max_length, query_max_length: truncation lengths (special tokens included) of documents and queries
+        max_length, query_max_length: truncation lengths (special tokens included) of documents and queries
             (default 256 and 32, or the tokenizer's ``model_max_length`` when smaller; at most that).
 
     Example::
 
         encoder = MultiVector.from_pretrained("path/to/multivector")
-        store = (encoder >> MaxSimIndex("vaswani.maxsim").indexer()).index(corpus)
+        store = MaxSimIndex("vaswani.maxsim", encoder).index(corpus)
         (bm25 % 100 >> pt.text.get_text(dataset, "text") >> encoder).search("radio waves")   # exact MaxSim re-ranking
     """
 
-    def __init__(self, model: MultiVectorModel, tokenizer, device=None, doc_max_length: int | None = None,
+    def __init__(self, model: MultiVectorModel, tokenizer, device=None, max_length: int | None = None,
                  query_max_length: int | None = None, batch_size: int = 32, precision: str | None = None,
                  name: str | None = None):
         self.device = resolve_device(device)
         self.model = model.to(self.device).eval()
         self.tokenizer = tokenizer
-        self.doc_max_length = check_max_length('doc_max_length', doc_max_length, tokenizer, 256)
+        self.max_length = check_max_length('max_length', max_length, tokenizer, 256)
         self.query_max_length = check_max_length('query_max_length', query_max_length, tokenizer, 32)
         self.batch_size = check_int('batch_size', batch_size, 1)
         self.precision = resolve_precision(precision, self.device)
@@ -74,7 +73,7 @@ class MultiVector(pt.Transformer):
         model kind); ``kwargs`` override the saved lengths, device..."""
         folder = local_folder(name_or_path)
         settings = storage.read_json(folder / SETTINGS_FILE, 'multi-vector settings')
-        lengths = {k: settings[k] for k in ('doc_max_length', 'query_max_length') if k in settings}
+        lengths = {k: settings[k] for k in ('max_length', 'query_max_length') if k in settings}
         return cls(MultiVectorModel.from_pretrained(folder), load_tokenizer(folder),
                    name=str(name_or_path), **{**lengths, **kwargs})
 
@@ -89,7 +88,7 @@ class MultiVector(pt.Transformer):
         """Backbone HF folder + tokenizer + ``projection.safetensors`` + ``multivector.json`` (with the lengths)."""
         self.model.save_pretrained(folder)
         self.tokenizer.save_pretrained(str(folder))
-        settings = {**self.model.settings, 'doc_max_length': self.doc_max_length,
+        settings = {**self.model.settings, 'max_length': self.max_length,
                     'query_max_length': self.query_max_length}
         storage.write_json(Path(folder) / SETTINGS_FILE, settings)
 
@@ -101,7 +100,7 @@ class MultiVector(pt.Transformer):
         length-sorted and padded per batch (``batch_size`` texts, default the encoder's): a result depends on the other
         texts of its batch only through the padding, in the last bits of its floats (measured: within 1e-3 after an
         SAE, tests/test_stores.py)."""
-        max_length = self.query_max_length if query else self.doc_max_length
+        max_length = self.query_max_length if query else self.max_length
         batch_size = self.batch_size if batch_size is None else check_int('batch_size', batch_size, 1)
         per_text: list[np.ndarray] = [np.zeros((0, self.dim), np.float32)] * len(texts)
         with autocast(self.device, self.precision):
@@ -121,9 +120,6 @@ class MultiVector(pt.Transformer):
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         """The encoder as its MaxSim scorer (:meth:`scorer`)."""
         return self.scorer()(inp)
-
-    def __rshift__(self, other):
-        return compose(self, other)
 
     def __repr__(self):
         return f'MultiVector({self.name or "<model>"!r}, dim={self.dim})'

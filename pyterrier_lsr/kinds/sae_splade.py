@@ -10,11 +10,11 @@ import numpy as np
 import torch
 
 from ..core.encoding import is_blank, length_sorted_batches
+from ..core.folders import kind_settings
 from ..core.model_files import load_tokenizer
 from ..models.features import load_dense
 from ..models.sae import SAEConfig, SparseAutoencoder
 from ..models.sae_splade import DEFAULT_ALPHA, KIND, SaeSpladeModel, latent_idf, structural_token_ids
-from .loading import kind_settings
 from .splade import TorchSparseModel
 
 __all__ = ['SaeSplade', 'idf_weighted_queries', 'latent_top_words', 'explain']

@@ -11,11 +11,11 @@ from pathlib import Path
 
 from ..core.checks import check_int, check_max_length
 from ..core.encoding import INT8, encode_texts, resolve_device, resolve_precision, vocabulary_terms
-from ..core.int8 import Int8Module
+from ..core.folders import local_folder
 from ..core.model_files import ModelLoadError, load_tokenizer
+from ..models.int8 import Int8Module
 from ..models.splade import SpladeModel
 from .base import SparseModel
-from .loading import local_folder
 
 __all__ = ['TorchSparseModel', 'Splade', 'check_tokenizer']
 
@@ -47,7 +47,7 @@ class TorchSparseModel(SparseModel):
             the tokenizer's ``model_max_length``, the model's positions.
         batch_size: texts per forward pass.
         precision: ``'fp32'``, ``'bf16'`` or ``'fp16'`` autocast, or ``'int8'`` (CPU only: an int8 copy of the module
-            made here, see :mod:`pyterrier_lsr.core.int8`); default fp32 on CPU, bf16 (or fp16) on GPU. bf16 on a CPU
+            made here, see :mod:`pyterrier_lsr.models.int8`); default fp32 on CPU, bf16 (or fp16) on GPU. bf16 on a CPU
             with AVX512-BF16 or AMX is about 2x faster, int8 about 3x with VNNI and 1.5x on AVX2 alone, each with
             slightly different weights (docs/results.md).
         name: the model's name (a hub name or folder) in reprs and indexes.

@@ -33,10 +33,10 @@ import torch
 
 from ..core.checks import check_choice, check_int, check_matrix, check_settings
 from ..core.encoding import to_dicts
+from ..core.folders import CONFIG_FILE, CONFIG_KEY, model_settings
 from ..core.selection import top_k_positive
 from ..models.sae import ENCODE_ROWS, SAEConfig, SparseAutoencoder, latent_term_names, train_sae
 from .base import SparseModel
-from .loading import CONFIG_FILE, CONFIG_KEY, model_settings
 from .multivector import MultiVector
 
 SAE_FOLDER = 'sae'
@@ -100,7 +100,7 @@ def decoder_codes(sae: SparseAutoencoder, vectors: np.ndarray, m: int, rows_per_
 
 class SSR(SparseModel):
     """A multi-vector encoder + a TopK SAE over its token embeddings (see the module docs for the scorings).  Index
-    token-level with :class:`~pyterrier_lsr.index.ssr.SSRIndex` (``ssr >> SSRIndex(path).indexer()``, or
+    token-level with :class:`~pyterrier_lsr.index.ssr.SSRIndex` (``SSRIndex(path, ssr).index(docs)``, or
     ``SSRIndex.write`` from embeddings at hand), pooled with ``SpladeIndexer(path, ssr)``; :meth:`reranked` adds exact
     MaxSim to an ``SSRIndex``.
 
@@ -117,7 +117,7 @@ class SSR(SparseModel):
     Example::
 
         ssr = SSR.from_pretrained("path/to/ssr")                       # or load_model(folder)
-        index = (ssr >> SSRIndex("vaswani.ssr").indexer()).index(corpus)
+        index = SSRIndex("vaswani.ssr", ssr).index(corpus)
         index.retriever(mode="tokens").search("radio waves")
     """
 

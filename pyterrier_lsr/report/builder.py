@@ -131,7 +131,7 @@ class _SystemBuilder:
 
     def model_key(self, name: str) -> str:
         if name not in self.keys:
-            from ..kinds.loading import local_folder
+            from ..core.folders import local_folder
 
             self.keys[name] = f'{_slug(name)}-{model_digest(local_folder(name))[:12]}'
         return self.keys[name]
@@ -185,7 +185,7 @@ class _SystemBuilder:
 
     def _index(self, spec: dict, doc_pruning: dict):
         from ..index import LsrIndex
-        from ..kinds.pruning import prune
+        from ..stages.pruning import prune
 
         base = self._base_index(spec)
         if not doc_pruning:
@@ -207,8 +207,8 @@ class _SystemBuilder:
                 index.build_engine(engine)
 
     def build(self, spec: dict, where: str = 'systems[?]') -> list[System]:
-        from ..kinds.pruning import Prune
-        from ..kinds.query import IDFQueryEncoder
+        from ..stages.pruning import Prune
+        from ..stages.query import IDFQueryEncoder
 
         kind = TYPE_ALIASES.get(spec.get('type'), spec.get('type', 'lsr'))
         if kind == 'bm25':

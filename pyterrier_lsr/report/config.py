@@ -113,7 +113,7 @@ def _check_keys(section, spec: dict[str, tuple], where: str):
 
 
 def _check_pruning(section: dict, where: str):
-    from ..kinds.pruning import Prune
+    from ..stages.pruning import Prune
 
     _check_keys(section, PRUNING_KEYS, where)
     if section:

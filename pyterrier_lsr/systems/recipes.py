@@ -63,7 +63,7 @@ def train_config(args):
     return TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_steps=args.steps // 10,
                        lr_multipliers={k: float(v) for k, v in multipliers.items()},
                        losses={k: float(v) for k, v in losses.items()}, lambda_q=args.lambda_q, lambda_d=args.lambda_d,
-                       flops_warmup_steps=args.steps // 3, doc_max_length=args.doc_max_length, bf16=args.bf16,
+                       flops_warmup_steps=args.steps // 3, max_length=args.max_length, precision=args.precision,
                        seed=args.seed, eval_every=args.eval_every, log_every=args.log_every)
 
 
@@ -77,7 +77,7 @@ def fine_tune(model, tokenizer, examples, corpus, topics, qrels, output: Path, a
 
     from pyterrier.measures import nDCG
 
-    from ..kinds.query import IDFQueryEncoder, StaticQueryWeights
+    from ..stages.query import IDFQueryEncoder, StaticQueryWeights
     from ..train.evaluate import experiment_evaluator
     from ..train.loop import train
     config, weights, query_side = train_config(args), None, None
@@ -86,7 +86,7 @@ def fine_tune(model, tokenizer, examples, corpus, topics, qrels, output: Path, a
         weights = StaticQueryWeights(tokenizer, idf.weights, trainable=args.query_side == 'learned')
         config = replace(config, lambda_q=0.)
         query_side = weights.to_encoder
-    precision = 'bf16' if args.bf16 else 'fp32'
+    precision = args.precision
     evaluate = (experiment_evaluator(tokenizer, corpus, topics, qrels, [nDCG @ 10], precision=precision,
                                      query_side=query_side) if args.evaluate else None)
     zero_shot = evaluate(model) if evaluate is not None and args.zero_shot else None
@@ -122,8 +122,8 @@ def parser(description: str = None, steps: int = 250) -> argparse.ArgumentParser
                                                              'sae.=10,alpha=10 (SAE-SPLADE\'s SAE encoder and α)')
     parser.add_argument('--lambda-q', type=float, default=1e-3)
     parser.add_argument('--lambda-d', type=float, default=1e-3)
-    parser.add_argument('--doc-max-length', type=int, default=96)
-    parser.add_argument('--bf16', action=argparse.BooleanOptionalAction, default=True)
+    parser.add_argument('--max-length', type=int, default=96)
+    parser.add_argument('--precision', choices=['fp32', 'bf16'], default='bf16')
     parser.add_argument('--eval-every', type=int, default=125)
     parser.add_argument('--evaluate', action=argparse.BooleanOptionalAction, default=True,
                         help='evaluate nDCG@10 on the test topics every --eval-every steps and at the end')

@@ -2,7 +2,7 @@
 from dataclasses import replace
 
 from ..kinds.inference_free import InferenceFreeSplade
-from ..kinds.query import StaticQueryWeights
+from ..stages.query import StaticQueryWeights
 from .loop import TrainConfig, train
 
 __all__ = ['train_inference_free']

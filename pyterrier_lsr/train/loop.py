@@ -27,7 +27,7 @@ from pathlib import Path
 import torch
 from tqdm.auto import tqdm
 
-from ..core.checks import check_bool, check_float, check_int, check_max_length
+from ..core.checks import check_bool, check_choice, check_float, check_int, check_max_length
 from . import losses as L
 from . import torchrun as dist
 from .checkpoints import check_same_model, checkpoints, claim_output, resume_state, save_checkpoint, write_log
@@ -35,8 +35,9 @@ from .data import Example
 
 # TrainConfig's integer fields and their smallest values (a max_length below 3 leaves no room for a token)
 INT_FIELDS = {'steps': 1, 'batch_size': 1, 'grad_accum': 1, 'warmup_steps': 0, 'flops_warmup_steps': 0,
-              'flops_doc_threshold': 0, 'query_max_length': 3, 'doc_max_length': 3, 'seed': 0, 'log_every': 1,
+              'flops_doc_threshold': 0, 'query_max_length': 3, 'max_length': 3, 'seed': 0, 'log_every': 1,
               'save_every': 0, 'eval_every': 0}
+TRAIN_PRECISIONS = ('fp32', 'bf16')
 # float fields: (name, minimum, whether the minimum itself is refused); a temperature of 0 divides by zero
 FLOAT_FIELDS = (('lr', 0, True), ('weight_decay', 0, False), ('max_grad_norm', 0, True), ('temperature', 0, True),
                 ('lambda_q', 0, False), ('lambda_d', 0, False))
@@ -62,8 +63,8 @@ class TrainConfig:
     flops_warmup_steps: int = 300
     flops_doc_threshold: int = 0  # > 0: FLOPS only on documents with more non-zero terms than this
     query_max_length: int = 32
-    doc_max_length: int = 256
-    bf16: bool = False  # bf16 autocast for forward passes
+    max_length: int = 256
+    precision: str = 'fp32'  # 'bf16': bf16 autocast for forward passes (fast with AMX/avx512_bf16 or a GPU)
     seed: int = 42
     log_every: int = 10
     save_every: int = 0  # 0: only at the end
@@ -84,14 +85,14 @@ class TrainConfig:
             check_int(name, getattr(self, name), minimum)
         for name, minimum, exclusive in FLOAT_FIELDS:
             check_float(name, getattr(self, name), minimum, exclusive_minimum=exclusive)
-        for name in ('in_batch_negatives', 'bf16'):
-            check_bool(name, getattr(self, name))
+        check_bool('in_batch_negatives', self.in_batch_negatives)
+        check_choice('precision', self.precision, TRAIN_PRECISIONS)
 
     def check_lengths(self, tokenizer) -> None:
-        """Refuses a ``query_max_length``/``doc_max_length`` above ``tokenizer``'s ``model_max_length`` (see
+        """Refuses a ``query_max_length``/``max_length`` above ``tokenizer``'s ``model_max_length`` (see
         :func:`~pyterrier_lsr.core.checks.check_max_length`): the model has no positions past it, so the first batch
         would crash inside the model.  Called where the tokenizer is known, before any step."""
-        for name in ('query_max_length', 'doc_max_length'):
+        for name in ('query_max_length', 'max_length'):
             check_max_length(name, getattr(self, name), tokenizer, getattr(self, name))
 
 
@@ -148,8 +149,9 @@ def param_groups(
     ]
 
 
-def bf16_autocast(device: torch.device, enabled: bool):
-    """bf16 autocast around forward passes when ``enabled`` (and explicitly off otherwise)."""
+def train_autocast(device: torch.device, precision: str):
+    """bf16 autocast around forward passes for ``precision='bf16'`` (and explicitly off otherwise)."""
+    enabled = precision == 'bf16'
     return torch.autocast(device.type, dtype=torch.bfloat16) if enabled else torch.autocast(device.type, enabled=False)
 
 
@@ -174,7 +176,7 @@ def batch_loss(model, tokenizer, batch: list[Example], config: TrainConfig, step
     if {'margin_mse', 'kl'} & set(config.losses) and any(ex.teacher is None for ex in batch):
         raise ValueError(f'losses {sorted(config.losses)} need teacher scores (see add_teacher_scores)')
     local = dist.local_slice(batch)
-    with bf16_autocast(device, config.bf16):
+    with train_autocast(device, config.precision):
         queries = [ex.query for ex in local]
         q = (
             query_encoder(queries, tokenizer, config.query_max_length)
@@ -183,9 +185,9 @@ def batch_loss(model, tokenizer, batch: list[Example], config: TrainConfig, step
         ).float()
         texts = [t for ex in local for t in [ex.positive] + ex.negatives]
         d = (
-            doc_encoder(texts, tokenizer, config.doc_max_length)
+            doc_encoder(texts, tokenizer, config.max_length)
             if doc_encoder is not None
-            else _encode(model, tokenizer, texts, config.doc_max_length, device)
+            else _encode(model, tokenizer, texts, config.max_length, device)
         ).float()
     q, d = dist.gather(q), dist.gather(d)
     docs = d.view(len(batch), 1 + n, -1)

@@ -5,7 +5,7 @@ from collections.abc import Sequence
 
 import torch
 
-from .loop import TrainConfig, bf16_autocast, micro_batches, run_loop
+from .loop import TrainConfig, micro_batches, run_loop, train_autocast
 
 
 def mask_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, special_ids: Sequence[int], mask_id: int,
@@ -28,7 +28,7 @@ def train_mlm(mlm: torch.nn.Module, tokenizer, texts: Sequence[str], output_dir,
     """Trains ``mlm`` (an HF ``*ForMaskedLM`` or a :class:`~.models.SpladeModel` around one) in place with the
     masked-LM loss on ``texts`` (shuffled each epoch) and returns the metrics log (``loss``, ``accuracy`` of the
     masked predictions). Of ``config`` only the optimization fields are read (steps, batch_size, grad_accum, lr,
-    weight_decay, warmup_steps, max_grad_norm, bf16, seed, log_every, save_every); checkpoints hold the masked LM.
+    weight_decay, warmup_steps, max_grad_norm, precision, seed, log_every, save_every); checkpoints hold the masked LM.
     """
     mlm = getattr(mlm, 'mlm', mlm)
     config = config or TrainConfig()
@@ -46,7 +46,7 @@ def train_mlm(mlm: torch.nn.Module, tokenizer, texts: Sequence[str], output_dir,
         inputs = tokenizer(batch, truncation=True, max_length=max_length, padding=True, return_tensors='pt')
         ids, labels = mask_tokens(inputs['input_ids'], inputs['attention_mask'], tokenizer.all_special_ids,
                                   tokenizer.mask_token_id, vocab_size, mask_rate)
-        with bf16_autocast(device, config.bf16):
+        with train_autocast(device, config.precision):
             logits = mlm(input_ids=ids.to(device), attention_mask=inputs['attention_mask'].to(device)).logits.float()
         labels = labels.to(device)
         predicted = labels != -100

@@ -11,7 +11,7 @@ import torch
 
 from ..models.multivector import MultiVectorModel, maxsim_infonce
 from .data import Example
-from .loop import TrainConfig, bf16_autocast, micro_batches, run_loop
+from .loop import TrainConfig, micro_batches, run_loop, train_autocast
 
 
 def _embed(model: MultiVectorModel, tokenizer, texts: list[str], max_length: int, device):
@@ -27,10 +27,10 @@ def maxsim_batch_loss(
     n = len(batch[0].negatives)
     if any(len(ex.negatives) != n for ex in batch):
         raise ValueError('all examples of a batch must have the same number of negatives')
-    with bf16_autocast(device, config.bf16):
+    with train_autocast(device, config.precision):
         q, q_mask = _embed(model, tokenizer, [ex.query for ex in batch], config.query_max_length, device)
         d, d_mask = _embed(
-            model, tokenizer, [t for ex in batch for t in [ex.positive] + ex.negatives], config.doc_max_length, device
+            model, tokenizer, [t for ex in batch for t in [ex.positive] + ex.negatives], config.max_length, device
         )
     loss = maxsim_infonce(q.float(), q_mask, d.float(), d_mask, 1 + n, temperature)
     return loss, {'loss': loss.item(), 'infonce': loss.item()}

@@ -3,7 +3,7 @@ blocks of documents.
 
 BMP ranks with narrow integers; the scores returned are PISA's (``sum_t int(q_t * scale) * int(d_t * scale)``, about
 ``scale**2`` times the dot product): BMP's candidates are re-scored exactly from the engine's forward index
-(:mod:`.glue`), and in exact mode (``alpha = beta = 1``) deepened until no document left out can score above the
+(:mod:`.topk`), and in exact mode (``alpha = beta = 1``) deepened until no document left out can score above the
 k-th, so the top-k equals PISA's (up to the order of equal scores).
 
 BMP's integers (bmp 0.2.8):
@@ -42,19 +42,8 @@ import pyterrier as pt
 from ...core import storage
 from ...core.checks import check_bool, check_float, check_int
 from ..reorder import bisection_order, permute_rows
-from .glue import (
-    Forward,
-    Timer,
-    ToksSearcher,
-    bounded_rescore,
-    certified_top,
-    check_depth,
-    check_threads,
-    engine_settings,
-    quantized_csr,
-    ranked,
-    require,
-)
+from .native import Timer, ToksSearcher, check_depth, check_threads, engine_settings, quantized_csr, require
+from .topk import Forward, bounded_rescore, certified_top, ranked
 
 # 2: documents numbered by row, forward index kept; 3: heavy documents kept aside; 4: query levels kept below the wrap
 FORMAT = 4

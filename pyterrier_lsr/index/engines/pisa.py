@@ -7,7 +7,7 @@ import pyterrier as pt
 
 from ...core.checks import check_bool, check_choice, check_float, check_term
 from ..quantization import pisa_term, quantize
-from .glue import Timer, check_depth, check_threads
+from .native import Timer, check_depth, check_threads
 
 QUERY_ALGORITHMS = ('block_max_wand', 'block_max_maxscore', 'block_max_ranked_and', 'maxscore', 'wand', 'ranked_and',
                     'ranked_or')

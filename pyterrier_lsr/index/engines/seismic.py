@@ -9,7 +9,7 @@ the largest one below that (recorded in the engine settings).  The scores return
 int(q_t * scale) * int(d_t * scale)`` (about ``scale**2`` times the dot product): Seismic scores its candidates with
 the whole query on its own forward index, so when every impact is at most 2048 and the query's sums stay below 2**24
 (see ``margin`` below) its float scores are those integers exactly and are kept; otherwise its candidates are
-re-scored with PISA's integers from the engine's forward index (:mod:`.glue`).  Documents that match no query term are
+re-scored with PISA's integers from the engine's forward index (:mod:`.topk`).  Documents that match no query term are
 never returned.  Terms are given to Seismic as integer ids (the index's term list is kept in ``terms.json``),
 so no term is truncated to Seismic's fixed-width strings.
 
@@ -32,18 +32,8 @@ import numpy as np
 import pyterrier as pt
 
 from ...core.checks import check_bool, check_float, check_int
-from .glue import (
-    Forward,
-    Timer,
-    ToksSearcher,
-    certified_tops,
-    check_depth,
-    check_threads,
-    engine_settings,
-    quantized_csr,
-    ranked,
-    require,
-)
+from .native import Timer, ToksSearcher, check_depth, check_threads, engine_settings, quantized_csr, require
+from .topk import Forward, certified_tops, ranked
 
 FORMAT = 2  # 2: documents numbered by row, forward index kept, values scaled into float16's range
 INDEX_NAME = 'index'  # Seismic appends '.index.seismic'

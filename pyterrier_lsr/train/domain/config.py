@@ -2,8 +2,8 @@
 strings (CLI and scripts)."""
 from dataclasses import dataclass, field, fields, replace
 
-from ...core.checks import check_bool, check_choice, check_float, check_int, check_str
-from ..loop import TrainConfig
+from ...core.checks import check_choice, check_float, check_int, check_str
+from ..loop import TRAIN_PRECISIONS, TrainConfig
 
 SIDES = ('both', 'query')
 QUERY_KINDS = ('sentence', 'keywords', 'mixed')
@@ -11,7 +11,7 @@ CANDIDATES = ('bm25', 'teacher')
 TEACHERS = ('bm25', 'dense', 'latent')
 SELECT_ON = ('heldout_ndcg', 'heldout_mrr', 'heldout_first_ndcg', 'heldout_first_mrr')
 # field -> smallest allowed value; every other numeric field is a finite float (see __post_init__)
-MINIMUM = {'steps': 1, 'batch_size': 1, 'doc_max_length': 3, 'per_doc': 1, 'negatives': 1, 'depth': 1, 'pool': 1,
+MINIMUM = {'steps': 1, 'batch_size': 1, 'max_length': 3, 'per_doc': 1, 'negatives': 1, 'depth': 1, 'pool': 1,
            'heldout': 1, 'heldout_pool': 1, 'heldout_corpus': 1, 'eval_every': 0, 'seed': 0}
 
 
@@ -31,8 +31,8 @@ class DomainConfig:
     losses: dict[str, float] = field(default_factory=lambda: {'infonce': 1.0, 'kl': 1.0})
     lambda_q: float = 1e-3
     lambda_d: float = 1e-3
-    doc_max_length: int = 96
-    bf16: bool = False                 # bf16 autocast: faster with AMX/avx512_bf16, ~10x slower without
+    max_length: int = 96
+    precision: str = 'fp32'            # 'bf16': autocast, faster with AMX/avx512_bf16, ~10x slower without
     queries: str = 'sentence'          # pseudo-queries: sentence windows, high-idf keywords, or alternating
     per_doc: int = 3                   # pseudo-queries per sampled document
     candidates: str = 'teacher'        # 'bm25': negatives sampled from BM25's top `depth`; 'teacher': teacher's top
@@ -59,7 +59,7 @@ class DomainConfig:
         if isinstance(self.teachers, str) or not self.teachers or not set(self.teachers) <= set(TEACHERS):
             raise ValueError(f'teachers must be a non-empty subset of {TEACHERS}, got {self.teachers!r}')
         self.teachers = tuple(self.teachers)
-        check_bool('bf16', self.bf16)
+        check_choice('precision', self.precision, TRAIN_PRECISIONS)
         for name in ('dense_teacher', 'latent_teacher'):  # model names, loaded only after the pseudo-queries
             check_str(name, getattr(self, name))
         for name, minimum in MINIMUM.items():
@@ -81,7 +81,7 @@ class DomainConfig:
         return TrainConfig(steps=self.steps, batch_size=self.batch_size, lr=self.lr, warmup_steps=self.steps // 10,
                            lr_multipliers=dict(self.lr_multipliers),
                            losses=dict(self.losses), lambda_q=self.lambda_q, lambda_d=self.lambda_d,
-                           flops_warmup_steps=self.steps // 3, doc_max_length=self.doc_max_length, bf16=self.bf16,
+                           flops_warmup_steps=self.steps // 3, max_length=self.max_length, precision=self.precision,
                            seed=self.seed, log_every=10, eval_every=self.eval_every)
 
 

@@ -26,9 +26,9 @@ from ...core.storage import write_json
 from ...kinds.asymmetric import AsymmetricSplade
 from ...kinds.base import MODEL_ARTIFACT
 from ...kinds.inference_free import InferenceFreeSplade
-from ...kinds.query import StaticQueryWeights
 from ...kinds.sae_splade import SaeSplade
 from ...kinds.splade import Splade
+from ...stages.query import StaticQueryWeights
 from .. import losses as L
 from ..data import Example
 from ..loop import batch_loss, micro_batches, run_loop
@@ -115,7 +115,7 @@ class DomainAdaptation:
                 self.model = copy.deepcopy(getattr(splade, 'query_splade', splade).model)
             needed = {d for e in self.data['examples'] for d in [e['pos']] + e['negatives']}
             needed |= {d for h in self.data['heldout'] for d in h['ranked']} | set(self.data['heldout_extra'])
-            self.frozen = frozen_documents(splade, self.docs, sorted(needed), self.documents, config.bf16,
+            self.frozen = frozen_documents(splade, self.docs, sorted(needed), self.documents, config.precision,
                                            self.verbose)
             self.train_config = replace(self.train_config, lambda_d=0.)
         self.table_only = self.frozen is not None and self.query_weights is not None

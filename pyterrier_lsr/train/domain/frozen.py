@@ -30,11 +30,11 @@ class FrozenDocuments:
         self.weights.append(weights)
 
     @classmethod
-    def encode(cls, model, tokenizer, texts: Sequence[str], max_length: int, bf16: bool,
+    def encode(cls, model, tokenizer, texts: Sequence[str], max_length: int, precision: str,
                verbose: bool = False) -> 'FrozenDocuments':
         frozen = cls(model.vocab_size)
         unique = list(dict.fromkeys(texts))
-        vectors = sparse_vectors(model, tokenizer, unique, max_length, bf16, frozen.size, verbose,
+        vectors = sparse_vectors(model, tokenizer, unique, max_length, precision, frozen.size, verbose,
                                  'encoding documents')
         rows, cols = vectors.indices()
         values = vectors.values()
@@ -74,12 +74,12 @@ class FrozenDocuments:
         return out
 
 
-def frozen_documents(splade, docs: dict[str, str], docnos: list[str], index, bf16: bool,
+def frozen_documents(splade, docs: dict[str, str], docnos: list[str], index, precision: str,
                      verbose: bool) -> FrozenDocuments:
     """``docnos``' vectors under ``splade``'s document model: encoded, or read from ``index`` after checking on a few
     documents that it holds what ``splade`` encodes (another model or ``max_length`` is refused)."""
     def encode(texts, verbose=False):
-        return FrozenDocuments.encode(splade.model, splade.tokenizer, texts, splade.max_length, bf16, verbose)
+        return FrozenDocuments.encode(splade.model, splade.tokenizer, texts, splade.max_length, precision, verbose)
     if index is None:
         return encode([docs[d] for d in docnos], verbose)
     frozen = FrozenDocuments.from_index(index, docs, set(docnos), splade.terms)

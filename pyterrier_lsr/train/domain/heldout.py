@@ -46,10 +46,10 @@ def heldout_scores(model, tokenizer, heldout: list[dict], docs: dict[str, str], 
     try:
         with torch.inference_mode():
             texts = [docs[d] for d in unique]
-            dvec = (sparse_vectors(model, tokenizer, texts, config.doc_max_length, config.bf16) if doc_encoder is None
-                    else doc_encoder(texts, tokenizer, config.doc_max_length).to_sparse())
+            dvec = (sparse_vectors(model, tokenizer, texts, config.max_length, config.precision) if doc_encoder is None
+                    else doc_encoder(texts, tokenizer, config.max_length).to_sparse())
             max_length = TrainConfig.query_max_length
-            qvec = (sparse_vectors(model, tokenizer, queries, max_length, config.bf16, dvec.shape[1])
+            qvec = (sparse_vectors(model, tokenizer, queries, max_length, config.precision, dvec.shape[1])
                     if query_encoder is None else query_encoder(queries, tokenizer, max_length).float())
             scores = torch.sparse.mm(dvec, qvec.to_dense().t()).t()
     finally:

@@ -12,13 +12,13 @@ BATCH_SIZE = 64
 
 
 @torch.inference_mode()
-def sparse_vectors(model, tokenizer, texts: Sequence[str], max_length: int, bf16: bool, size: int | None = None,
+def sparse_vectors(model, tokenizer, texts: Sequence[str], max_length: int, precision: str, size: int | None = None,
                    verbose: bool = False, desc: str = 'encoding') -> torch.Tensor:
     """``model``'s vectors of ``texts`` (in input order) as a sparse COO tensor of ``len(texts) x size`` (default: the
     model's output width)."""
     device = next(model.parameters()).device
     rows, cols, values, width = [], [], [], size
-    with autocast(device, 'bf16' if bf16 else 'fp32'):
+    with autocast(device, precision):
         for batch in length_sorted_batches(tokenizer, texts, BATCH_SIZE, max_length, device, verbose, desc):
             out = model(batch.input_ids, batch.attention_mask).float()
             width = out.shape[1] if width is None else width

@@ -18,9 +18,9 @@ from torch import nn
 from ..core import storage
 from ..core.checks import check_int, check_weights
 from ..core.encoding import as_text, is_blank
+from ..core.folders import local_folder, model_settings
 from ..core.model_files import load_tokenizer, read_tensors
-from .base import SparseTextEncoder
-from .loading import local_folder, model_settings
+from .encoders import SparseTextEncoder
 
 WEIGHTS_FILE = 'idf.json'
 

@@ -24,7 +24,7 @@ import warnings
 import torch
 from torch import nn
 
-from ..models.splade import SpladeModel
+from .splade import SpladeModel
 
 # Vocabulary rows per prepacked slice: 256 positions x 4096 logits = 4 MB of fp32 logits, a cache-sized tile
 # (see pooling.CPU_CHUNK_ELEMENTS).
