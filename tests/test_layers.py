@@ -1,9 +1,9 @@
 """What import-linter (the contracts in pyproject.toml, run by `lint-imports` in CI) cannot say: every module of the
 package is placed in a layer (an unplaced module would be unconstrained), and modules stay small."""
-import tomllib
 from pathlib import Path
 
 import pytest
+import tomllib
 
 ROOT = Path(__file__).resolve().parent.parent
 PACKAGE = ROOT / 'pyterrier_lsr'
