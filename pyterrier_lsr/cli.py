@@ -9,7 +9,7 @@ from pathlib import Path
 
 from .core.checks import check_float, check_int
 from .train.checkpoints import resume_state
-from .train.loop import TrainConfig
+from .train.config import TrainConfig
 
 
 def _fail(command: str, message) -> None:

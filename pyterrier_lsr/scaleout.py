@@ -11,7 +11,7 @@ model's weights, its precision, the shard and chunk sizes): resuming with other 
 differently never mix.
 
 Each shard's texts go through ``model.encode`` in groups of ``chunk_size`` documents, the groups
-:meth:`LsrIndex.index <pyterrier_lsr.LsrIndex.index>` encodes when its ``batch_size`` is ``chunk_size`` (1024 by
+:meth:`LsrIndex.index <pyterrier_lsr.LsrIndex.index>` encodes when its ``shard_size`` is ``chunk_size`` (1024 by
 default), and ``shard_size`` is a multiple of ``chunk_size``: with the same settings and device, the vectors are
 bit-identical to a single process's. ``num_workers=0`` runs the same shards in this process, without Ray.
 
@@ -341,7 +341,7 @@ def encode(corpus, model, folder, *, num_workers: int | None = None, shard_size:
         num_workers: model replicas; default one per GPU of the cluster, or one per ``threads_per_worker`` CPUs.
             ``0``: encode in this process (same shards, no Ray).
         shard_size: documents per shard (a multiple of ``chunk_size``): the unit of work, of retry and of resume.
-        chunk_size: documents per ``model.encode`` call (:class:`~pyterrier_lsr.LsrIndex`'s ``batch_size``).
+        chunk_size: documents per ``model.encode`` call (:class:`~pyterrier_lsr.LsrIndex`'s ``shard_size``).
         ray_address: the cluster to join (``'auto'``, ``'ray://host:10001'``); default: the running Ray session, or a
             new local one (shut down at the end).
         gpus_per_worker: GPUs per replica; default 1 when the cluster has GPUs, else 0 (CPU workers).

@@ -187,3 +187,25 @@ def test_no_machine_paths_in_the_package_examples_or_benchmarks():
     machine = r'\S*(?:\.\./shared|/work/|/home/|/root/)\S*'
     found = [(p.name, m) for p in files for m in re.findall(machine, p.read_text())]
     assert not found
+
+
+def test_every_module_the_pages_name_exists():
+    """A page that names ``pyterrier_lsr.x.y`` names a module, or a member of one, that imports: pages written before
+    a module moved must not send a reader to it."""
+    import importlib
+    import re
+    named = {m.rstrip('.') for path in PAGES for m in re.findall(r'pyterrier_lsr(?:\.\w+)+', path.read_text())}
+    assert len(named) > 10
+    for name in sorted(named):
+        module, attribute = name, None
+        while True:
+            try:
+                found = importlib.import_module(module)
+                break
+            except ModuleNotFoundError:
+                module, _, attribute = module.rpartition('.')
+                assert module, f'{name}: no such module'
+        rest = name[len(module) + 1:].split('.') if name != module else []
+        for part in rest:
+            assert hasattr(found, part), f'{name}: {module} has no {part}'
+            found = getattr(found, part)

@@ -157,7 +157,7 @@ def test_progress_bar_counts_whole_encoded_chunks(tmp_path, monkeypatch):
 
     monkeypatch.setattr(artifact, 'tqdm', Recorder)
     docs = [{'docno': f'd{i}', 'toks': {'a': 1.0 + i}} for i in range(12)]
-    index = LsrIndex(tmp_path / 'x.lsr', batch_size=5, verbose=True).index(docs)
+    index = LsrIndex(tmp_path / 'x.lsr', shard_size=5, verbose=True).index(docs)
     assert updates == [5, 5, 2] and index.num_docs() == 12
 
 

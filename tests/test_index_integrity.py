@@ -186,7 +186,7 @@ def test_adding_an_engine_rebuilds_beside_and_keeps_the_rest(tmp_path):
 def test_docnos_are_non_empty_unique_strings(tmp_path, docnos, error, match):
     docs = [{'docno': d, 'toks': {'alpha': 1.0}} for d in docnos]
     with pytest.raises(error, match=match):
-        build(tmp_path / 'x.lsr', docs, batch_size=1)  # across chunks too
+        build(tmp_path / 'x.lsr', docs, shard_size=1)  # across chunks too
     assert not (tmp_path / 'x.lsr').exists()
 
 

@@ -45,7 +45,7 @@ def test_cached_route_matches_encoder(latent_terms):
     texts = TEXTS + ['', None]
     vectors, offsets = latent_terms.embed(texts)
     assert offsets[-1] == len(vectors) and offsets[-1] == offsets[-2] == offsets[-3]  # blanks own no vectors
-    for a, b in zip(latent_terms.encode_vectors(vectors, offsets, texts_per_batch=3), latent_terms.encode(texts)):
+    for a, b in zip(latent_terms.encode_vectors(vectors, offsets, batch_size=3), latent_terms.encode(texts)):
         assert a.keys() == b.keys() and all(math.isclose(a[t], b[t], rel_tol=1e-4, abs_tol=1e-6) for t in a)
 
 

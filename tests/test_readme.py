@@ -38,7 +38,7 @@ CAPS = {'TrainConfig': {'steps': 2, 'batch_size': 4, 'max_length': 64, 'warmup_s
 SUBSET = {'docs': 200, 'topics': 3}
 # first line of a block (README.md or docs/*.md) -> why it is not run
 EXCLUDED = {
-    'store = distributed.encode("corpus/*.parquet"': 'needs a Ray cluster and its shared storage',
+    'store = scaleout.encode("corpus/*.parquet"': 'needs a Ray cluster and its shared storage',
 }
 
 

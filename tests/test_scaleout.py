@@ -133,7 +133,7 @@ def test_ray_index_equals_single_process_index_and_resumes(ray_session, splade, 
     from pyterrier_lsr import LsrIndex
     from pyterrier_lsr import scaleout as distributed
     docs = vaswani_docs[:100]
-    single = LsrIndex(tmp_path / 'single', splade, batch_size=SHARD, verbose=False).index(docs)
+    single = LsrIndex(tmp_path / 'single', splade, shard_size=SHARD, verbose=False).index(docs)
     built = distributed.index(docs, splade, tmp_path / 'ray', num_workers=2, shard_size=SHARD, chunk_size=SHARD,
                               keep_vectors=True, verbose=False)
     assert built.meta['model']['kind'] == 'splade' and built.num_docs() == 100

@@ -79,7 +79,7 @@ def test_token_indexers_take_dataframes_and_check_every_document(kind, encoder, 
                               (DOCS[:3] + [DOCS[1]], ValueError, "'d1' occurs twice"),
                               (DOCS[:3] + [{'docno': 'y', 'text': b'bytes'}], TypeError, 'text')]:
         with pytest.raises(error, match=match):
-            build(kind, tmp_path / 'bad', encoder, ssr, bad, batch_size=2)
+            build(kind, tmp_path / 'bad', encoder, ssr, bad, shard_size=2)
         assert not (tmp_path / 'bad').exists()
     with pytest.raises(TypeError, match='iterable of documents'):
         build(kind, tmp_path / 'bad', encoder, ssr, DOCS[0])
@@ -99,7 +99,7 @@ def test_token_indexers_stream_the_documents(kind, encoder, ssr, tmp_path, monke
         seen.append((len(pulled), len(texts)))
         return original(self, texts, *args, **kwargs)
     monkeypatch.setattr(MultiVector, 'embed', embed)
-    store = build(kind, tmp_path / 's', encoder, ssr, docs(), batch_size=2)
+    store = build(kind, tmp_path / 's', encoder, ssr, docs(), shard_size=2)
     # encoded 2 by 2, each chunk as soon as it was read (the whole corpus was listed first)
     assert seen == [(2, 2), (4, 2), (6, 2)]
     whole = build(kind, tmp_path / 'whole', encoder, ssr)

@@ -39,7 +39,7 @@ from ..kinds.loading import load_model
 from .engines import ENGINES, get_engine
 from .integrity import check_meta, check_scoring
 from .quantization import quantize
-from .retrievers import QueryToksRetriever, Retriever, system_label
+from .retrievers import DefaultRetriever, QueryRetriever, QueryToksRetriever, StoredScorer, system_label
 from .vectors import VectorStore, VectorWriter
 
 META_FILE = 'lsr.json'
@@ -51,7 +51,7 @@ PT_META_FILE = 'pt_meta.json'
 FORMAT_VERSION = 3
 INDEX_KIND = 'sparse_index.lsr'
 
-__all__ = ['LsrIndex', 'SpladeIndexer', 'is_lsr_index']
+__all__ = ['LsrIndex', 'is_lsr_index']
 
 
 def is_lsr_index(path) -> bool:
@@ -76,7 +76,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
             indexes (the returned object still knows the model).
         scoring: how a new index scores, when the model does not say (``{'kind': 'dot'}`` or
             ``{'kind': 'bm25', 'k1': ..., 'b': ...}`` for term-frequency vectors).
-        text_field, batch_size, verbose: for :meth:`index` with a model: the text column, documents encoded per
+        text_field, shard_size, verbose: for :meth:`index` with a model: the text column, documents encoded per
             chunk, progress bar.
 
     Example::
@@ -93,11 +93,11 @@ class LsrIndex(pta.Artifact, pt.Indexer):
 
     def __init__(self, path, model=None, *, scale: float = 100., engines: Sequence[str] = ('pisa',),
                  overwrite: bool = False, save_model: bool = True, scoring: dict | None = None,
-                 text_field: str = 'text', batch_size: int = 1024, verbose: bool = True):
+                 text_field: str = 'text', shard_size: int = 1024, verbose: bool = True):
         super().__init__(path)
         # as given, for indexer(): a configured copy takes them over, nothing else is copied
         self._settings = dict(scale=scale, engines=engines, overwrite=overwrite, save_model=save_model,
-                              scoring=scoring, text_field=text_field, batch_size=batch_size, verbose=verbose)
+                              scoring=scoring, text_field=text_field, shard_size=shard_size, verbose=verbose)
         self.save_model = save_model
         self._scoring = scoring
         self._model = model
@@ -110,7 +110,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         self.new_engines = tuple(engines)
         self.overwrite = overwrite
         self.text_field = text_field
-        self.batch_size = check_int('batch_size', batch_size, 1)
+        self.shard_size = check_int('shard_size', shard_size, 1)
         self.verbose = verbose
         self._meta = None
         self._stamp = None  # the marker the cached metadata (and a model loaded from the index) belong to
@@ -253,18 +253,40 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         toks_retriever = self.toks_retriever(num_results, engine, **params)  # checks engine before it is labelled
         if query_encoder is None:
             query_encoder = self.model().query_encoder()
-        return Retriever(system_label(query_encoder, self, engine), query_encoder, toks_retriever)
+        return QueryRetriever(system_label(query_encoder, self, engine), query_encoder, toks_retriever)
 
-    def transform(self, inp: pd.DataFrame, num_results: int = 1000) -> pd.DataFrame:
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         """The index as its own default retriever: :meth:`toks_retriever` for frames carrying ``query_toks`` (e.g.
-        after the model's query encoder, ``model >> index``), else :meth:`retriever`."""
-        retriever = self.toks_retriever if 'query_toks' in inp.columns else self.retriever
-        return retriever(num_results)(inp)
+        after the model's query encoder, ``model.query_encoder() >> index``), else :meth:`retriever`."""
+        return DefaultRetriever(self)(inp)
 
     def fuse_rank_cutoff(self, k: int):
         """``index % k``: the default retriever asking its engine for the top ``k`` (PyTerrier's rank cutoff
         protocol), never ranking 1,000 to cut them."""
-        return pt.apply.generic(lambda inp: self.transform(inp, k)) if k < 1000 else None
+        return DefaultRetriever(self).fuse_rank_cutoff(k)
+
+    def scorer(self) -> pt.Transformer:
+        """Re-ranks ``qid, query_toks, docno`` candidates (e.g. another system's top 100 after this index's model's
+        ``query_encoder()``) with the documents' stored vectors, scored as this index's retrievers score them.  Only
+        dot-scored indexes: a BM25-scored one (Latent Terms) is a ``ValueError``.
+
+        Example::
+
+            pipeline = bm25 % 100 >> splade.query_encoder() >> index.scorer()
+        """
+        if self.scoring['kind'] != 'dot':
+            raise ValueError(f'{self.path} is scored by {self.scoring["kind"]!r}: scorer() re-ranks dot-scored '
+                             'indexes only; use its retriever()')
+        return StoredScorer(self)
+
+    def get_corpus_iter(self, verbose: bool = True) -> Iterable[dict]:
+        """The indexed documents as ``{'docno': ..., 'toks': {term: weight}}`` dicts, in corpus order, streamed from
+        the stored float vectors (what ``LsrIndex(other).indexer().index(...)`` takes to index them again, e.g. at
+        another ``scale``)."""
+        store = self.vectors()
+        for docno, toks in tqdm(store, total=store.num_docs, desc=f'reading {self.path.name}', unit='doc',
+                                disable=not verbose):
+            yield {'docno': docno, 'toks': toks}
 
     # -- building ------------------------------------------------------------------------------------------------
     def index_inputs(self):
@@ -272,7 +294,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
 
     def indexer(self, model=None, **settings) -> 'LsrIndex':
         """The one way to configure indexing: this index with ``model`` (default: the one given) encoding or
-        recorded, and ``settings`` (scale, engines, overwrite, save_model, scoring, text_field, batch_size, verbose)
+        recorded, and ``settings`` (scale, engines, overwrite, save_model, scoring, text_field, shard_size, verbose)
         replacing its own; ``.index(docs)`` builds it.  Documents that carry ``toks`` already (``model.doc_encoder()
         >> index.indexer(model)``) are indexed as given, and ``model`` is recorded so that the index retrieves on its
         own."""
@@ -285,7 +307,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         where = f'the documents indexed into {self.path}'
         unique = UniqueDocnos(where)
         position = 0
-        for chunk in more_itertools.chunked(docs, self.batch_size):
+        for chunk in more_itertools.chunked(docs, self.shard_size):
             encode = isinstance(chunk[0], Mapping) and 'toks' not in chunk[0] and self._model is not None
             field = self.text_field if encode else 'toks'
             for doc in chunk:
@@ -409,28 +431,3 @@ class _Building:
 
     def vectors(self) -> VectorStore:
         return VectorStore(self.folder / VECTORS_FOLDER)
-
-
-def SpladeIndexer(path, model=None, **settings) -> LsrIndex:  # noqa: N802  (the indexer's user-facing name)
-    """The indexer of a new :class:`LsrIndex` at ``path``: ``LsrIndex(path).indexer(model, **settings)``.
-
-    Args:
-        path: the index folder to create.
-        model: a model of the project, recorded in the index; it encodes the documents' text unless they carry
-            ``toks`` already (``(splade.doc_encoder() >> SpladeIndexer(path, splade)).index(corpus)``).  Without one,
-            documents must carry ``toks`` and the index records no model.
-        settings: scale, engines, overwrite, save_model, scoring, text_field, batch_size, verbose (see
-            :class:`LsrIndex`).
-
-    Returns:
-        An :class:`LsrIndex` whose ``index(corpus)`` builds the folder and returns the index.
-
-    Raises:
-        ValueError: invalid settings, named (checked before anything is written).
-
-    Example::
-
-        index = (splade.doc_encoder() >> SpladeIndexer("vaswani.lsr", splade)).index(corpus)
-        index.retriever().search("radio waves")
-    """
-    return LsrIndex(path).indexer(model, **settings)

@@ -57,7 +57,7 @@ class MaxSimIndex(TokenStore):
         path: the folder; a missing or empty one is a store to build (:meth:`built` is False).
         model: the :class:`MultiVector` that encodes documents (when indexing) and queries; when omitted, the
             model recorded at indexing time is loaded by its name.
-        overwrite, text_field, batch_size, verbose: for :meth:`index` (see :class:`~.tokens.TokenStore`).
+        overwrite, text_field, shard_size, verbose: for :meth:`index` (see :class:`~.tokens.TokenStore`).
 
     Example::
 
@@ -73,8 +73,8 @@ class MaxSimIndex(TokenStore):
     ARTIFACT_FORMAT = 'maxsim'
 
     def __init__(self, path, model: MultiVector | None = None, *, overwrite: bool = False,
-                 text_field: str = 'text', batch_size: int = 1024, verbose: bool = True):
-        super().__init__(path, model, overwrite=overwrite, text_field=text_field, batch_size=batch_size,
+                 text_field: str = 'text', shard_size: int = 1024, verbose: bool = True):
+        super().__init__(path, model, overwrite=overwrite, text_field=text_field, shard_size=shard_size,
                          verbose=verbose)
 
     def _open(self, marker: dict) -> dict:
@@ -185,7 +185,7 @@ class MaxSimIndex(TokenStore):
     # -- clustering baseline --------------------------------------------------------------------------------------
 
     def build_ivf(self, n_centroids: int | None = None, niter: int = 4, seed: int = 0,
-                  verbose: bool = False) -> dict:
+                  verbose: bool = True) -> dict:
         """k-means centroids over all stored token embeddings and each token's nearest centroid (faiss), written
         under ``ivf/``; ColBERTv2/PLAID's defaults: ``2^floor(log2(16 sqrt(tokens)))`` centroids, 4 iterations
         (PLAID samples the corpus for k-means; our corpora are below its sample size, so every token is used).

@@ -27,7 +27,7 @@ def _cost(degree: np.ndarray, size: np.ndarray) -> np.ndarray:
 
 
 def bisection_order(indptr: np.ndarray, ids: np.ndarray, num_terms: int, leaf_size: int = 16,
-                    iterations: int = 20, verbose: bool = False) -> np.ndarray:
+                    iterations: int = 20, verbose: bool = True) -> np.ndarray:
     """The new document order (``order[i]`` is the row placed at position ``i``) of a CSR corpus (``indptr``, term
     ``ids`` of each row), by recursive graph bisection down to segments of at most ``leaf_size`` documents, with at
     most ``iterations`` swap rounds per level."""

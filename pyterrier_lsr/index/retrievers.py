@@ -1,11 +1,13 @@
-"""The retrievers an :class:`~pyterrier_lsr.LsrIndex` hands out: the checked ``query_toks`` boundary in front of an
-engine, and a query encoder composed with it under a short, ``save_dir``-safe name."""
+"""The transformers an :class:`~pyterrier_lsr.LsrIndex` hands out: the checked ``query_toks`` boundary in front of an
+engine, a query encoder and that boundary as one retriever under a short, ``save_dir``-safe name, the index's default
+retriever (``index`` and ``index % k`` as transformers), and the re-ranker over the stored vectors."""
 import pandas as pd
 import pyterrier as pt
 
-from ..core.checks import check_query_frame, check_vector
+from ..core.checks import check_query_frame, check_result_frame, check_vector
+from .quantization import quantize
 
-__all__ = ['QueryToksRetriever', 'Retriever', 'system_label']
+__all__ = ['QueryToksRetriever', 'QueryRetriever', 'DefaultRetriever', 'StoredScorer', 'system_label']
 
 
 class QueryToksRetriever(pt.Transformer):
@@ -44,6 +46,16 @@ class QueryToksRetriever(pt.Transformer):
     def subtransformers(self) -> dict:
         return {'engine': self.engine_retriever}
 
+    def _key(self):
+        return (str(self.index.path.absolute()), self.engine, self.build_id, self.num_results,
+                tuple(sorted((k, repr(v)) for k, v in self.params.items())))
+
+    def __eq__(self, other):
+        return type(other) is type(self) and other._key() == self._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
     def __repr__(self):
         return f'{self.engine.upper()}({self.index.path.name})'
 
@@ -59,13 +71,100 @@ def system_label(query_encoder, index, engine: str) -> str:
     return label if engine == 'pisa' else f'{label}, {engine.upper()}'
 
 
-class Retriever(pt.Compose):
-    """A query encoder composed with an index's retriever, named by :func:`system_label`: a default
-    ``pt.Experiment`` name that ``save_dir`` accepts (no ``>>``, no path)."""
+class QueryRetriever(pt.Transformer):
+    """Retrieval from ``query`` text: a query encoder, then an index's :class:`QueryToksRetriever`, as one transformer
+    named by :func:`system_label` (a default ``pt.Experiment`` name that ``save_dir`` accepts: no ``>>``, no path).
+    It stays one stage, with its name, inside a longer pipeline; ``% k`` asks the engine for ``k``."""
 
-    def __init__(self, label: str, *transformers: pt.Transformer):
-        super().__init__(*transformers)
+    def __init__(self, label: str, query_encoder: pt.Transformer, toks_retriever: QueryToksRetriever):
         self.label = label
+        self.query_encoder = query_encoder
+        self.toks_retriever = toks_retriever
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        return self.toks_retriever(self.query_encoder(inp))
+
+    def fuse_rank_cutoff(self, k: int) -> 'QueryRetriever | None':
+        fused = self.toks_retriever.fuse_rank_cutoff(k)
+        return None if fused is None else QueryRetriever(self.label, self.query_encoder, fused)
+
+    def subtransformers(self) -> dict:
+        return {'query_encoder': self.query_encoder, 'toks_retriever': self.toks_retriever}
+
+    def __eq__(self, other):
+        return type(other) is type(self) and (other.query_encoder, other.toks_retriever) == \
+            (self.query_encoder, self.toks_retriever)
+
+    def __hash__(self):
+        return hash((self.query_encoder, self.toks_retriever))
 
     def __repr__(self):
         return self.label
+
+
+class DefaultRetriever(pt.Transformer):
+    """An index as a transformer (``index(frame)``, ``index % k``): the toks retriever for frames that carry
+    ``query_toks`` (e.g. after a query encoder), else the index's own :meth:`~pyterrier_lsr.LsrIndex.retriever`."""
+
+    def __init__(self, index, num_results: int = 1000):
+        self.index = index
+        self.num_results = num_results
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        make = self.index.toks_retriever if 'query_toks' in inp.columns else self.index.retriever
+        return make(self.num_results)(inp)
+
+    def fuse_rank_cutoff(self, k: int) -> 'DefaultRetriever | None':
+        return DefaultRetriever(self.index, k) if k < self.num_results else None
+
+    def __eq__(self, other):
+        return type(other) is type(self) and (str(other.index.path.absolute()), other.num_results) == \
+            (str(self.index.path.absolute()), self.num_results)
+
+    def __hash__(self):
+        return hash((str(self.index.path.absolute()), self.num_results))
+
+    def __repr__(self):
+        return f'{self.index!r}' + (f' % {self.num_results}' if self.num_results != 1000 else '')
+
+
+class StoredScorer(pt.Transformer):
+    """Re-ranks ``qid, query_toks, docno`` candidates with the documents' stored vectors, in the retrievers' units
+    (``sum_t int(q_t * scale) * int(d_t * scale)``, as PISA scores them); a docno the index does not hold is an error
+    naming it.  Ties are broken by docno, so the ranking does not depend on the input's order."""
+
+    def __init__(self, index):
+        self.index = index
+        self.build_id = index.build_id()
+        self.store = index.vectors()
+
+    def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        check_result_frame(inp, ['query_toks'])
+        if self.index.build_id() != self.build_id:
+            raise RuntimeError(f'{self.index.path} was rebuilt after this scorer was made; make a new one '
+                               '(index.scorer())')
+        out = inp.drop(columns=[c for c in ('score', 'rank') if c in inp.columns])
+        if not len(inp):
+            return out.assign(score=pd.Series(dtype=float), rank=pd.Series(dtype='int64'))
+        scale = self.index.scale
+        docs = self.store.lookup(list(dict.fromkeys(inp['docno'])))
+        docs = {docno: quantize(vector, scale) for docno, vector in docs.items()}
+        queries = {}
+        scores = []
+        for qid, toks, docno in zip(inp['qid'], inp['query_toks'], inp['docno']):
+            if qid not in queries:
+                queries[qid] = quantize(check_vector(toks, f'query {qid!r}'), scale)
+            query, doc = queries[qid], docs[docno]
+            scores.append(float(sum(w * doc.get(t, 0) for t, w in query.items())))
+        out = out.assign(score=scores).sort_values(['qid', 'score', 'docno'], ascending=[True, False, True],
+                                                   kind='stable')
+        return pt.model.add_ranks(out.reset_index(drop=True), single_query=False)
+
+    def __eq__(self, other):
+        return type(other) is type(self) and str(other.index.path.absolute()) == str(self.index.path.absolute())
+
+    def __hash__(self):
+        return hash(str(self.index.path.absolute()))
+
+    def __repr__(self):
+        return f'{self.index!r}.scorer()'

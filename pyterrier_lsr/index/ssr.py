@@ -129,7 +129,7 @@ class SSRIndex(TokenStore):
             default: the copy stored in the index.
         save_model: store a copy of the model in the index when indexing (without it, pass ``model=`` when
             reopening).
-        overwrite, text_field, batch_size, verbose: for :meth:`index` (see :class:`~.tokens.TokenStore`).
+        overwrite, text_field, shard_size, verbose: for :meth:`index` (see :class:`~.tokens.TokenStore`).
 
     Example::
 
@@ -144,8 +144,8 @@ class SSRIndex(TokenStore):
     ARTIFACT_FORMAT = 'ssr'
 
     def __init__(self, path, model: SSR | None = None, *, save_model: bool = True, overwrite: bool = False,
-                 text_field: str = 'text', batch_size: int = 1024, verbose: bool = True):
-        super().__init__(path, model, overwrite=overwrite, text_field=text_field, batch_size=batch_size,
+                 text_field: str = 'text', shard_size: int = 1024, verbose: bool = True):
+        super().__init__(path, model, overwrite=overwrite, text_field=text_field, shard_size=shard_size,
                          verbose=verbose)
         self._settings['save_model'] = check_bool('save_model', save_model)
 

@@ -11,7 +11,7 @@ owns token rows ``offsets[i]:offsets[i + 1]``), plus what the store keeps per to
   (:meth:`TokenStore.built` is False) with ``Store(path, model).indexer().index(docs)`` or
   ``Store(path).indexer(model).index(docs)``.
 * **Streaming**: documents are validated one by one (:func:`~pyterrier_lsr.core.checks.documents`), encoded
-  ``batch_size`` at a time and their rows appended to the files being built
+  ``shard_size`` at a time and their rows appended to the files being built
   (:class:`~pyterrier_lsr.core.arrays.ArrayWriter`); the folder is built beside its final name and swapped in.
 * **One build at a time**: what was read from the folder is cached with the marker it was read under and read again
   when the folder was rebuilt since; an array read lazily (a store's vectors) is refused if the folder changed
@@ -105,7 +105,7 @@ class TokenStore(pta.Artifact, pt.Indexer):
         path: the folder.
         model: the model that encodes documents (when indexing) and queries; subclasses name and check it.
         overwrite: let :meth:`index` replace an existing store of this kind at ``path`` (never any other folder).
-        text_field, batch_size, verbose: for :meth:`index`: the text column, documents encoded per chunk, progress.
+        text_field, shard_size, verbose: for :meth:`index`: the text column, documents encoded together, progress.
 
     A subclass sets ``kind`` (its marker type), ``meta_file``, ``label`` and the artifact type/format, and
     implements :meth:`_open` (its own files, read on first use), :meth:`_sink` (what it writes per chunk of token
@@ -117,12 +117,12 @@ class TokenStore(pta.Artifact, pt.Indexer):
     ARTIFACT_PACKAGE_HINT = 'pyterrier-lsr'
 
     def __init__(self, path, model=None, *, overwrite: bool = False, text_field: str = 'text',
-                 batch_size: int = 1024, verbose: bool = True):
+                 shard_size: int = 1024, verbose: bool = True):
         super().__init__(path)
         self._model = model
         # the indexing settings, checked; indexer() hands them to the copy it makes (a subclass adds its own)
         self._settings = dict(overwrite=check_bool('overwrite', overwrite), text_field=check_str('text_field',
-                              text_field), batch_size=check_int('batch_size', batch_size, 1),
+                              text_field), shard_size=check_int('shard_size', shard_size, 1),
                               verbose=check_bool('verbose', verbose))
         self._loaded = None  # (marker, what was read under it)
         self._seen = None  # (the marker file's stat, its content)
@@ -233,7 +233,7 @@ class TokenStore(pta.Artifact, pt.Indexer):
     # -- building ------------------------------------------------------------------------------------------------
     def indexer(self, model=None, **settings) -> 'TokenStore':
         """This store as an indexer: ``model`` (default: the one given) encodes the documents; ``settings``
-        (overwrite, text_field, batch_size, verbose, ...) replace the store's own."""
+        (overwrite, text_field, shard_size, verbose, ...) replace the store's own."""
         return type(self)(self.path, model if model is not None else self._model, **{**self._settings, **settings})
 
     def index_inputs(self):
@@ -241,9 +241,9 @@ class TokenStore(pta.Artifact, pt.Indexer):
 
     def index(self, it) -> 'TokenStore':
         """Encodes documents (an iterable of dicts with ``docno`` and the text field, or a DataFrame), streamed
-        ``batch_size`` at a time, and writes the store atomically; returns ``self``."""
+        ``shard_size`` at a time, and writes the store atomically; returns ``self``."""
         model = self._indexing_model()
-        field, size = self._settings['text_field'], self._settings['batch_size']
+        field, size = self._settings['text_field'], self._settings['shard_size']
         where = f'the documents indexed into {self.path}'
         docs, total = documents(it, ['docno', field], where)
         storage.check_replaceable(self.path, self.kind, self._settings['overwrite'], self.label)  # before encoding

@@ -119,6 +119,30 @@ class VectorStore:
     def docnos(self) -> list[str]:
         return [d for table in self._tables() for d in table.column('docno').to_pylist()]
 
+    def lookup(self, docnos: Sequence[str]) -> dict[str, dict[str, float]]:
+        """``{docno: {term: weight}}`` for ``docnos``, read from the shards that hold them (where each docno is, and
+        each shard read, are kept for later calls on this object); an unknown docno is a ``KeyError`` naming it."""
+        if not hasattr(self, '_where'):
+            import pyarrow.parquet as pq
+            self._where, self._columns = {}, {}
+            for number, shard in enumerate(self.manifest['shards']):
+                names = pq.read_table(self.folder / shard['file'], columns=['docno']).column('docno').to_pylist()
+                self._where.update((docno, (number, row)) for row, docno in enumerate(names))
+        out = {}
+        for docno in docnos:
+            try:
+                number, row = self._where[docno]
+            except (KeyError, TypeError):
+                raise KeyError(f'docno {docno!r:.60} is not in the index at {self.folder.parent}') from None
+            if number not in self._columns:
+                import pyarrow.parquet as pq
+                table = pq.read_table(self.folder / self.manifest['shards'][number]['file'],
+                                      columns=['terms', 'weights'])
+                self._columns[number] = (table.column('terms').to_pylist(), table.column('weights').to_pylist())
+            terms, weights = self._columns[number]
+            out[docno] = dict(zip(terms[row] or (), weights[row] or ()))
+        return out
+
     def to_csr(self, convert: Callable[[np.ndarray], np.ndarray] | None = None
                ) -> tuple[list[str], list[str], np.ndarray, np.ndarray, np.ndarray]:
         """``(docnos, terms, indptr, indices, values)``: the corpus as a CSR matrix over a term list (terms numbered

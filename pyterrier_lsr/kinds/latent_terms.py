@@ -207,14 +207,14 @@ class LatentTerms(TorchSparseModel):
         return vectors, offsets
 
     @torch.inference_mode()
-    def encode_vectors(self, vectors: np.ndarray, offsets: np.ndarray, texts_per_batch: int = 256,
+    def encode_vectors(self, vectors: np.ndarray, offsets: np.ndarray, batch_size: int = 256,
                        verbose: bool = False) -> Iterable[dict[str, float]]:
         """Like :meth:`encode` from the vectors :meth:`embed` returned (no transformer pass); yields one dict per
         text."""
         self._check_model()
         n = len(offsets) - 1
-        for start in tqdm(range(0, n, texts_per_batch), desc='latents', unit='batch', disable=not verbose):
-            stop = min(start + texts_per_batch, n)
+        for start in tqdm(range(0, n, batch_size), desc='latents', unit='batch', disable=not verbose):
+            stop = min(start + batch_size, n)
             rows = torch.tensor(np.asarray(vectors[offsets[start]:offsets[stop]]), device=self.device)
             counts = torch.from_numpy(np.diff(offsets[start:stop + 1]))
             owner = torch.repeat_interleave(torch.arange(stop - start), counts)

@@ -60,17 +60,17 @@ def pool_codes(indices: torch.Tensor, values: torch.Tensor, owner: torch.Tensor,
 
 
 @torch.inference_mode()
-def token_codes(sae: SparseAutoencoder, vectors: np.ndarray, k: int | None = None, rows_per_batch: int = 65536
+def token_codes(sae: SparseAutoencoder, vectors: np.ndarray, k: int | None = None, batch_size: int = 65536
                 ) -> tuple[np.ndarray, np.ndarray]:
     """Each row's sparse code: ``(indices, values)``, ``rows x k`` int64 latent ids and float32 activations (relu'd,
     so some may be 0), as :meth:`SparseAutoencoder.encode_topk` gives them (``k``: default the SAE's), computed on the
-    SAE's device (``rows_per_batch`` rows moved there at a time).  On a CPU the selection is
+    SAE's device (``batch_size`` rows moved there at a time).  On a CPU the selection is
     :func:`~pyterrier_lsr.core.selection.top_k_positive` (the codes 1.8-2.4x faster at k = 96, level at 16): the same
     positive latents, in no particular order, exact ties kept at lower latent ids, zeros at latent 0."""
     k = sae.config.k if k is None else check_int('k', k, 1, sae.n_latents)
     indices, values = np.zeros((len(vectors), k), np.int64), np.zeros((len(vectors), k), np.float32)
     on_cpu = sae.W_enc.device.type == 'cpu'
-    step = ENCODE_ROWS if on_cpu else rows_per_batch  # on a CPU, a product's output stays in cache for the selection
+    step = ENCODE_ROWS if on_cpu else batch_size  # on a CPU, a product's output stays in cache for the selection
     for start in range(0, len(vectors), step):
         rows = torch.as_tensor(np.asarray(vectors[start:start + step]), dtype=torch.float32, device=sae.W_enc.device)
         if on_cpu:
@@ -82,7 +82,7 @@ def token_codes(sae: SparseAutoencoder, vectors: np.ndarray, k: int | None = Non
 
 
 @torch.inference_mode()
-def decoder_codes(sae: SparseAutoencoder, vectors: np.ndarray, m: int, rows_per_batch: int = ENCODE_ROWS
+def decoder_codes(sae: SparseAutoencoder, vectors: np.ndarray, m: int, batch_size: int = ENCODE_ROWS
                   ) -> tuple[np.ndarray, np.ndarray]:
     """Each row's ``m`` largest weights ``<e, D_a>`` (the embedding itself against the decoder's unit rows ``D_a``)
     as ``(indices, values)`` like :func:`token_codes`; non-positive weights are set to 0 (not scored).  Against a
@@ -91,8 +91,8 @@ def decoder_codes(sae: SparseAutoencoder, vectors: np.ndarray, m: int, rows_per_
     top ``m`` latents."""
     device = sae.W_dec.device
     indices, values = np.zeros((len(vectors), m), np.int64), np.zeros((len(vectors), m), np.float32)
-    for start in range(0, len(vectors), rows_per_batch):
-        rows = torch.as_tensor(np.asarray(vectors[start:start + rows_per_batch]), dtype=torch.float32, device=device)
+    for start in range(0, len(vectors), batch_size):
+        rows = torch.as_tensor(np.asarray(vectors[start:start + batch_size]), dtype=torch.float32, device=device)
         val, idx = (rows @ sae.W_dec.T).topk(m, dim=-1)
         indices[start:start + len(rows)], values[start:start + len(rows)] = idx.cpu().numpy(), val.relu().cpu().numpy()
     return indices, values
@@ -174,13 +174,13 @@ class SSR(SparseModel):
 
     @torch.inference_mode()
     def encode_vectors(self, vectors: np.ndarray, offsets: np.ndarray, query: bool = False,
-                       texts_per_batch: int = 256) -> list[dict[str, float]]:
+                       batch_size: int = 256) -> list[dict[str, float]]:
         """``{'l<id>': weight}`` per text from token embeddings grouped by text (as :meth:`MultiVector.embed` returns),
         without a transformer pass."""
         pooling = self.query_pooling if query else self.doc_pooling
         out = []
-        for start in range(0, len(offsets) - 1, texts_per_batch):
-            stop = min(start + texts_per_batch, len(offsets) - 1)
+        for start in range(0, len(offsets) - 1, batch_size):
+            stop = min(start + batch_size, len(offsets) - 1)
             indices, values = self.token_codes(vectors[offsets[start]:offsets[stop]])
             owner = torch.repeat_interleave(torch.arange(stop - start),
                                             torch.as_tensor(np.diff(offsets[start:stop + 1])))

@@ -49,6 +49,18 @@ class ModelEncoder(SparseTextEncoder):
         encode = self.model.encode_queries if self.query else self.model.encode_docs
         return encode(texts, batch_size=self.batch_size, verbose=self.verbose)
 
+    def _key(self):
+        # the model object itself (its weights may change in place), the side and what changes the vectors
+        return id(self.model), self.query, self.text_field, self.batch_size
+
+    def __eq__(self, other):
+        """Encoders of one model object and side, with the same settings, are equal (``pt.Experiment(
+        precompute_prefix=True)`` then encodes the queries once for every system they start)."""
+        return type(other) is type(self) and other.model is self.model and other._key() == self._key()
+
+    def __hash__(self):
+        return hash(self._key())
+
     def __repr__(self):
         return f'{self.model!r}.{"query" if self.query else "doc"}'
 

@@ -118,6 +118,15 @@ class StaticQueryEncoder(SparseTextEncoder):
         table = {t: weight[i].item() for t, i in vocab.items() if i < len(weight) and weight[i] != 0}
         return cls(tokenizer, table, **kwargs)
 
+    def __eq__(self, other):
+        """Encoders of the same table, tokenizer and length limit are equal (``pt.Experiment(precompute_prefix=True)``
+        then encodes the queries once for every system they start)."""
+        return type(other) is type(self) and (other.max_length, other.weights) == (self.max_length, self.weights) and \
+            (other.tokenizer is self.tokenizer or other.tokenizer.get_vocab() == self.tokenizer.get_vocab())
+
+    def __hash__(self):
+        return hash((type(self).__name__, self.max_length, len(self.weights)))
+
     def __repr__(self):
         return f'{type(self).__name__}({len(self.weights)} terms)'
 

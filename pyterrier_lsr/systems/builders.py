@@ -140,7 +140,7 @@ def sparse_index(path, model, corpus: Sequence[dict], verbose: bool = True, over
     index = LsrIndex(path, model, verbose=check_bool('verbose', verbose), overwrite=overwrite, **kwargs)
     call = inspect.signature(LsrIndex).bind(path, model, **kwargs)
     call.apply_defaults()
-    unrecorded = ('path', 'model', 'batch_size', 'verbose', 'overwrite')  # how it is built, not what
+    unrecorded = ('path', 'model', 'shard_size', 'verbose', 'overwrite')  # how it is built, not what
     settings = {k: v for k, v in call.arguments.items() if k not in unrecorded}
     settings['engines'] = [settings['engines']] if isinstance(settings['engines'], str) else list(settings['engines'])
     docs = check_documents(corpus, index.text_field, f'the corpus of {path}')

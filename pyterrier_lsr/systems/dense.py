@@ -84,7 +84,7 @@ def per_text(vectors: np.ndarray, offsets: np.ndarray) -> np.ndarray:
 
 
 def dense_retriever(corpus: Sequence[dict], dense: str = 'all-MiniLM-L6-v2', cache_dir='dense_cache',
-                    num_results: int = 1000, verbose: bool = False, **latent_terms_kwargs) -> DenseRetriever:
+                    num_results: int = 1000, verbose: bool = True, **latent_terms_kwargs) -> DenseRetriever:
     """:class:`DenseRetriever` over ``corpus`` (``docno, text`` dicts) with the dense model ``dense`` (offline name,
     hub name or sentence-transformers folder), its document embeddings cached in ``cache_dir`` (shared with Latent
     Terms' ``single`` mode); ``latent_terms_kwargs``: device, batch_size, max_length, precision.

@@ -57,7 +57,7 @@ def prepare_examples(args, corpus) -> list:
 
 
 def train_config(args):
-    from ..train.loop import TrainConfig
+    from ..train.config import TrainConfig
     losses = dict(item.split('=') for item in args.losses.split(','))
     multipliers = dict(item.rsplit('=', 1) for item in args.lr_multipliers.split(',') if item)
     return TrainConfig(steps=args.steps, batch_size=args.batch_size, lr=args.lr, warmup_steps=args.steps // 10,

@@ -1,5 +1,6 @@
 """Training: the loop, losses, data, teachers, evaluation and the recipes built on them (top layer)."""
 from .checkpoints import latest_checkpoint
+from .config import TrainConfig
 from .data import (
            Example,
            add_teacher_scores,
@@ -12,7 +13,7 @@ from .data import (
 from .domain import DomainAdaptation, DomainConfig, FrozenDocuments, domain_adapt, heldout_scores, keyword_query
 from .evaluate import experiment_evaluator
 from .inference_free import train_inference_free
-from .loop import TrainConfig, TrainingDiverged, batch_loss, run_loop, train
+from .loop import TrainingDiverged, batch_loss, run_loop, train
 from .losses import flops, flops_weight, infonce, kl_distillation, l2_drift, margin_mse
 from .mlm import mask_tokens, train_mlm
 from .sae import build_latent_terms, train_latent_sae, train_token_sae

@@ -3,7 +3,8 @@ from dataclasses import replace
 
 from ..kinds.inference_free import InferenceFreeSplade
 from ..stages.query import StaticQueryWeights
-from .loop import TrainConfig, train
+from .config import TrainConfig
+from .loop import train
 
 __all__ = ['train_inference_free']
 

@@ -5,7 +5,8 @@ from collections.abc import Sequence
 
 import torch
 
-from .loop import TrainConfig, micro_batches, run_loop, train_autocast
+from .config import TrainConfig
+from .loop import micro_batches, run_loop, train_autocast
 
 
 def mask_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, special_ids: Sequence[int], mask_id: int,

@@ -10,8 +10,9 @@ from collections.abc import Sequence
 import torch
 
 from ..models.multivector import MultiVectorModel, maxsim_infonce
+from .config import TrainConfig
 from .data import Example
-from .loop import TrainConfig, micro_batches, run_loop, train_autocast
+from .loop import micro_batches, run_loop, train_autocast
 
 
 def _embed(model: MultiVectorModel, tokenizer, texts: list[str], max_length: int, device):

@@ -140,7 +140,7 @@ class BmpEngine:
     scorings = {'dot'}
 
     def build(self, index, folder, block_size: int = 32, compress_range: bool = False, max_impact: int = 127,
-              reorder: bool = False, verbose: bool = False) -> dict:
+              reorder: bool = False, verbose: bool = True) -> dict:
         """``block_size`` documents per block (1-256); ``compress_range`` compresses the per-block maxima;
         ``max_impact`` (1-255) is the largest BMP level; ``reorder`` numbers the
         documents by recursive graph bisection first (:mod:`..reorder`: tighter blocks; results map back to the

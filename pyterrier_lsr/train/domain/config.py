@@ -3,7 +3,7 @@ strings (CLI and scripts)."""
 from dataclasses import dataclass, field, fields, replace
 
 from ...core.checks import check_choice, check_float, check_int, check_str
-from ..loop import TRAIN_PRECISIONS, TrainConfig
+from ..config import TRAIN_PRECISIONS, TrainConfig
 
 SIDES = ('both', 'query')
 QUERY_KINDS = ('sentence', 'keywords', 'mixed')

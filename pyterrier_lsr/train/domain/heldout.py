@@ -7,7 +7,7 @@ import ir_measures
 import torch
 from ir_measures import RR, nDCG
 
-from ..loop import TrainConfig
+from ..config import TrainConfig
 from .config import SELECT_ON
 from .vectors import sparse_vectors
 
