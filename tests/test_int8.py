@@ -80,6 +80,11 @@ def test_int8_pooling_gives_fp32_values_to_the_terms_that_can_be_non_zero(pair, 
     assert (int8 - fp32).abs().max() > 0.01
 
 
+# What this CPU really has: the kernels' 8-bit activations are exact only with VNNI (AVX2's vpmaddubsw saturates its
+# 16-bit sums), which every AMX CPU has; the tests below pretend either way and check what follows on this CPU.
+REAL_VNNI = torch.cpu._is_vnni_supported()
+
+
 @pytest.mark.parametrize('amx', [False, True])
 def test_int8_packs_for_onednn_on_amx_cpus_and_leaves_the_engine_setting_alone(monkeypatch, amx):
     monkeypatch.setattr(torch.cpu, '_is_amx_tile_supported', lambda: amx, raising=False)
@@ -90,11 +95,16 @@ def test_int8_packs_for_onednn_on_amx_cpus_and_leaves_the_engine_setting_alone(m
     hidden, mask = torch.randn(2, 7, 64), torch.tensor([[1] * 7, [1] * 4 + [0] * 3])
     int8_linear, pool = Int8Linear(linear), Int8MaxPool(decoder)
     assert torch.backends.quantized.engine == setting
-    # either engine's kernels (both run on any x86 CPU) compute the fp32 products to int8's precision
+    # either engine's kernels (both run on any x86 CPU) compute the fp32 products to int8's precision, where the CPU
+    # has what the engine is chosen for (onednn's 8-bit activations need VNNI: an AMX CPU has it)
     expected = linear(hidden)
-    assert (int8_linear(hidden) - expected).abs().max() < 0.02 * expected.abs().max()
     logits = decoder(hidden).masked_fill(~mask.bool()[..., None], float('-inf')).amax(dim=1)
-    assert (pool(hidden, mask) - logits).abs().max() < 0.02 * logits.abs().max()
+    errors = (int8_linear(hidden) - expected).abs().max() / expected.abs().max(), \
+        (pool(hidden, mask) - logits).abs().max() / logits.abs().max()
+    if REAL_VNNI or not amx:
+        assert max(errors) < 0.02
+    else:  # onednn packed on a CPU without VNNI: the saturation that makes packing_engine keep it for AMX CPUs
+        assert max(errors) > 0.05
 
 
 @pytest.mark.parametrize('vnni', [False, True])
@@ -105,14 +115,14 @@ def test_int8_activations_get_8_bits_where_the_kernels_cannot_saturate(monkeypat
     torch.manual_seed(0)
     linear = Int8Linear(nn.Linear(64, 48))
     assert linear.reduce_range is not vnni and Int8MaxPool(nn.Linear(64, 5000)).reduce_range is not vnni
-    # the kernels take either on any x86 CPU: the eighth bit halves the activations' rounding error
+    # with VNNI the eighth bit halves the activations' rounding error; without, the kernels saturate (the reason for 7)
     hidden = torch.randn(4, 7, 64)
     expected = hidden @ torch.ops.quantized.linear_unpack(linear.packed)[0].dequantize().T + linear.bias
     errors = {}
     for bits in (7, 8):
         linear.reduce_range = bits == 7
         errors[bits] = (linear(hidden) - expected).abs().mean()
-    assert errors[8] < 0.7 * errors[7]
+    assert errors[8] < 0.7 * errors[7] if REAL_VNNI else errors[8] > 2 * errors[7]
 
 
 def test_int8_quantizes_a_copy_once_and_leaves_the_fp32_module_alone():

@@ -253,7 +253,7 @@ def test_bad_inputs(tiny, tmp_path):
     ('max_length', 2, 'max_length must be >= 3'),
     ('log_every', 0, 'log_every must be >= 1'),
     ('steps', 2.5, 'steps must be an integer'),
-    ('bf16', 'no', 'bf16 must be True or False'),
+    ('precision', 'int8', "precision must be one of 'fp32', 'bf16'; got 'int8'"),
     ('losses', {'infonce': -1.0}, "losses['infonce'] must be a finite number >= 0"),
     ('losses', {'infonce': 0.0, 'kl': 0}, 'at least one loss a weight > 0'),  # else only FLOPS trains: empty vectors
 ])
