@@ -49,7 +49,8 @@ def cache_model(cache: Path, repo: str, source: str, tensor: str) -> Path:
 
 
 def test_a_hub_name_loads_the_caches_model_not_the_pip_copy(hub_cache, tmp_path):
-    snapshot = cache_model(hub_cache, MINILM_HUB, offline_folder('all-MiniLM-L6-v2'), 'embeddings.word_embeddings.weight')
+    snapshot = cache_model(hub_cache, MINILM_HUB, offline_folder('all-MiniLM-L6-v2'),
+                           'embeddings.word_embeddings.weight')
     with warnings.catch_warnings():
         warnings.simplefilter('error')  # no fallback happens, so no warning
         assert Path(resolve_model(MINILM_HUB)) == snapshot

@@ -35,8 +35,8 @@ FILL_MASK = {'transformer_task': 'fill-mask',
 POOLINGS = ('max', 'sum')
 ACTIVATIONS = ('relu', 'log1p_relu')
 
-__all__ = ['Encoder', 'Static', 'Layout', 'read_layout', 'write_splade', 'write_router', 'encoder_modules',
-           'static_module']
+__all__ = ['Encoder', 'Static', 'Layout', 'read_layout', 'declared_length', 'folded_head', 'write_modules',
+           'write_router', 'encoder_modules', 'static_module']
 
 
 class Encoder(NamedTuple):
@@ -64,10 +64,11 @@ def _module_kind(type_name: str) -> str:
     return str(type_name).rsplit('.', 1)[-1]
 
 
-def _transformer(folder: Path, where: Path) -> Encoder:
+def _transformer(folder: Path, kind: str, where: Path) -> Encoder:
     config_file = folder / MODULE_CONFIG
     config = storage.read_json(config_file, 'the sentence-transformers settings') if config_file.is_file() else {}
-    task = config.get('transformer_task', 'fill-mask')
+    # sentence-transformers' defaults: a (legacy) MLMTransformer is fill-mask, a Transformer feature-extraction
+    task = config.get('transformer_task', 'fill-mask' if kind == 'MLMTransformer' else 'feature-extraction')
     if task != 'fill-mask':
         raise ModelLoadError(f'{config_file}: transformer_task {task!r} is not a sparse (fill-mask) encoder: '
                              f'{where} is not a SPLADE-like sentence-transformers model')
@@ -91,24 +92,27 @@ def _route(folder: Path, modules: list[tuple[str, str]], where: Path) -> Encoder
     if kinds == ['SparseStaticEmbedding']:
         return Static(folder / modules[0][1])
     if kinds in (['Transformer', 'SpladePooling'], ['MLMTransformer', 'SpladePooling']):
-        return _transformer(folder / modules[0][1], where)._replace(**_pooling(folder / modules[1][1]))
+        return _transformer(folder / modules[0][1], kinds[0], where)._replace(**_pooling(folder / modules[1][1]))
     raise ModelLoadError(f'{where}: modules {kinds} are not a layout read here (a fill-mask Transformer and '
                          'SpladePooling, a SparseStaticEmbedding, or a Router of those)')
 
 
 def read_layout(folder: str | Path) -> Layout | None:
-    """The sparse sentence-transformers layout of ``folder``, or ``None`` when it has no ``modules.json``.
+    """The sparse sentence-transformers layout of ``folder``, or ``None`` when it is no ``SparseEncoder`` folder (no
+    ``modules.json``, or a dense model's: its masked LM, if any, is read as an HF folder).
 
     Raises:
         ModelLoadError: modules of another kind of model (a dense Pooling, a SparseAutoEncoder...) or settings read
             differently here, naming the file.
     """
     folder = Path(folder)
-    modules_file = folder / MODULES_FILE
-    if not modules_file.is_file():
+    modules_file, model_file = folder / MODULES_FILE, folder / MODEL_CONFIG
+    if not modules_file.is_file() or not model_file.is_file():
         return None
-    listed = storage.read_json(modules_file, 'the sentence-transformers modules')
-    if not isinstance(listed, list) or not all(isinstance(m, dict) for m in listed):
+    if storage.read_json(model_file, 'the sentence-transformers settings').get('model_type') != 'SparseEncoder':
+        return None
+    listed = storage.read_json(modules_file, 'the sentence-transformers modules', expect=list)
+    if not all(isinstance(m, dict) for m in listed):
         raise ModelLoadError(f'{modules_file}: not a list of modules')
     modules = [(str(m.get('type', '')), str(m.get('path', ''))) for m in sorted(listed, key=lambda m: m.get('idx', 0))]
     if [_module_kind(t) for t, _ in modules] != ['Router']:
@@ -128,6 +132,37 @@ def read_layout(folder: str | Path) -> Layout | None:
         raise ModelLoadError(f'{config_file}: the document route is a SparseStaticEmbedding; read here: documents '
                              'through a fill-mask Transformer and SpladePooling')
     return Layout(routes['document'], routes['query'])
+
+
+def declared_length(encoder: Encoder, tokenizer) -> int | None:
+    """The truncation sentence-transformers applies to ``encoder``: its ``max_seq_length``, else its tokenizer's
+    ``model_max_length`` (``None`` where the tokenizer sets no limit)."""
+    limit = tokenizer.model_max_length
+    return encoder.max_length or (limit if isinstance(limit, int) and limit < 1_000_000 else None)
+
+
+def folded_head(model):
+    """A copy of a SPLADE module's masked LM whose logits are already divided by its ``head_scale`` (the decoder's
+    weight and bias divided, untied from the input embeddings): what sentence-transformers, which has no such
+    setting, computes our vectors with."""
+    import copy
+
+    import torch
+    mlm = copy.deepcopy(model.mlm)
+    scale = float(model.settings['head_scale'])
+    decoder = mlm.get_output_embeddings()
+    with torch.no_grad():
+        if decoder.weight is mlm.get_input_embeddings().weight:
+            decoder.weight = torch.nn.Parameter(decoder.weight.detach().clone())
+            mlm.config.tie_word_embeddings = False
+        decoder.weight.div_(scale)
+        if decoder.bias is not None:
+            # untied, transformers ties none of the head's parameters: the bias (shared with the head's own in
+            # BERT) must be saved as the decoder's
+            decoder.bias.div_(scale)
+            decoder.bias = torch.nn.Parameter(decoder.bias.detach().clone())
+    setattr(mlm.config, 'lsr', dict(model.settings, head_scale=1.0))
+    return mlm
 
 
 # -- writing --------------------------------------------------------------------------------------------------------
@@ -170,17 +205,12 @@ def static_module(folder: Path, tokenizer, weight, max_length: int) -> tuple[str
     return STATIC, folder.name
 
 
-def _write_modules(folder: Path, modules: list[tuple[str, str]]) -> None:
-    storage.write_json(folder / MODULES_FILE, [{'idx': i, 'name': str(i), 'path': path, 'type': kind}
-                                               for i, (kind, path) in enumerate(modules)], indent=2)
-    _model_config(folder)
-
-
-def write_splade(folder: Path, max_length: int, pooling: str = 'max', activation: str = 'relu',
-                 transformer: str = '') -> None:
-    """The files that make ``folder`` (a masked LM's folder at ``folder / transformer``) a SPLADE ``SparseEncoder``."""
-    _write_modules(Path(folder), encoder_modules(Path(folder), transformer, '1_SpladePooling', max_length, pooling,
-                                                 activation))
+def write_modules(folder: Path, modules: list[tuple[str, str]]) -> None:
+    """``modules.json`` listing ``modules`` (``(type, path)``, written already) and the model's
+    ``config_sentence_transformers.json``."""
+    storage.write_json(Path(folder) / MODULES_FILE, [{'idx': i, 'name': str(i), 'path': path, 'type': kind}
+                                                     for i, (kind, path) in enumerate(modules)], indent=2)
+    _model_config(Path(folder))
 
 
 def write_router(folder: Path, query: list[tuple[str, str]], document: list[tuple[str, str]]) -> None:
@@ -190,4 +220,4 @@ def write_router(folder: Path, query: list[tuple[str, str]], document: list[tupl
         'types': {path: kind for kind, path in query + document},
         'structure': {'query': [p for _, p in query], 'document': [p for _, p in document]},
         'parameters': {'default_route': 'document', 'allow_empty_key': True, 'route_mappings': {}}}, indent=2)
-    _write_modules(folder, [(ROUTER, '')])
+    write_modules(folder, [(ROUTER, '')])

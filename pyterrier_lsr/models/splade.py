@@ -144,11 +144,12 @@ class SpladeModel(nn.Module):
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, special_token_ids: Iterable[int] = (), new_head: bool = False,
-                        **kwargs) -> 'SpladeModel':
+                        settings: dict | None = None, **kwargs) -> 'SpladeModel':
         """Loads a masked-LM checkpoint; raises :class:`ModelLoadError` when transformers would initialise part of
         the model randomly (e.g. a dense encoder folder without an MLM head) unless ``new_head=True`` asks for that
         (see :func:`pyterrier_lsr.models.heads.splade_from_encoder` for a deliberate initialisation), and when the
-        ``lsr`` settings in ``config.json`` are invalid."""
+        ``lsr`` settings in ``config.json`` are invalid.  ``settings`` override those of ``config.json`` (a folder
+        written by another library declares its pooling elsewhere)."""
         from transformers import AutoModelForMaskedLM
         mlm, info = load_hf_model(AutoModelForMaskedLM, name_or_path, 'the masked LM', **kwargs)
         bad = sorted(info.get('missing_keys', ()))
@@ -157,6 +158,8 @@ class SpladeModel(nn.Module):
                                  f'({", ".join(bad[:4])}{", ..." if len(bad) > 4 else ""}): it is not a masked-LM '
                                  'checkpoint. Pass new_head=True to train a new head on purpose '
                                  '(or use models.heads.splade_from_encoder)')
+        if settings:
+            setattr(mlm.config, CONFIG_KEY, dict(getattr(mlm.config, CONFIG_KEY, None) or {}, **settings))
         return cls(mlm, special_token_ids)
 
     def save_pretrained(self, path: str, **kwargs):

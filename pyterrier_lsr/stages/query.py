@@ -103,7 +103,11 @@ class StaticQueryEncoder(SparseTextEncoder):
         static = static_module_folder(folder)
         if static is not None:
             weight = read_tensors(static / 'model.safetensors', ['weight'])['weight']
-            return cls.from_tensor(load_tokenizer(static), weight, where=str(static / 'model.safetensors'), **kwargs)
+            tokenizer = load_tokenizer(static)
+            # the module truncates at its tokenizer's limit, as sentence-transformers does (none where it sets none)
+            limit = tokenizer.model_max_length
+            kwargs.setdefault('max_length', limit if isinstance(limit, int) and limit < 1_000_000 else 1_000_000)
+            return cls.from_tensor(tokenizer, weight, where=str(static / 'model.safetensors'), **kwargs)
         weights = check_weights(storage.read_json(folder / WEIGHTS_FILE, 'query weights'), str(folder / WEIGHTS_FILE))
         return cls(load_tokenizer(folder), weights, **kwargs)
 
@@ -218,8 +222,9 @@ class StaticQueryWeights(nn.Module):
 
 
 def static_module_folder(folder: Path) -> Path | None:
-    """The folder of a sentence-transformers ``SparseStaticEmbedding`` module inside ``folder``, if any."""
+    """The folder of a sentence-transformers ``SparseStaticEmbedding`` module: ``folder`` itself or one inside it, if
+    any."""
     for path in sorted(folder.rglob('model.safetensors')):
-        if 'SparseStaticEmbedding' in path.parent.name and path.parent != folder:
+        if 'SparseStaticEmbedding' in path.parent.name:
             return path.parent
     return None
