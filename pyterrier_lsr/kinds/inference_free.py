@@ -65,7 +65,7 @@ class InferenceFreeSplade(TorchSparseModel):
         document = write_encoder(folder, self.model, self.tokenizer, self.max_length, DOCUMENT,
                                  'document_1_SpladePooling')
         side = self.query_side
-        weight = torch.zeros(self.model.vocab_size)
+        weight = torch.zeros(self.model.vocab_size, dtype=torch.float64)
         vocabulary = side.tokenizer.get_vocab()
         for token, value in side.weights.items():
             if vocabulary.get(token, self.model.vocab_size) < self.model.vocab_size:

@@ -199,7 +199,8 @@ def static_module(folder: Path, tokenizer, weight, max_length: int) -> tuple[str
         tokenizer.save_pretrained(str(folder))
     finally:
         tokenizer.model_max_length = limit
-    save_file({'weight': weight.detach().float().cpu().contiguous()}, str(folder / 'model.safetensors'),
+    # float64, so that our weights read back exactly (sentence-transformers loads them into its float32 parameter)
+    save_file({'weight': weight.detach().double().cpu().contiguous()}, str(folder / 'model.safetensors'),
               metadata={'format': 'pt'})
     storage.write_json(folder / 'config.json', {'frozen': False}, indent=2)
     return STATIC, folder.name
