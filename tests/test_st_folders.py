@@ -170,3 +170,8 @@ def test_folders_of_other_sentence_transformers_models(tmp_path, tiny_path):
     (tmp_path / 'st' / 'modules.json').write_text(json.dumps(modules))
     with pytest.raises(ModelLoadError, match=r"modules\.json: modules \['Transformer', 'SparseAutoEncoder'\]"):
         load_model(tmp_path / 'st')
+    # prompts, which sentence-transformers prepends to the texts, are refused rather than silently left out
+    SparseEncoder(modules=[Transformer(tiny_path, transformer_task='fill-mask'), SpladePooling('max')],
+                  prompts={'query': 'query: '}, device='cpu').save(str(tmp_path / 'prompts'))
+    with pytest.raises(ModelLoadError, match=r"config_sentence_transformers\.json: prompts \{'query': 'query: '\}"):
+        load_model(tmp_path / 'prompts')

@@ -109,8 +109,14 @@ def read_layout(folder: str | Path) -> Layout | None:
     modules_file, model_file = folder / MODULES_FILE, folder / MODEL_CONFIG
     if not modules_file.is_file() or not model_file.is_file():
         return None
-    if storage.read_json(model_file, 'the sentence-transformers settings').get('model_type') != 'SparseEncoder':
+    model_config = storage.read_json(model_file, 'the sentence-transformers settings')
+    if model_config.get('model_type') != 'SparseEncoder':
         return None
+    prompts = {k: v for k, v in (model_config.get('prompts') or {}).items() if v}
+    if prompts or model_config.get('default_prompt_name'):
+        # sentence-transformers prepends them to the texts; encoding without them would give other vectors silently
+        raise ModelLoadError(f'{model_file}: prompts {prompts} (default {model_config.get("default_prompt_name")!r}) '
+                             'are not applied here; read here: SparseEncoder folders without prompts')
     listed = storage.read_json(modules_file, 'the sentence-transformers modules', expect=list)
     if not all(isinstance(m, dict) for m in listed):
         raise ModelLoadError(f'{modules_file}: not a list of modules')
