@@ -278,7 +278,8 @@ def main():
     parser.add_argument('--output', default=str(Path(__file__).parent / 'results' / 'encode.json'))
     args = parser.parse_args()
 
-    from pyterrier_lsr.core.offline import resolve_model, use_irds_cache
+    from pyterrier_lsr.core.names import resolve_model
+    from pyterrier_lsr.core.offline import use_irds_cache
 
     if args.irds_cache:
         use_irds_cache(args.irds_cache)  # before anything imports ir_datasets; subprocesses inherit it

@@ -70,7 +70,8 @@ def main():
 
     from pyterrier_lsr import LsrIndex, Splade, SpladeIndexer
     from pyterrier_lsr.core.collection import load_collection
-    from pyterrier_lsr.core.offline import resolve_model, use_irds_cache
+    from pyterrier_lsr.core.names import resolve_model
+    from pyterrier_lsr.core.offline import use_irds_cache
     from pyterrier_lsr.core.storage import write_json
     if args.irds_cache:
         use_irds_cache(args.irds_cache)

@@ -37,7 +37,8 @@ import numpy as np
 import pandas as pd
 
 from pyterrier_lsr.core.collection import load_collection
-from pyterrier_lsr.core.offline import resolve_model, use_irds_cache
+from pyterrier_lsr.core.names import resolve_model
+from pyterrier_lsr.core.offline import use_irds_cache
 from pyterrier_lsr.core.storage import read_json, write_json
 
 PISA_SETTINGS = [{'query_algorithm': a} for a in ('maxscore', 'block_max_wand', 'block_max_maxscore')]

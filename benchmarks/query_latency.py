@@ -15,7 +15,8 @@ import statistics
 import time
 from pathlib import Path
 
-from pyterrier_lsr.core.offline import resolve_model, use_irds_cache
+from pyterrier_lsr.core.names import resolve_model
+from pyterrier_lsr.core.offline import use_irds_cache
 
 
 def per_query_seconds(fn, queries, repeats):

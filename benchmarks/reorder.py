@@ -22,7 +22,8 @@ from pathlib import Path
 import numpy as np
 
 from pyterrier_lsr.core.collection import load_collection
-from pyterrier_lsr.core.offline import resolve_model, use_irds_cache
+from pyterrier_lsr.core.names import resolve_model
+from pyterrier_lsr.core.offline import use_irds_cache
 from pyterrier_lsr.core.storage import write_json
 
 PISA_ALGORITHMS = ('maxscore', 'block_max_wand', 'block_max_maxscore')

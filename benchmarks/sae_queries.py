@@ -75,7 +75,7 @@ def main():
 
     from pyterrier_lsr import Splade
     from pyterrier_lsr.core.collection import load_collection
-    from pyterrier_lsr.core.offline import resolve_model
+    from pyterrier_lsr.core.names import resolve_model
     from pyterrier_lsr.core.storage import write_json
     from pyterrier_lsr.kinds.sae_splade import idf_weighted_queries
     from pyterrier_lsr.report import System, report

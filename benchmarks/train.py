@@ -18,7 +18,8 @@ import tempfile
 import time
 from pathlib import Path
 
-from pyterrier_lsr.core.offline import resolve_model, use_irds_cache
+from pyterrier_lsr.core.names import resolve_model
+from pyterrier_lsr.core.offline import use_irds_cache
 
 
 def ours(examples, args, precision):

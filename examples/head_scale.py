@@ -25,7 +25,7 @@ from pathlib import Path
 import torch
 
 from pyterrier_lsr import load_collection
-from pyterrier_lsr.core.offline import resolve_model
+from pyterrier_lsr.core.names import resolve_model
 from pyterrier_lsr.systems.recipes import fine_tune, parse_args, parser, prepare_examples
 
 VARIANTS = ('plain', 'x16', 'x16-rescaled')

@@ -36,7 +36,7 @@ def attribute_pool(n: int, rng: random.Random):
     """``n`` distinct capitalised whole words (4-10 letters, no stopwords) from the MiniLM tokenizer vocabulary."""
     from transformers import AutoTokenizer
 
-    from pyterrier_lsr.core.offline import resolve_model
+    from pyterrier_lsr.core.names import resolve_model
     vocab = AutoTokenizer.from_pretrained(resolve_model('all-MiniLM-L6-v2')).get_vocab()
     words = sorted(w for w in vocab if w.isascii() and w.isalpha() and 4 <= len(w) <= 10 and w not in STOPWORDS)
     if len(words) < n:

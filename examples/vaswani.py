@@ -14,7 +14,8 @@ import pyterrier as pt
 from pyterrier.measures import AP, RR, R, nDCG
 
 from pyterrier_lsr import IDFQueryEncoder, LsrIndex, Splade, systems
-from pyterrier_lsr.core.offline import resolve_model, use_irds_cache
+from pyterrier_lsr.core.names import resolve_model
+from pyterrier_lsr.core.offline import use_irds_cache
 
 MEASURES = [nDCG @ 10, AP, R @ 100, RR @ 10, 'mrt']
 

@@ -31,7 +31,7 @@ from pathlib import Path
 import torch
 
 from pyterrier_lsr import load_collection
-from pyterrier_lsr.core.offline import resolve_model
+from pyterrier_lsr.core.names import resolve_model
 from pyterrier_lsr.systems.recipes import fine_tune, parse_args, parser, prepare_examples
 
 DOMAIN_ARMS = ('original', 'extended')

@@ -262,7 +262,7 @@ def main(argv=None):
         return
     if args.command == 'train':  # every setting is checked before the model and data are loaded
         settings = _train_settings(args)
-    from .core.offline import resolve_model
+    from .core.names import resolve_model
     from .kinds.splade import Splade
     from .train.torchrun import is_main, setup
 

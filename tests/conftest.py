@@ -23,7 +23,7 @@ if os.environ.get('PYTEST_XDIST_WORKER_COUNT'):
 @pytest.fixture(scope='session')
 def splade():
     from pyterrier_lsr import Splade
-    from pyterrier_lsr.core.offline import resolve_model
+    from pyterrier_lsr.core.names import resolve_model
     return Splade.from_pretrained(resolve_model('splade-tiny'), device='cpu', batch_size=8)
 
 

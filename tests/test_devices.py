@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from pyterrier_lsr.core.encoding import resolve_device, resolve_precision
-from pyterrier_lsr.core.offline import resolve_model
+from pyterrier_lsr.core.names import resolve_model
 from pyterrier_lsr.kinds.ssr import train_ssr_sae
 from pyterrier_lsr.models.sae import SAEConfig, SparseAutoencoder, train_sae
 

@@ -351,7 +351,7 @@ def test_cli_domain_adapt_on_a_folder(corpus, tmp_path, capsys):
     (folder / 'topics.tsv').write_text('1\treactor\n')
     (folder / 'qrels.txt').write_text('1 0 d1 1\n')
     from pyterrier_lsr import Splade, SpladeIndexer
-    from pyterrier_lsr.core.offline import resolve_model
+    from pyterrier_lsr.core.names import resolve_model
     index = SpladeIndexer(str(tmp_path / 'start.lsr'), Splade.from_pretrained(resolve_model('splade-tiny')),
                           verbose=False).index(corpus)
     main(['domain-adapt', '--model', 'splade-tiny', '--collection', str(folder), '--output-dir', str(tmp_path / 'out'),

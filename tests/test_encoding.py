@@ -108,7 +108,7 @@ def test_blank_text_gives_empty_vector(splade, blank):
 
 
 def test_long_text_is_truncated_at_max_length(texts):
-    from pyterrier_lsr.core.offline import resolve_model
+    from pyterrier_lsr.core.names import resolve_model
 
     short = Splade.from_pretrained(resolve_model('splade-tiny'), max_length=16)
     long_text = texts[-1]
@@ -122,7 +122,7 @@ def test_non_ascii_text(splade):
 
 
 def test_bf16_close_to_fp32(texts):
-    from pyterrier_lsr.core.offline import resolve_model
+    from pyterrier_lsr.core.names import resolve_model
 
     path = resolve_model('splade-tiny')
     texts = texts[:10] + texts[-2:]  # without bf16 kernels (most CPUs) bf16 runs ~10x slower: a sample suffices

@@ -15,7 +15,7 @@ from pyterrier_lsr import Prune, Splade, StaticQueryEncoder
 from pyterrier_lsr.core.checks import MAX_WEIGHT
 from pyterrier_lsr.core.encoding import encode_texts
 from pyterrier_lsr.core.model_files import ModelLoadError
-from pyterrier_lsr.core.offline import resolve_model
+from pyterrier_lsr.core.names import resolve_model
 from pyterrier_lsr.models import SpladeModel
 from pyterrier_lsr.report import ConfigError, load_config
 from pyterrier_lsr.report.builder import _SystemBuilder

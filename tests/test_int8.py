@@ -8,7 +8,7 @@ from torch import nn
 
 from pyterrier_lsr import Splade
 from pyterrier_lsr.core.encoding import resolve_precision
-from pyterrier_lsr.core.offline import resolve_model
+from pyterrier_lsr.core.names import resolve_model
 from pyterrier_lsr.models import int8 as int8_module
 from pyterrier_lsr.models.int8 import Int8Linear, Int8MaxPool, Int8Module, backbone_share, packing_engine, reduce_range
 

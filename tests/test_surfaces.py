@@ -142,7 +142,7 @@ def test_the_latent_terms_and_sae_splade_builders_refuse_unconverted_docnos_befo
 # -- 3. builders never reuse silently -------------------------------------------------------------------------------
 def test_sparse_index_reuses_for_the_same_model_only(tmp_path, splade):
     from pyterrier_lsr import Splade
-    from pyterrier_lsr.core.offline import resolve_model
+    from pyterrier_lsr.core.names import resolve_model
     path = tmp_path / 'splade.lsr'
     index = systems.sparse_index(path, splade, DOCS, verbose=False)
     build = index.build_id()

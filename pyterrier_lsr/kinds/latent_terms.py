@@ -31,8 +31,8 @@ from tqdm.auto import tqdm
 from ..core import arrays, storage
 from ..core.checks import check_bool, check_choice, check_float, check_str
 from ..core.encoding import autocast, length_sorted_batches, to_dicts
-from ..core.folders import CONFIG_FILE, CONFIG_KEY, kind_settings
-from ..core.offline import offline_name, resolve_model
+from ..core.folders import CONFIG_FILE, CONFIG_KEY, kind_settings, local_folder
+from ..core.offline import offline_name
 from ..models.features import MODES, DenseFeatures, LatentTermsModel, load_dense, st_max_length, st_pooling
 from ..models.sae import SAEConfig, SparseAutoencoder, latent_term_names
 from .splade import TorchSparseModel
@@ -97,14 +97,13 @@ class LatentTerms(TorchSparseModel):
             check_bool('include_dense', include_dense)
         self.include_dense = include_dense
         self.dense_name = str(dense)
-        model, tokenizer = load_dense(self.dense_name)
+        folder = local_folder(self.dense_name)
+        model, tokenizer = load_dense(folder)
         # a hub snapshot or folder without sentence-transformers files pools by the mean and truncates at 256
-        folder = resolve_model(self.dense_name)
-        local = Path(folder).is_dir()
         if max_length is None:
-            max_length = (st_max_length(folder) if local else None) or DEFAULT_MAX_LENGTH
+            max_length = st_max_length(folder) or DEFAULT_MAX_LENGTH
         super().__init__(None, tokenizer, device, max_length, batch_size, precision, name or self.dense_name)
-        pooling = st_pooling(folder) if local else 'mean'
+        pooling = st_pooling(folder)
         self.features = DenseFeatures(model, mode, pooling=pooling).to(self.device).eval()
         self.mode, self.sqrt_tf, self.k1, self.b = mode, sqrt_tf, float(k1), float(b)
         self.sae = None

@@ -5,12 +5,14 @@ model's ``save_pretrained``; :func:`load_model` looks the kind up in :data:`MODE
 ``from_pretrained``, for local folders and hub names alike (offline short names such as ``'splade-tiny'`` resolve
 first).  Folders published by other projects carry no ``lsr`` settings and are read by their documented layout: an
 OpenSearch doc-only model (``idf.json``) or a sentence-transformers sparse model with a ``SparseStaticEmbedding``
-query module is ``inference-free``; any other masked-LM folder is ``splade``.
+query module is ``inference-free``, one whose ``Router`` has two masked-LM encoders ``asymmetric``; any other
+masked-LM folder is ``splade`` (see :mod:`~pyterrier_lsr.kinds.st_format`).
 """
 import importlib
 from pathlib import Path
 
 from ..core.folders import CONFIG_FILE, CONFIG_KEY, local_folder, model_settings
+from .st_format import Encoder, read_layout
 
 MODEL_KINDS = {
     'splade': 'pyterrier_lsr.kinds.splade:Splade',
@@ -32,9 +34,13 @@ def model_kind(name_or_path: str | Path) -> str:
     folder = local_folder(name_or_path)
     kind = model_settings(folder).get('kind')
     if kind is None:
+        layout = read_layout(folder)
         files = _files(folder)
         foreign_doc_only = 'idf.json' in files or any('SparseStaticEmbedding' in f for f in files)
-        kind = 'inference-free' if foreign_doc_only else 'splade'
+        if layout is not None and isinstance(layout.query, Encoder):
+            kind = 'asymmetric'
+        else:
+            kind = 'inference-free' if foreign_doc_only else 'splade'
     if not isinstance(kind, str) or kind not in MODEL_KINDS:
         raise ValueError(f'{folder / CONFIG_FILE}: unknown model kind {kind!r} under {CONFIG_KEY!r}; known kinds: '
                          f'{sorted(MODEL_KINDS)}')

@@ -63,7 +63,7 @@ class MultiVector(pt.Transformer):
         """A new (untrained) encoder: an HF ``AutoModel`` (offline names resolve, see :mod:`pyterrier_lsr.core.offline`)
         with an orthogonally initialised ``hidden -> dim`` projection."""
         from ..models.features import load_dense
-        dense, tokenizer = load_dense(backbone)
+        dense, tokenizer = load_dense(local_folder(backbone))
         model = MultiVectorModel(dense, dim, structural_token_ids(tokenizer), seed=seed)
         return cls(model, tokenizer, **kwargs)
 

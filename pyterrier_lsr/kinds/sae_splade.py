@@ -10,7 +10,7 @@ import numpy as np
 import torch
 
 from ..core.encoding import is_blank, length_sorted_batches
-from ..core.folders import kind_settings
+from ..core.folders import kind_settings, local_folder
 from ..core.model_files import load_tokenizer
 from ..models.features import load_dense
 from ..models.sae import SAEConfig, SparseAutoencoder
@@ -56,7 +56,7 @@ class SaeSplade(TorchSparseModel):
     @classmethod
     def example(cls) -> 'SaeSplade':
         """SPLADE-tiny's encoder and a random SAE of 64 latents (k = 4) over its token states."""
-        model, tokenizer = load_dense('splade-tiny')
+        model, tokenizer = load_dense(local_folder('splade-tiny'))
         sae = SparseAutoencoder(SAEConfig(d_in=model.config.hidden_size, n_latents=64, k=4, seed=1))
         return cls(SaeSpladeModel(model, sae, structural_token_ids(tokenizer)), tokenizer, device='cpu', batch_size=2)
 
@@ -65,7 +65,7 @@ class SaeSplade(TorchSparseModel):
                       **kwargs) -> 'SaeSplade':
         """A stage-2 model (before fine-tuning) from a backbone name/folder (offline names resolve, e.g.
         ``'splade-tiny'``; an MLM checkpoint's head is dropped) and a stage-1 SAE trained on its token states."""
-        model, tokenizer = load_dense(backbone)
+        model, tokenizer = load_dense(local_folder(backbone))
         return cls(SaeSpladeModel(model, sae, structural_token_ids(tokenizer), alpha), tokenizer, **kwargs)
 
     def write_folder(self, folder: Path):

@@ -11,13 +11,14 @@ from pathlib import Path
 
 from ..core.checks import check_int, check_max_length
 from ..core.encoding import INT8, encode_texts, resolve_device, resolve_precision, vocabulary_terms
-from ..core.folders import local_folder
+from ..core.folders import local_folder, model_settings
 from ..core.model_files import ModelLoadError, load_tokenizer
 from ..models.int8 import Int8Module
 from ..models.splade import SpladeModel
+from . import st_format
 from .base import SparseModel
 
-__all__ = ['TorchSparseModel', 'Splade', 'check_tokenizer']
+__all__ = ['TorchSparseModel', 'Splade', 'check_tokenizer', 'read_encoder', 'write_encoder', 'runtime_with_length']
 
 
 def check_tokenizer(tokenizer, vocab_size: int, where='the model') -> None:
@@ -132,15 +133,18 @@ class Splade(TorchSparseModel):
 
     @classmethod
     def load_folder(cls, folder: Path, new_head: bool = False, **kwargs) -> 'Splade':
-        """Any HF ``AutoModelForMaskedLM`` folder as SPLADE; refuses (:class:`ModelLoadError`) one without MLM head
-        unless ``new_head=True``, invalid ``lsr`` settings, and a tokenizer that does not fit the head (see
+        """Any HF ``AutoModelForMaskedLM`` folder as SPLADE, or a sentence-transformers ``SparseEncoder`` folder of
+        a fill-mask Transformer and SpladePooling (its pooling, activation and ``max_seq_length`` read, see
+        :mod:`~pyterrier_lsr.kinds.st_format`); refuses (:class:`ModelLoadError`) one without MLM head unless
+        ``new_head=True``, invalid ``lsr`` settings, and a tokenizer that does not fit the head (see
         :func:`check_tokenizer`).  ``kwargs`` go to :class:`TorchSparseModel` (device, max_length, batch_size,
         precision).  Use :meth:`from_pretrained` for names (``Splade.from_pretrained('naver/splade-v3')``)."""
-        tokenizer = load_tokenizer(folder)
-        model = SpladeModel.from_pretrained(str(folder), special_token_ids=tokenizer.all_special_ids,
-                                            new_head=new_head)
-        check_tokenizer(tokenizer, model.vocab_size, folder)
-        return cls(model, tokenizer, **kwargs)
+        layout = st_format.read_layout(folder)
+        if layout is not None and layout.query is not None and not model_settings(folder).get('kind'):
+            raise ModelLoadError(f'{folder} is a sentence-transformers Router (queries and documents through two '
+                                 'routes): load it with load_model, which reads it as the kind it is')
+        model, tokenizer, max_length = read_encoder(folder, '', new_head=new_head)
+        return cls(model, tokenizer, **runtime_with_length(kwargs, max_length))
 
     @classmethod
     def example(cls) -> 'Splade':
@@ -161,7 +165,49 @@ class Splade(TorchSparseModel):
         return cls(model, tokenizer, name=str(name_or_path), **kwargs)
 
     def write_folder(self, folder: Path):
-        """An ordinary HF folder (weights, tokenizer, config; our settings go under ``lsr``)."""
+        """An ordinary HF folder (weights, tokenizer, config; our settings go under ``lsr``) that is also a
+        sentence-transformers ``SparseEncoder`` folder encoding the same vectors (:func:`write_encoder`)."""
         self._check_model()
-        self.model.save_pretrained(str(folder))
-        self.tokenizer.save_pretrained(str(folder))
+        st_format.write_modules(folder, write_encoder(folder, self.model, self.tokenizer, self.max_length, '',
+                                                      '1_SpladePooling'))
+
+
+def runtime_with_length(kwargs: dict, max_length: int | None) -> dict:
+    """The runtime options, truncating at the folder's declared length unless ``max_length`` is given."""
+    return kwargs if kwargs.get('max_length') is not None or max_length is None else dict(kwargs, max_length=max_length)
+
+
+def read_encoder(folder: Path, own: str, route: str = 'document', new_head: bool = False):
+    """The SPLADE module, tokenizer and declared truncation (``None``: none declared) of one side of a model folder:
+    our own folder's model in ``folder / own`` (or at the root of a folder without sentence-transformers files), a
+    sentence-transformers folder's ``route`` (``'document'`` or ``'query'``) as its modules say."""
+    layout = st_format.read_layout(folder)
+    encoder = None if layout is None else getattr(layout, route)
+    if layout is None:
+        path, settings = folder, None
+    elif model_settings(folder).get('kind'):
+        path, settings = folder / own, None
+    else:
+        path, settings = encoder.path, {'pooling': encoder.pooling, 'activation': encoder.activation}
+    tokenizer = load_tokenizer(path)
+    model = SpladeModel.from_pretrained(str(path), special_token_ids=tokenizer.all_special_ids, new_head=new_head,
+                                        settings=settings)
+    check_tokenizer(tokenizer, model.vocab_size, folder)
+    return model, tokenizer, None if encoder is None else st_format.declared_length(encoder, tokenizer)
+
+
+def write_encoder(folder: Path, model, tokenizer, max_length: int, own: str, pooling_folder: str) -> list:
+    """Writes a SPLADE module and its tokenizer into ``folder / own`` and the sentence-transformers modules that
+    encode the same vectors: the fill-mask Transformer (that same folder; with a ``head_scale`` other than 1, a copy
+    whose head has the scale folded in, beside it) and SpladePooling in ``folder / pooling_folder``.  Returns the
+    modules, ``(type, path)``."""
+    module = getattr(model, 'float_module', model)  # an int8 model saves its float weights
+    module.save_pretrained(str(folder / own) if own else str(folder))
+    tokenizer.save_pretrained(str(folder / own))
+    transformer = own
+    if float(module.settings['head_scale']) != 1.0:
+        transformer = f'{own}_folded' if own else '0_Transformer'
+        st_format.folded_head(module).save_pretrained(str(folder / transformer))
+        tokenizer.save_pretrained(str(folder / transformer))
+    return st_format.encoder_modules(folder, transformer, pooling_folder, max_length, module.settings['pooling'],
+                                     module.settings.get('activation', 'relu'))

@@ -14,7 +14,6 @@ from torch import nn
 from ..core import storage
 from ..core.checks import check_int
 from ..core.model_files import load_hf_model, load_tokenizer
-from ..core.offline import resolve_model
 from .sae import SparseAutoencoder
 
 MODES = ('single', 'multi')
@@ -129,10 +128,8 @@ def st_max_length(folder) -> int | None:
     return None if value is None else check_int(f'max_seq_length in {config}', value, 3)
 
 
-def load_dense(name_or_path: str):
-    """An HF encoder and its tokenizer; offline names and their hub names (see :mod:`pyterrier_lsr.core.offline`)
-    resolve
-    to their folders.  A sentence-transformers folder's pooling: :func:`st_pooling`."""
+def load_dense(folder):
+    """The HF encoder in a local ``folder`` and its tokenizer (names are resolved to folders by the caller, see
+    :mod:`pyterrier_lsr.core.names`).  A sentence-transformers folder's pooling: :func:`st_pooling`."""
     from transformers import AutoModel
-    folder = resolve_model(str(name_or_path))
     return load_hf_model(AutoModel, folder, 'the dense model')[0], load_tokenizer(folder)

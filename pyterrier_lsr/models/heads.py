@@ -84,19 +84,19 @@ def rescale_head(model: SpladeModel, k: float | str, tokenizer=None, texts: Sequ
     return k
 
 
-def splade_from_encoder(name_or_path: str, special_token_ids=(), **kwargs) -> SpladeModel:
+def splade_from_encoder(folder: str, special_token_ids=(), **kwargs) -> SpladeModel:
     """A SPLADE model from an encoder checkpoint without an MLM head (e.g. all-MiniLM-L6-v2).
 
     Initialization (our choice): the decoder is tied to the input embeddings (transformers' default for BERT-like
     masked LMs); the head's transform starts as the identity (dense weight I, bias 0; LayerNorm 1/0), so a logit is the
     similarity of the contextual state with the term's own input embedding; the output bias starts at 0.
-    :meth:`pyterrier_lsr.Splade.from_encoder` gives the same model with its tokenizer.
+    :meth:`pyterrier_lsr.Splade.from_encoder` gives the same model with its tokenizer (and resolves names: ``folder``
+    here is a local folder).
     """
     from transformers import AutoModelForMaskedLM
 
-    from ..core.offline import resolve_model
-    # the head is missing on purpose and initialised below; offline names resolve too
-    mlm, _ = load_hf_model(AutoModelForMaskedLM, resolve_model(str(name_or_path)), 'the encoder', **kwargs)
+    # the head is missing on purpose and initialised below
+    mlm, _ = load_hf_model(AutoModelForMaskedLM, str(folder), 'the encoder', **kwargs)
     mlm.tie_weights()
     with torch.no_grad():
         decoder = mlm.get_output_embeddings()

@@ -215,8 +215,10 @@ class Int8Module(nn.Module):
         self.pool = None
         self.int8_backbone = True
         skip = ()
-        # SPLADE's fused projection reads the decoder's weight directly: it gets its own int8 pooling.
-        if isinstance(quantized, SpladeModel) and quantized._head_layout is not None:
+        # SPLADE's fused projection reads the decoder's weight directly: it gets its own int8 pooling (max pooling
+        # only; a sum-pooled model runs its own forward over int8 layers).
+        if isinstance(quantized, SpladeModel) and quantized._head_layout is not None \
+                and quantized.settings['pooling'] == 'max':
             decoder = quantized.mlm.get_output_embeddings()
             self.pool = Int8MaxPool(decoder)
             skip = (decoder, *head_linears(quantized))

@@ -14,7 +14,10 @@ DEFAULT_SETTINGS = {'kind': 'splade', 'pooling': 'max', 'head_scale': 1.0}
 # Model kinds whose folder is an MLM checkpoint read by SpladeModel (other kinds have their own loaders).
 # A doc-only model's document side is the same masked LM; its folder says 'inference-free' (see loading.py).
 KINDS = ('splade', 'inference-free', 'asymmetric')
-POOLINGS = ('max',)
+# sentence-transformers' SpladePooling options: max (SPLADE v2 and later) or sum (the first SPLADE) over the tokens;
+# relu, or log1p_relu (a second log1p, OpenSearch's models) before it
+POOLINGS = ('max', 'sum')
+ACTIVATIONS = ('relu', 'log1p_relu')
 
 
 def check_settings(settings: dict, where: str = 'config.json') -> dict:
@@ -25,6 +28,9 @@ def check_settings(settings: dict, where: str = 'config.json') -> dict:
     if settings.get('pooling') not in POOLINGS:
         raise ModelLoadError(f'{where}: {CONFIG_KEY}.pooling must be one of {list(POOLINGS)}, '
                              f'got {settings.get("pooling")!r}')
+    if settings.get('activation', 'relu') not in ACTIVATIONS:
+        raise ModelLoadError(f'{where}: {CONFIG_KEY}.activation must be one of {list(ACTIVATIONS)}, '
+                             f'got {settings.get("activation")!r}')
     scale = settings.get('head_scale')
     if isinstance(scale, bool) or not isinstance(scale, (int, float)) or not math.isfinite(scale) or scale <= 0:
         raise ModelLoadError(f'{where}: {CONFIG_KEY}.head_scale must be a finite number > 0, got {scale!r}')
@@ -65,7 +71,9 @@ class SpladeModel(nn.Module):
     """Wraps an ``AutoModelForMaskedLM``: ``forward`` returns ``log(1 + relu(max_i logits_i / head_scale))``.
 
     ``head_scale`` is the MLM-head rescaling factor k (logits are divided by k); special tokens
-    are zeroed in the output so they never become terms.
+    are zeroed in the output so they never become terms.  The settings ``pooling='sum'`` (sum over the tokens instead
+    of the max) and ``activation='log1p_relu'`` (a second ``log1p``) read sentence-transformers' other SpladePooling
+    options.
 
     The forward pass never modifies a module, so one model may encode from several threads at once. For the head
     layouts of :func:`_head_layout` the backbone and head transform run explicitly and the vocabulary projection
@@ -100,6 +108,8 @@ class SpladeModel(nn.Module):
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
         decoder = self.mlm.get_output_embeddings()
+        if self.settings['pooling'] == 'sum':
+            return self._summed(input_ids, attention_mask)
         if self._head_layout is None:
             logits = self.mlm(input_ids=input_ids, attention_mask=attention_mask).logits
             pooled = logits.masked_fill(~attention_mask.bool()[..., None], float('-inf')).amax(dim=1)
@@ -108,20 +118,38 @@ class SpladeModel(nn.Module):
                                        decoder.weight, decoder.bias)
         return self.activate(pooled)
 
+    def _activation(self, logits: torch.Tensor) -> torch.Tensor:
+        weights = log_saturation(logits.float() / float(self.settings['head_scale']))
+        return torch.log1p(weights) if self.settings.get('activation', 'relu') == 'log1p_relu' else weights
+
+    def _summed(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
+        """Sum pooling: each token's activated logits, added over the text's tokens (a few texts at a time: the
+        logits of a whole batch would be batch x length x vocabulary floats)."""
+        step = max(1, (1 << 24) // max(1, input_ids.shape[1] * self.vocab_size))
+        rows = []
+        for i in range(0, len(input_ids), step):
+            ids, mask = input_ids[i:i + step], attention_mask[i:i + step]
+            logits = self.mlm(input_ids=ids, attention_mask=mask).logits
+            rows.append((self._activation(logits) * mask[..., None].float()).sum(dim=1))
+        return self._zero_special(torch.cat(rows))
+
     def activate(self, pooled: torch.Tensor) -> torch.Tensor:
         """SPLADE's activation of max-pooled logits (batch x vocabulary), special tokens set to 0."""
-        pooled = log_saturation(pooled.float() / float(self.settings['head_scale']))
+        return self._zero_special(self._activation(pooled))
+
+    def _zero_special(self, pooled: torch.Tensor) -> torch.Tensor:
         if len(self.special_token_ids):
             pooled = pooled.index_fill(1, self.special_token_ids, 0.)
         return pooled
 
     @classmethod
     def from_pretrained(cls, name_or_path: str, special_token_ids: Iterable[int] = (), new_head: bool = False,
-                        **kwargs) -> 'SpladeModel':
+                        settings: dict | None = None, **kwargs) -> 'SpladeModel':
         """Loads a masked-LM checkpoint; raises :class:`ModelLoadError` when transformers would initialise part of
         the model randomly (e.g. a dense encoder folder without an MLM head) unless ``new_head=True`` asks for that
         (see :func:`pyterrier_lsr.models.heads.splade_from_encoder` for a deliberate initialisation), and when the
-        ``lsr`` settings in ``config.json`` are invalid."""
+        ``lsr`` settings in ``config.json`` are invalid.  ``settings`` override those of ``config.json`` (a folder
+        written by another library declares its pooling elsewhere)."""
         from transformers import AutoModelForMaskedLM
         mlm, info = load_hf_model(AutoModelForMaskedLM, name_or_path, 'the masked LM', **kwargs)
         bad = sorted(info.get('missing_keys', ()))
@@ -130,6 +158,8 @@ class SpladeModel(nn.Module):
                                  f'({", ".join(bad[:4])}{", ..." if len(bad) > 4 else ""}): it is not a masked-LM '
                                  'checkpoint. Pass new_head=True to train a new head on purpose '
                                  '(or use models.heads.splade_from_encoder)')
+        if settings:
+            setattr(mlm.config, CONFIG_KEY, dict(getattr(mlm.config, CONFIG_KEY, None) or {}, **settings))
         return cls(mlm, special_token_ids)
 
     def save_pretrained(self, path: str, **kwargs):

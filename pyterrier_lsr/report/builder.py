@@ -123,7 +123,7 @@ class _SystemBuilder:
 
     def model(self, name: str):
         if name not in self.models:
-            from ..core.offline import resolve_model
+            from ..core.names import resolve_model
             from ..kinds.loading import load_model
 
             self.models[name] = load_model(resolve_model(name))

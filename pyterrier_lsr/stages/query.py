@@ -62,10 +62,19 @@ class StaticQueryEncoder(SparseTextEncoder):
         self.weights = check_weights(weights)
         self.max_length = check_int('max_length', max_length, 1)
         self._special = set(tokenizer.all_special_tokens)
+        self._backend = None
+        if tokenizer.is_fast:
+            # The Rust tokenizer directly (half the per-query cost of the Python wrapper), as a copy of our own: the
+            # shared one keeps the truncation its last caller set (a document encoder's 256 tokens, special tokens
+            # included), which would cut long queries short of max_length.
+            from tokenizers import Tokenizer
+            self._backend = Tokenizer.from_str(tokenizer.backend_tokenizer.to_str())
+            self._backend.no_truncation()
+            self._backend.no_padding()
 
     def _tokens(self, texts: list[str]) -> list[list[str]]:
-        if self.tokenizer.is_fast:  # the Rust tokenizer directly: half the per-query cost of the Python wrapper
-            rows = self.tokenizer.backend_tokenizer.encode_batch(texts, add_special_tokens=False)
+        if self._backend is not None:
+            rows = self._backend.encode_batch(texts, add_special_tokens=False)
             return [row.tokens[:self.max_length] for row in rows]
         ids = self.tokenizer(texts, add_special_tokens=False, truncation=True, max_length=self.max_length)['input_ids']
         return [self.tokenizer.convert_ids_to_tokens(row) for row in ids]
@@ -103,7 +112,11 @@ class StaticQueryEncoder(SparseTextEncoder):
         static = static_module_folder(folder)
         if static is not None:
             weight = read_tensors(static / 'model.safetensors', ['weight'])['weight']
-            return cls.from_tensor(load_tokenizer(static), weight, where=str(static / 'model.safetensors'), **kwargs)
+            tokenizer = load_tokenizer(static)
+            # the module truncates at its tokenizer's limit, as sentence-transformers does (none where it sets none)
+            limit = tokenizer.model_max_length
+            kwargs.setdefault('max_length', limit if isinstance(limit, int) and limit < 1_000_000 else 1_000_000)
+            return cls.from_tensor(tokenizer, weight, where=str(static / 'model.safetensors'), **kwargs)
         weights = check_weights(storage.read_json(folder / WEIGHTS_FILE, 'query weights'), str(folder / WEIGHTS_FILE))
         return cls(load_tokenizer(folder), weights, **kwargs)
 
@@ -113,7 +126,7 @@ class StaticQueryEncoder(SparseTextEncoder):
         if weight.dim() != 1:  # a 2-D table (embeddings, say) is some other module's: one weight per token id here
             raise ValueError(f'{where}: a static query side holds one weight per token id (a 1-D tensor), got shape '
                              f'{tuple(weight.shape)}')
-        weight = weight.detach().float().cpu()
+        weight = weight.detach().double().cpu()  # a table saved in float64 (ours) reads back exactly
         vocab = tokenizer.get_vocab()
         table = {t: weight[i].item() for t, i in vocab.items() if i < len(weight) and weight[i] != 0}
         return cls(tokenizer, table, **kwargs)
@@ -218,8 +231,9 @@ class StaticQueryWeights(nn.Module):
 
 
 def static_module_folder(folder: Path) -> Path | None:
-    """The folder of a sentence-transformers ``SparseStaticEmbedding`` module inside ``folder``, if any."""
+    """The folder of a sentence-transformers ``SparseStaticEmbedding`` module: ``folder`` itself or one inside it, if
+    any."""
     for path in sorted(folder.rglob('model.safetensors')):
-        if 'SparseStaticEmbedding' in path.parent.name and path.parent != folder:
+        if 'SparseStaticEmbedding' in path.parent.name:
             return path.parent
     return None

@@ -20,7 +20,8 @@ from pathlib import Path
 
 from ..core.checks import check_bool, check_documents, check_settings
 from ..core.collection import corpus_key
-from ..core.offline import installed, resolve_model
+from ..core.names import resolve_model
+from ..core.offline import installed
 from ..core.quiet import quiet_native
 from ..core.storage import model_digest, read_json, write_json
 from ..index import LsrIndex

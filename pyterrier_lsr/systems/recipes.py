@@ -10,7 +10,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from ..core.offline import resolve_model, use_irds_cache
+from ..core.names import resolve_model
+from ..core.offline import use_irds_cache
 from ..core.storage import read_json, write_json
 from ..index.bm25 import bm25_index as build_bm25_index
 from ..train.domain.teacher import cache_key as _key

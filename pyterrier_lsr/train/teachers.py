@@ -13,7 +13,7 @@ import torch
 
 from ..core.checks import check_float, check_int, check_max_length, check_result_frame
 from ..core.encoding import as_texts, autocast, length_sorted_batches, resolve_device, resolve_precision
-from ..core.offline import resolve_model
+from ..core.names import resolve_model
 
 
 class DenseScorer(pt.Transformer):

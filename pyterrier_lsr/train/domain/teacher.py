@@ -50,7 +50,7 @@ class Teacher:
 
     def dense(self):
         if self._dense is None:
-            from ...core.offline import resolve_model
+            from ...core.names import resolve_model
             from ..teachers import DenseScorer
             self._dense = DenseScorer(resolve_model(self.config.dense_teacher))
             path = self.cache / f'dense-{cache_key([self.config.dense_teacher, self.corpus_key])}.npz'
