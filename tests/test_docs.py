@@ -24,8 +24,9 @@ from test_readme import (
 )
 
 DOCS = sorted((ROOT / 'docs').glob('*.md'))
-# the pages for PyTerrier's documentation site (pyterrier.readthedocs.io)
-PT_DOCS = sorted([*(ROOT / 'pt_docs').glob('*.md'), *(ROOT / 'pt_docs').glob('*.rst')])
+# the pages for PyTerrier's documentation site, shipped in the package (its build reads them from the installed one)
+PT_DOCS_FOLDER = ROOT / 'pyterrier_lsr' / 'pt_docs'
+PT_DOCS = sorted([*PT_DOCS_FOLDER.glob('*.md'), *PT_DOCS_FOLDER.glob('*.rst')])
 PAGES = [README, *DOCS, *PT_DOCS]
 DOC_BLOCKS = [(path, i, block) for path in DOCS + PT_DOCS for i, block in enumerate(executed(path))]
 
@@ -135,7 +136,7 @@ def test_every_relative_link_of_the_pages_resolves():
 
 def test_the_pyterrier_pages_run_examples_and_list_every_page():
     assert {p.name for p in PT_DOCS if executed(p)} == {'index.rst', 'methods.md', 'indexing.md', 'training.md'}
-    index = (ROOT / 'pt_docs' / 'index.rst').read_text()
+    index = (PT_DOCS_FOLDER / 'index.rst').read_text()
     toctree = re.search(r'^\.\. toctree::\n(?:    :\w+:.*\n)*\n((?:    \S.*\n)+)', index, flags=re.M)
     assert {line.strip() for line in toctree.group(1).splitlines()} == {p.stem for p in PT_DOCS} - {'index'}
 
@@ -180,7 +181,7 @@ def test_the_assignment_runs_from_plain_files_and_a_second_run_only_evaluates(sm
 def test_no_machine_paths_in_the_package_examples_or_benchmarks():
     """Paths are arguments, relative defaults or IR_DATASETS_HOME: nothing, recorded results and commands included,
     points into one machine's folders."""
-    files = [p for folder in ('pyterrier_lsr', 'examples', 'benchmarks', 'docs', 'pt_docs')
+    files = [p for folder in ('pyterrier_lsr', 'examples', 'benchmarks', 'docs')
              for ext in ('py', 'yaml', 'ipynb', 'md', 'rst', 'json')
              for p in (ROOT / folder).rglob(f'*.{ext}')] + [README]
     assert len(files) > 100

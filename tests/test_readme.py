@@ -1,5 +1,5 @@
 """Every ```python block of README.md runs as written: each in a fresh namespace and an empty working directory, on a
-Vaswani subset, offline (``tests/test_docs.py`` runs those of docs/*.md and pt_docs/ the same way).
+Vaswani subset, offline (``tests/test_docs.py`` runs those of docs/*.md and pyterrier_lsr/pt_docs/ the same way).
 
 What is changed, all of it listed here:
 * ``HUB_NAMES``: hub checkpoints the README names but this machine cannot download are replaced by the offline ones
@@ -44,7 +44,7 @@ EXCLUDED = {
 
 def python_blocks(path: Path = README) -> list:
     """The ```python blocks of a Markdown page, or the ``.. code-block:: python`` directives of a reStructuredText one
-    (pt_docs/), dedented."""
+    (pyterrier_lsr/pt_docs/), dedented."""
     if path.suffix == '.rst':
         pattern = r'^\.\. code-block:: python\n(?:    :\w+:.*\n)*\n((?:(?:    .*)?\n)+)'
         directives = re.findall(pattern, path.read_text(), flags=re.M)
