@@ -24,8 +24,30 @@ def test_builders_print_nothing_with_verbose_false(tmp_path, capfd, splade, vasw
         [{'qid': '1', 'query': corpus[1]['text'][:60], 'pos': corpus[0]['docno']}], 5)
     assert len(pools[0]) > 1
     assert capfd.readouterr() == ('', '')
-    systems.bm25(tmp_path / 'loud.pisa', corpus)  # the same build by default: PISA's log comes through
-    assert '[info]' in ''.join(capfd.readouterr())
+    # the same build by default: our progress bar, not PISA's log (C++ writes) nor the retriever's bar
+    assert len(systems.bm25(tmp_path / 'default.pisa', corpus, num_results=5)(QUERIES))
+    out, err = capfd.readouterr()
+    assert 'BM25 indexing default.pisa' in err and '30/30' in err
+    assert out == '' and '[info]' not in err and 'PISA bm25' not in err and 'Storing terms' not in err
+
+
+def test_quiet_native_with_progress_shows_python_writes_only(capfd):
+    """progress=True: what native code writes to the descriptors is captured (shown only if the block fails); what
+    Python writes inside the block still reaches the terminal."""
+    from pyterrier_lsr.core.quiet import quiet_native
+    capfd.readouterr()
+    with quiet_native(progress=True):
+        os.write(2, b'native log line\n')
+        print('python progress', file=sys.stderr)
+        print('python result')
+    assert capfd.readouterr() == ('python result\n', 'python progress\n')
+    try:
+        with quiet_native(progress=True):
+            os.write(1, b'native detail\n')
+            raise RuntimeError('the build failed')
+    except RuntimeError:
+        pass
+    assert 'native detail' in capfd.readouterr().err
 
 
 def test_use_irds_cache_makes_one_copy_and_removes_it(tmp_path):

@@ -6,8 +6,9 @@ the folder is built like every other artifact (:func:`~..core.storage.build_fold
 into place when complete, marked as ours with the key of its corpus, never into a folder of user files.  A second
 call with the same corpus reopens it; with another corpus it is an error (or a rebuild, with ``overwrite=True``).
 
-Progress (documents fed to PISA, with an estimate) and PISA's own log lines and bars are shown with ``verbose=True``
-(the default) and silenced with ``verbose=False`` (the C++ writes, too: see :mod:`..core.quiet`).
+Progress (documents fed to PISA, with an estimate) is shown with ``verbose=True`` (the default) and silenced with
+``verbose=False``. PISA's own log lines and bars (C++ writes) are captured either way, and shown only if the build
+fails (:mod:`..core.quiet`); the retriever it returns prints nothing.
 """
 from collections.abc import Iterable
 from pathlib import Path
@@ -32,7 +33,7 @@ class BM25(pt.Transformer):
 
     def __init__(self, index, **params):
         self.index = index
-        with quiet_native(params.get('verbose', False)):  # PISA prepares its BM25 files on first use, loudly
+        with quiet_native():  # PISA prepares its BM25 files on first use, loudly
             self.retriever = index.bm25(**params)
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
@@ -69,9 +70,9 @@ def bm25_index(path, corpus: Iterable[dict], verbose: bool = True, overwrite: bo
         raise ValueError(f'none of the {len(docs)} documents of {path} has a word (letters or digits); nothing could '
                          'be retrieved (and PISA would abort the process)')
     with storage.build_folder(path, BM25_KIND, overwrite, what='BM25 index') as tmp:
-        feed = tqdm(({'docno': docno, 'text': text} for docno, text in docs), total=len(docs), unit='doc',
-                    desc=f'BM25 indexing {path.name}', disable=not verbose)
-        with quiet_native(verbose):
+        with quiet_native(progress=verbose):  # our bar is made inside, so it reaches the terminal; PISA's log does not
+            feed = tqdm(({'docno': docno, 'text': text} for docno, text in docs), total=len(docs), unit='doc',
+                        desc=f'BM25 indexing {path.name}', disable=not verbose)
             pyterrier_pisa.PisaIndex(str(tmp), text_field='text').index(feed)
         storage.mark(tmp, BM25_KIND, corpus=key, num_docs=len(docs))
     return pyterrier_pisa.PisaIndex(str(path), text_field='text')
@@ -84,7 +85,8 @@ def bm25(path, corpus: Iterable[dict], verbose: bool = True, overwrite: bool = F
     Args:
         path: the index folder (new, or our BM25 index).
         corpus: ``{'docno', 'text'}`` dicts, docnos unique strings (checked before PISA sees them).
-        verbose: progress while indexing; ``False``: silent.
+        verbose: a progress bar while indexing; ``False``: silent. PISA's own output is captured either way (shown
+            only if the build fails), and retrieval prints nothing.
         overwrite: replace our BM25 index of another corpus (never another folder).
         params: PISA's BM25 settings (``k1``, ``b``, ``num_results``, ``threads``...).
 
@@ -98,4 +100,4 @@ def bm25(path, corpus: Iterable[dict], verbose: bool = True, overwrite: bool = F
 
         table = pt.Experiment([bm25("vaswani.pisa", corpus)], topics, qrels, [nDCG @ 10])
     """
-    return BM25(bm25_index(path, corpus, verbose, overwrite), verbose=verbose, **params)
+    return BM25(bm25_index(path, corpus, verbose, overwrite), **params)

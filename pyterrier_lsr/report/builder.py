@@ -11,6 +11,7 @@ from pathlib import Path
 import pandas as pd
 import pyterrier as pt
 
+from ..core.extras import require_extra
 from ..core.quiet import quiet_native
 from ..core.storage import claim_folder, model_digest
 from .config import (
@@ -38,6 +39,7 @@ def run_config(path) -> pd.DataFrame:
     not a pyterrier-lsr index is an error, never overwritten, and so is an ``output`` folder a report did not make.
     With ``docs``, judgements of other documents are dropped (no system could retrieve them)."""
     config = load_config(path)
+    require_extra('report', 'matplotlib', needed_for='the report plot')  # drawn last, after the long part
     if config.get('irds_cache'):
         from ..core.offline import use_irds_cache
 

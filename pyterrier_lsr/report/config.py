@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from ..core.extras import import_extra
 from ..core.storage import check_claimable
 from .costs import COST_COLUMNS
 
@@ -222,7 +223,7 @@ def check_config(config) -> dict:
 def load_config(path) -> dict:
     """Reads and validates a report config (:func:`check_config`); errors name the offending key. Paths become
     absolute: ``output``/``workdir`` (confined to the config file's folder), ``index`` and ``model`` folders."""
-    import yaml
+    yaml = import_extra('report', 'yaml', needed_for='a report config')
 
     try:
         text = Path(path).read_text(encoding='utf8')

@@ -10,6 +10,8 @@ from collections.abc import Sequence
 import numpy as np
 import pandas as pd
 
+from ..core.extras import import_extra
+
 MARKER_PT = 14  # marker diameter (points); markers whose centres are closer than this would cover each other
 LABEL_PT = 7  # font size of the numbers
 # a label box's size in font sizes: digits and commas are at most 0.62 em wide in matplotlib's default font, the box
@@ -83,8 +85,7 @@ def figure(table: pd.DataFrame, y: str, x: str, title: str = ''):
     """The report plot: ``y`` vs ``x``, one line per system group (the name before ``' @ '``), each point a numbered
     marker; the legend, outside the axes, names every number. Points that would cover each other share one marker
     whose numbers, joined, label it from beside (:func:`place_labels`), so no number sits on another."""
-    import matplotlib
-
+    matplotlib = import_extra('report', 'matplotlib', needed_for='the report plot')
     matplotlib.use('Agg')
     import matplotlib.pyplot as plt
     from matplotlib.lines import Line2D

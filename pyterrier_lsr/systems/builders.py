@@ -148,7 +148,7 @@ def sparse_index(path, model, corpus: Sequence[dict], verbose: bool = True, over
     wanted = _build_record('sparse_index', _model_digest(model), docs, settings)
     if index.built() and _reusable(path, wanted, check_bool('overwrite', overwrite)):
         return index
-    with quiet_native(verbose):  # the engines' native build logs
+    with quiet_native(progress=verbose):  # the engines' native build logs; our progress bars (verbose) come through
         index.index([{'docno': docno, index.text_field: text} for docno, text in docs])
     write_json(path / BUILD_FILE, wanted)
     return index
@@ -207,7 +207,7 @@ def latent_terms_index(path, corpus: Sequence[dict], dense: str = 'all-MiniLM-L6
     wanted = _build_record('latent_terms_index', _dense_identity(dense), docs, recorded)
     if LsrIndex(path).built() and _reusable(path, wanted, check_bool('overwrite', overwrite)):
         return LsrIndex(path)
-    with quiet_native(verbose):
+    with quiet_native(progress=verbose):
         index = build_latent_terms([{'docno': docno, 'text': text} for docno, text in docs], path, dense,
                                    cache_dir=cache_dir, verbose=verbose, overwrite=overwrite, **settings)[1]
     write_json(path / BUILD_FILE, wanted)
