@@ -163,19 +163,41 @@ def test_the_assignment_runs_from_plain_files_and_a_second_run_only_evaluates(sm
     runpy.run_path(script, run_name='__main__')
     first = capfd.readouterr()
     built = {p: p.stat().st_mtime_ns for p in work.rglob('*') if p.is_file() and p.name != 'plot.png'}
+    monkeypatch.setattr(sys, 'argv', argv + ['--quiet'])
     runpy.run_path(script, run_name='__main__')
     again = capfd.readouterr()
-    # quiet: the table is all it prints, on both runs, and the same figures both times
+    # the table alone on stdout, on both runs, and the same figures both times
     for out in (first, again):
         lines = out.out.splitlines()
-        assert set(lines[0].split()) == {'name', 'nDCG@10', 'AP', 'R@100', 'mrt'} and len(lines) == 6 and not out.err
+        assert set(lines[0].split()) == {'name', 'nDCG@10', 'AP', 'R@100', 'mrt'} and len(lines) == 6
         assert [line.rsplit(maxsplit=4)[0].strip() for line in lines[1:]] == [
             'BM25', 'SPLADE', 'SPLADE + IDF queries', 'Latent Terms', 'VT-SPLADE']
+    # progress on stderr by default: a line per stage and the builders' bars, never PISA's native log lines
+    stages = [s.strip() for s in re.findall(r'^\[ *\d+ s\] (\w[\w -]*)', first.err, flags=re.M)]
+    assert stages == ['loading the libraries and the collection', 'SPLADE', 'VT-SPLADE', 'BM25', 'Latent Terms',
+                      'VT-SPLADE', 'evaluating the 5 systems on 3 topics', 'done'], stages
+    assert all(bar in first.err for bar in ('indexing splade.lsr', 'training', 'BM25 indexing', 'training SAE',
+                                            'dense teacher: embedding the corpus', 'indexing vt-splade.lsr'))
+    assert '[info]' not in first.err and 'Storing terms' not in first.err
+    assert again.err == ''  # --quiet: nothing but the table
     assert [line.split()[-4:-1] for line in first.out.splitlines()] == \
         [line.split()[-4:-1] for line in again.out.splitlines()]
     # the second run trained, encoded and wrote nothing: every file is the first run's
     assert {p: p.stat().st_mtime_ns for p in work.rglob('*') if p.is_file() and p.name != 'plot.png'} == built
     assert (work / 'plot.png').stat().st_size > 0
+
+
+def test_the_assignment_checks_its_extras_before_any_work(tmp_path, capfd, monkeypatch):
+    """Without the report extra (the plot, drawn last) the script fails at once, naming the extra, before it reads
+    the collection or builds anything."""
+    from pyterrier_lsr.core.extras import MissingExtra
+    monkeypatch.setitem(sys.modules, 'matplotlib', None)  # as if it were not installed
+    work = tmp_path / 'work'
+    monkeypatch.setattr(sys, 'argv', ['assignment.py', str(tmp_path / 'no-collection'), '--workdir', str(work)])
+    with pytest.raises(MissingExtra, match=re.escape('pip install "pyterrier-lsr[report]"')) as failure:
+        runpy.run_path(str(ROOT / 'examples' / 'assignment.py'), run_name='__main__')
+    assert 'the plot needs matplotlib' in str(failure.value)
+    assert not work.exists() and capfd.readouterr() == ('', '')
 
 
 def test_no_machine_paths_in_the_package_examples_or_benchmarks():

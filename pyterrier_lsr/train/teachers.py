@@ -33,11 +33,13 @@ class DenseScorer(pt.Transformer):
         self.model = AutoModel.from_pretrained(folder).to(self.device).eval()
 
     @torch.inference_mode()
-    def embed(self, texts: Sequence[str]) -> np.ndarray:
-        """Unit-norm mean-pooled embeddings, one row per text (zeros for blank texts)."""
+    def embed(self, texts: Sequence[str], verbose: bool = False, desc: str = 'embedding') -> np.ndarray:
+        """Unit-norm mean-pooled embeddings, one row per text (zeros for blank texts); ``verbose``: a progress bar
+        (``desc``) counting texts."""
         result = np.zeros((len(texts), self.model.config.hidden_size), dtype=np.float32)
         with autocast(self.device, self.precision):
-            for batch in length_sorted_batches(self.tokenizer, texts, self.batch_size, self.max_length, self.device):
+            for batch in length_sorted_batches(self.tokenizer, texts, self.batch_size, self.max_length, self.device,
+                                               verbose, desc):
                 hidden = self.model(input_ids=batch.input_ids, attention_mask=batch.attention_mask).last_hidden_state
                 mask = batch.attention_mask[..., None].float()
                 pooled = (hidden.float() * mask).sum(1) / mask.sum(1).clamp(min=1)

@@ -57,7 +57,8 @@ class Teacher:
             if path.exists():
                 self._doc_emb = np.load(path)['embeddings']
             else:
-                self._doc_emb = self._dense.embed([self.docs[d] for d in self.docnos]).astype(np.float32)
+                self._doc_emb = self._dense.embed([self.docs[d] for d in self.docnos], verbose=self.verbose,
+                                                  desc='dense teacher: embedding the corpus').astype(np.float32)
 
                 def save(tmp):
                     with open(tmp, 'wb') as f:
