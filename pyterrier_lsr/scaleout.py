@@ -37,6 +37,7 @@ from tqdm.auto import tqdm
 
 from .core import storage
 from .core.checks import UniqueDocnos, check_float, check_int, check_vector
+from .core.extras import import_extra
 from .core.folders import local_folder
 from .index.vectors import VectorStore, shard_name, write_manifest, write_shard
 from .kinds.loading import load_model
@@ -262,7 +263,7 @@ def _ray_pool(model, model_path: Path, folder: Path, chunk_size: int, num_worker
               threads_per_worker, model_kwargs, max_retries, in_flight, verbose) -> tuple[_Pool, dict]:
     """Joins or starts Ray and starts the workers; returns the pool and the settings each worker loads the model with
     (default worker count and GPUs from the cluster's resources)."""
-    import ray
+    ray = import_extra('scaleout', 'ray', needed_for='scaleout.encode')
     started = not ray.is_initialized()
     if started:
         ray.init(address=ray_address, include_dashboard=False, log_to_driver=verbose)

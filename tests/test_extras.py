@@ -68,3 +68,14 @@ def test_the_report_names_its_extra_when_yaml_or_matplotlib_is_missing(tmp_path,
     table = pd.DataFrame({'name': ['BM25'], 'nDCG@10': [0.4], 'mrt': [1.0]})
     with pytest.raises(MissingExtra, match=re.escape('the report plot needs matplotlib')):
         figure(table, 'nDCG@10', 'mrt')
+
+
+def test_the_engines_ray_and_faiss_name_their_extras(monkeypatch):
+    from pyterrier_lsr.index.engines.native import require
+    monkeypatch.setitem(sys.modules, 'bmp', None)
+    with pytest.raises(MissingExtra, match=re.escape('this engine (bmp) needs bmp (the \'engines\' extra): '
+                                                     'pip install "pyterrier-lsr[engines]"')):
+        require('bmp', 'bmp')
+    monkeypatch.setitem(sys.modules, 'ray', None)
+    with pytest.raises(MissingExtra, match=re.escape('pip install "pyterrier-lsr[scaleout]"')):
+        import_extra('scaleout', 'ray')

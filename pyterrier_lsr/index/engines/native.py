@@ -1,7 +1,6 @@
 """The boundary with the native engine packages (BMP, Seismic): importing an optional package, checking the
 parameters native code sees, reading the stored vectors as the quantized arrays they build from, and a retriever that
 runs a native search over a frame's ``query_toks``."""
-import importlib
 import time
 from collections.abc import Callable
 
@@ -10,17 +9,15 @@ import pandas as pd
 import pyterrier as pt
 
 from ...core.checks import check_int, check_term
+from ...core.extras import import_extra
 
 __all__ = ['require', 'check_threads', 'check_depth', 'engine_settings', 'quantized_csr', 'ToksSearcher', 'Timer']
 
 
 def require(module: str, package: str, extra: str = 'engines'):
-    """Imports ``module`` or raises an ImportError that names the pip extra installing it."""
-    try:
-        return importlib.import_module(module)
-    except ImportError as e:
-        raise ImportError(f'this engine needs the {package} package: pip install "pyterrier-lsr[{extra}]" '
-                          f'(or pip install {package})') from e
+    """Imports ``module`` or raises an ImportError (:class:`~...core.extras.MissingExtra`) that names the pip extra
+    installing ``package``."""
+    return import_extra(extra, module, needed_for=f'this engine ({package})')
 
 
 def check_threads(threads) -> int:
