@@ -35,7 +35,7 @@ MAX_SCALE = (2 ** 31 - 1) / MAX_WEIGHT
 __all__ = ['MAX_WEIGHT', 'MAX_SCALE', 'WeightError', 'check_int', 'check_float', 'check_choice', 'check_bool',
            'check_str', 'check_docno', 'UniqueDocnos', 'check_docnos', 'documents', 'check_document',
            'check_documents', 'check_term', 'check_weights', 'check_vector', 'is_missing', 'check_query_frame',
-           'check_result_frame', 'check_matrix', 'check_max_length']
+           'check_result_frame', 'check_matrix', 'check_max_length', 'check_not_text']
 
 
 def is_missing(value) -> bool:
@@ -278,9 +278,26 @@ def _qid_keys(frame: pd.DataFrame, where: str) -> list:
     return [str(qid) for qid in qids]
 
 
+def check_not_text(inp, what: str = 'a retriever') -> None:
+    """A string where a frame of queries belongs: ``retriever.transform("radio waves")``, or ``retriever("radio
+    waves")``, whose characters PyTerrier makes into the rows of a one-column frame.
+
+    Raises:
+        TypeError: naming what takes a frame, and the call that was meant (``.search("radio waves")``).
+    """
+    text = inp if isinstance(inp, str) else None
+    if text is None and isinstance(inp, pd.DataFrame) and list(inp.columns) == [0] and len(inp) \
+            and all(isinstance(c, str) and len(c) == 1 for c in inp[0]):
+        text = ''.join(inp[0])
+    if text is not None:
+        raise TypeError(f'{what} takes a frame of queries (columns qid and query), not a string; for one query, '
+                        f'use .search({text!r}), which returns its ranking')
+
+
 def check_query_frame(frame: pd.DataFrame, extra_columns: Sequence[str], where: str = 'the query frame') -> None:
-    """A retriever's input: ``qid`` plus ``extra_columns`` (an ``InputValidationError`` otherwise), one row per query;
-    the first duplicate qid is an error naming it."""
+    """A retriever's input: ``qid`` plus ``extra_columns`` (an ``InputValidationError`` otherwise, or the TypeError
+    of :func:`check_not_text` for a string), one row per query; the first duplicate qid is an error naming it."""
+    check_not_text(frame)
     pta.validate.query_frame(frame, extra_columns=list(extra_columns))
     keys = _qid_keys(frame, where)
     if len(set(keys)) != len(keys):

@@ -5,7 +5,8 @@ shift or drop documents, queries or judgements):
 
 * ``docs.jsonl``: one JSON object per line with a string ``docno`` and a string ``text`` (other fields are ignored);
   docnos are never converted (``7`` and ``null`` are errors, write ``"7"``) and must be unique;
-* ``topics.tsv``: ``qid<TAB>query`` per line, no header; a query may not contain a tab, qids are unique;
+* ``topics.tsv``: ``qid<TAB>query`` per line; a query may not contain a tab, qids are unique; a first line that
+  names the columns (``qid<TAB>query``, or ``query_id``/``id`` and ``text``, in any case) is a header, skipped;
 * ``qrels.txt``: TREC qrels, ``qid iteration docno label`` separated by whitespace, the label an integer; each
   (qid, docno) pair judged once.
 
@@ -182,12 +183,22 @@ def read_docs(path) -> list[dict]:
     return corpus
 
 
+# A first line naming the columns (pandas' to_csv and spreadsheets write one) is a header, not a topic whose qid is
+# "qid": read as a topic, it would match no judgement and lower every mean without an error.
+TOPICS_HEADER_QIDS = ('qid', 'query_id', 'id')
+TOPICS_HEADER_QUERIES = ('query', 'text')
+
+
 def read_topics(path) -> pd.DataFrame:
-    """The ``qid, query`` frame of a ``topics.tsv`` file, in file order, checked line by line."""
+    """The ``qid, query`` frame of a ``topics.tsv`` file, in file order, checked line by line; a header line first
+    (``qid<TAB>query``, see the module) is skipped."""
     path, rows, seen = Path(path), [], {}
-    for number, line in _lines(path):
+    for index, (number, line) in enumerate(_lines(path)):
         where = f'{path}, line {number}'
         fields = line.split('\t')
+        if index == 0 and len(fields) == 2 and fields[0].strip().lower() in TOPICS_HEADER_QIDS \
+                and fields[1].strip().lower() in TOPICS_HEADER_QUERIES:
+            continue
         if len(fields) != 2:
             raise ValueError(f'{where}: {len(fields)} tab-separated fields; a topic is qid<TAB>query (one tab: a '
                              'query may not contain a tab)')

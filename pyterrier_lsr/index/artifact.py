@@ -140,7 +140,9 @@ class LsrIndex(pta.Artifact, pt.Indexer):
                                  f'{storage.MARKER}, so remove the folder yourself; overwrite=True will not)')
             raise ValueError(f'{self.path} has a {META_FILE} but no {storage.MARKER} marking it as a pyterrier-lsr '
                              'index; rebuild it')
-        raise FileNotFoundError(f'no pyterrier-lsr index at {self.path} (no {storage.MARKER} marking one)')
+        found = 'nothing there' if not self.path.exists() else f'no {storage.MARKER} marking one'
+        raise FileNotFoundError(f'no pyterrier-lsr index at {self.path} ({found}): build it with index.index(corpus), '
+                                f'the index made with its model (LsrIndex({str(self.path)!r}, model))')
 
     def build_id(self) -> str:
         """The id of the build now at ``path``: it changes whenever the documents are indexed again, not when an engine

@@ -18,7 +18,7 @@ import pyterrier as pt
 from tqdm.auto import tqdm
 
 from ..core import storage
-from ..core.checks import check_bool, check_documents
+from ..core.checks import check_bool, check_documents, check_not_text
 from ..core.collection import corpus_key
 from ..core.quiet import quiet_native
 
@@ -37,6 +37,7 @@ class BM25(pt.Transformer):
             self.retriever = index.bm25(**params)
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        check_not_text(inp, 'BM25')
         return self.retriever(inp)
 
     def __repr__(self):

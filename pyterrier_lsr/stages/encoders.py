@@ -9,7 +9,7 @@ import pandas as pd
 import pyterrier as pt
 import pyterrier_alpha as pta
 
-from ..core.checks import check_result_frame
+from ..core.checks import check_not_text, check_result_frame
 from ..core.encoding import as_text
 
 if TYPE_CHECKING:
@@ -28,6 +28,7 @@ class SparseTextEncoder(pt.Transformer):
         raise NotImplementedError
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
+        check_not_text(inp, repr(self))  # the first stage of a retriever: `retriever("a query")` comes here
         pta.validate.columns(inp, includes=[self.text_field])
         texts = inp[self.text_field].tolist()
         return inp.assign(**{self.out_field: self.encode(texts) if texts else pd.Series(dtype=object)})
