@@ -232,3 +232,70 @@ def test_every_module_the_pages_name_exists():
         for part in rest:
             assert hasattr(found, part), f'{name}: {module} has no {part}'
             found = getattr(found, part)
+
+
+# -- one figure per fact ----------------------------------------------------------------------------------------------
+RESULTS = ROOT / 'docs' / 'results.md'
+# pages that are their own record (results.md points to them for every figure of theirs)
+OWN_RECORD = {'scale.md'}
+# facts the pages state in several places: each quote (page, pattern capturing the figure) gives results.md's figure
+FACTS = {
+    'Latent Terms on CISI, nDCG@10 (the settings latent_terms_index uses)': ('0.478', [
+        ('README.md', r'On CISI Latent Terms gives (0\.\d{3})'),
+        ('docs/choosing.md', r'on CISI Latent Terms leads \((0\.\d{3})'),
+        ('docs/assignment.md', r'\| Latent Terms \(MiniLM, 16,384 latents\) \| (0\.\d{3}) \|'),
+        ('docs/results.md', r'path/to/cisi`, same session: Latent Terms (0\.\d{3})'),
+    ]),
+    'SAE-SPLADE with idf queries on Vaswani, nDCG@10': ('0.424', [
+        ('README.md', r'\| SAE-SPLADE on SPLADE-tiny\'s encoder, idf queries [^|]*\| (0\.\d{3}) \|'),
+        ('docs/choosing.md', r'\| SAE-SPLADE, idf queries [^|]*\| (0\.\d{3}) '),
+        ('docs/results.md', r'one thread: Vaswani (0\.\d{3}) \(idf queries\)'),
+    ]),
+    "MiniLM token embeddings of Vaswani's 11,429 documents, one thread": ('150 s', [
+        ('README.md', r"MiniLM's token embeddings took (\d+ s)"),
+        ('docs/latent-terms.md', r"MiniLM's token embeddings took (\d+ s) for Vaswani's 11,429 documents"),
+        ('docs/results.md', r"(\d+ s) for Vaswani's 11,429 documents on one"),
+    ]),
+    'MiniLM token embeddings per 1,000 Vaswani documents': ('13 s', [
+        ('docs/running.md', r'\| MiniLM token embeddings [^|]*\| about (\d+ s) '),
+        ('docs/results.md', r'MiniLM token embeddings about (\d+ s)'),
+    ]),
+}
+
+
+def prose(path) -> str:
+    """A page without its code blocks (a printed table there is output, not a quoted figure)."""
+    return re.sub(r'^```.*?^```', '', path.read_text(), flags=re.S | re.M)
+
+
+def test_each_fact_the_pages_repeat_has_one_figure_that_of_results_md():
+    for fact, (figure, quotes) in FACTS.items():
+        for page, pattern in quotes:
+            found = re.findall(pattern, (ROOT / page).read_text())
+            assert found and set(found) == {figure}, f'{page} quotes {fact} as {found}, results.md as {figure}'
+
+
+def test_every_three_decimal_figure_of_the_pages_is_in_results_md():
+    """nDCG@10, AP and recall figures quoted anywhere in the README and the pages come from results.md, with the
+    same value: a figure that is not there is stale or unrecorded."""
+    recorded = set(re.findall(r'(?<![\d.])0\.\d{3}(?!\d)', RESULTS.read_text()))
+    pages = [p for p in PAGES if p != RESULTS and p.name not in OWN_RECORD]
+    unrecorded = {(p.name, f) for p in pages for f in re.findall(r'(?<![\d.])0\.\d{3}(?!\d)', prose(p))} - \
+        {(p.name, f) for p in pages for f in recorded}
+    assert not unrecorded, f'figures quoted but not in docs/results.md: {sorted(unrecorded)}'
+
+
+def test_a_script_s_quoted_length_is_its_length():
+    quoted = [(page.name, script, int(n)) for page in PAGES
+              for script, n in re.findall(r'`((?:examples|benchmarks)/[\w./]+\.py)` \((\d+) lines\)', page.read_text())]
+    wrong = [(page, script, n, len((ROOT / script).read_text().splitlines())) for page, script, n in quoted
+             if len((ROOT / script).read_text().splitlines()) != n]
+    assert not wrong, wrong
+
+
+def test_results_md_reads_as_results_not_as_a_run_log():
+    """Each figure with its command, date and machine; not how it was obtained (history is git's)."""
+    for page in (RESULTS, ROOT / 'docs' / 'assignment.md', ROOT / 'benchmarks' / 'README.md'):
+        text = page.read_text()
+        for phrase in ('git show', 'fixed since', 'stopped at', 'those of commit', 'in history', 'claims/'):
+            assert phrase not in text, f'{page.name}: {phrase!r}'
