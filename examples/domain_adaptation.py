@@ -29,8 +29,10 @@ def main():
     p.add_argument('--threads', type=int, default=1, help='torch threads (1 on a shared machine)')
     p.add_argument('--irds-cache', help='a prepared ir_datasets cache (copied to a temporary folder)')
     args = p.parse_args()
+    from pyterrier_lsr.core.extras import require_models
     from pyterrier_lsr.core.names import resolve_model
     from pyterrier_lsr.core.offline import use_irds_cache
+    require_models(args.model)  # before any work
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
     import torch

@@ -25,6 +25,7 @@ from pathlib import Path
 import torch
 
 from pyterrier_lsr import load_collection
+from pyterrier_lsr.core.extras import require_extra
 from pyterrier_lsr.core.names import resolve_model
 from pyterrier_lsr.systems.recipes import fine_tune, parse_args, parser, prepare_examples
 
@@ -84,7 +85,8 @@ def main():
     p.add_argument('--target-active', type=float, default=0.005, help='fraction of terms active at the start')
     p.add_argument('--calibration-texts', type=int, default=256)
     p.add_argument('--plots', default='benchmarks/results/head_scale', help='prefix of the PNG plots')
-    args = parse_args(p)
+    args = parse_args(p)  # checks the offline checkpoints it names
+    require_extra('report', 'matplotlib', needed_for='the plots')  # drawn last, after the training
     collection = load_collection(args.dataset)
     corpus, topics, qrels = collection.corpus, collection.topics, collection.qrels
     root = Path(args.output)

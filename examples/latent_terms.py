@@ -87,6 +87,9 @@ def main():
     parser.add_argument('--plot', default='benchmarks/results/latent_terms_df.png')
     parser.add_argument('--output', help='JSON results file')
     args = parser.parse_args()
+    from pyterrier_lsr.core.extras import require_extra, require_models
+    require_models('all-MiniLM-L6-v2')  # before any work: the dense base, and the plot drawn last
+    require_extra('report', 'matplotlib', needed_for='the plot')
     if args.irds_cache:
         from pyterrier_lsr.core.offline import use_irds_cache
 

@@ -103,6 +103,8 @@ def main():
     parser.add_argument('--attributes', type=int, default=1000)
     parser.add_argument('--seed', type=int, default=0)
     args = parser.parse_args()
+    from pyterrier_lsr.core.extras import require_models
+    require_models('all-MiniLM-L6-v2')  # its tokenizer's vocabulary names the attributes
     collection = make_limit(args.folder, args.docs, args.queries, args.attributes, args.seed)
     print(f'{len(collection.corpus)} docs, {len(collection.topics)} queries, {len(collection.qrels)} qrels -> '
           f'{args.folder}')

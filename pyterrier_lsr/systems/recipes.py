@@ -10,6 +10,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
+from ..core.extras import require_models
 from ..core.names import resolve_model
 from ..core.offline import use_irds_cache
 from ..core.storage import read_json, write_json
@@ -140,7 +141,9 @@ def parser(description: str = None, steps: int = 250) -> argparse.ArgumentParser
 
 
 def parse_args(parser: argparse.ArgumentParser):
+    """The arguments, the offline checkpoints they name checked before any work (the demo extra)."""
     args = parser.parse_args()
+    require_models(*(value for value in vars(args).values() if isinstance(value, str)))
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
     return args
