@@ -142,7 +142,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
                              'index; rebuild it')
         found = 'nothing there' if not self.path.exists() else f'no {storage.MARKER} marking one'
         raise FileNotFoundError(f'no pyterrier-lsr index at {self.path} ({found}): build it with index.index(corpus), '
-                                f'the index made with its model (LsrIndex({str(self.path)!r}, model))')
+                                f'where index = LsrIndex({str(self.path)!r}, model)')
 
     def build_id(self) -> str:
         """The id of the build now at ``path``: it changes whenever the documents are indexed again, not when an engine
