@@ -15,8 +15,6 @@ import os
 import sys
 import tempfile
 
-__all__ = ['quiet_native']
-
 
 def _to_terminal(stream, fd: int, saved: int):
     """A text stream writing where ``stream`` wrote before descriptor ``fd`` was redirected: ``stream`` itself when
