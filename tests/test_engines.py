@@ -148,8 +148,10 @@ def test_build_engine_on_existing_index(splade, engine_docs, queries, tmp_path):
 def test_unknown_and_missing_engines(engine_index, monkeypatch):
     with pytest.raises(ValueError, match='unknown engine'):
         get_engine('faiss')
-    with pytest.raises(ImportError, match=r'pyterrier-lsr\[engines\]'):
-        require('a_module_that_is_not_installed', 'some-package')
+    with monkeypatch.context() as m:
+        m.setitem(sys.modules, 'seismic', None)  # as if pyseismic-lsr were not installed
+        with pytest.raises(ImportError, match=r'pyterrier-lsr\[engines\]'):
+            require('seismic', 'pyseismic-lsr')
     for engine in (None, 'faiss'):  # checked before the retriever is labelled (None used to fail on engine.upper())
         with pytest.raises(ValueError, match='has no .* engine'):
             engine_index.retriever(engine=engine)
