@@ -95,6 +95,17 @@ class AsymmetricSplade(SparseModel):
     def settings(self) -> dict:
         return dict(super().settings(), sides=self.sides.kind)
 
+    def export_onnx(self, folder: str | Path, precision: str = 'fp32', opset: int | None = None,
+                    overwrite: bool = True) -> Path:
+        """The document model as one ONNX graph (see :meth:`Splade.export_onnx`): what an index of this model holds;
+        the query model stays in torch."""
+        from ..models.onnx_export import DEFAULT_OPSET, export_onnx
+        from .base import MODEL_ARTIFACT
+        module = getattr(self.docs.model, 'float_module', self.docs.model)  # int8: its fp32 weights
+        return export_onnx(module, self.tokenizer, folder, self.max_length, precision,
+                           DEFAULT_OPSET if opset is None else opset, source=self.name, kind=self.kind,
+                           artifact=MODEL_ARTIFACT, overwrite=overwrite)
+
     def write_folder(self, folder: Path):
         """SPLADE sides: a sentence-transformers ``Router`` folder of two encoders (each model's weights, tokenizer
         and config in ``document_0_Transformer/`` and ``query_0_Transformer/``, each with its SpladePooling and

@@ -13,6 +13,7 @@ from ..core.checks import check_int, check_max_length
 from ..core.encoding import INT8, encode_texts, resolve_device, resolve_precision, vocabulary_terms
 from ..core.folders import local_folder, model_settings
 from ..core.model_files import ModelLoadError, load_tokenizer
+from ..core.onnx_runtime import OnnxSparseModule, check_backend, load_onnx
 from ..models.int8 import Int8Module
 from ..models.splade import SpladeModel
 from . import st_format
@@ -96,6 +97,34 @@ class TorchSparseModel(SparseModel):
                        verbose: bool = False) -> list[dict[str, float]]:
         return self.encode_docs(texts, batch_size, verbose, desc='queries')
 
+    def export_onnx(self, folder: str | Path, precision: str = 'fp32', opset: int | None = None,
+                    overwrite: bool = True) -> Path:
+        """Writes the document encoder as one ONNX graph with its pooling inside, the tokenizer and
+        ``onnx_config.json`` (see :func:`~pyterrier_lsr.models.onnx_export.export_onnx` and ``docs/onnx.md``);
+        ``Splade.from_pretrained(folder)`` or :func:`~pyterrier_lsr.load_model` then encode through onnxruntime.
+
+        Args:
+            folder: the folder to write (replaces only a model folder of ours, with ``overwrite``).
+            precision: ``'fp32'``, or ``'int8'`` (onnxruntime's dynamic quantization).
+            opset: the ONNX opset (default 17).
+            overwrite: replace an existing model folder of ours.
+
+        Returns:
+            ``folder``.
+
+        Raises:
+            TypeError: a kind whose module is no masked LM max-pooled over its vocabulary (SAE-SPLADE, Latent Terms).
+            ValueError: an invalid argument, naming it.
+            ImportError: the ``onnx`` extra is not installed.
+        """
+        from ..models.onnx_export import DEFAULT_OPSET, export_onnx
+        from .base import MODEL_ARTIFACT
+        self._check_model()
+        module = getattr(self.model, 'float_module', self.model)  # an int8 model exports its fp32 weights
+        return export_onnx(module, self.tokenizer, folder, self.max_length, precision,
+                           DEFAULT_OPSET if opset is None else opset, source=self.name, kind=self.kind,
+                           artifact=MODEL_ARTIFACT, overwrite=overwrite)
+
 
 class Splade(TorchSparseModel):
     """A SPLADE model (a masked LM's head, max-pooled ``log(1 + relu)``) and its tokenizer.
@@ -132,13 +161,20 @@ class Splade(TorchSparseModel):
         return 'VT-SPLADE' if 'vocab_transfer' in settings else 'SPLADE'
 
     @classmethod
-    def load_folder(cls, folder: Path, new_head: bool = False, **kwargs) -> 'Splade':
+    def load_folder(cls, folder: Path, new_head: bool = False, backend: str | None = None, **kwargs) -> 'Splade':
         """Any HF ``AutoModelForMaskedLM`` folder as SPLADE, or a sentence-transformers ``SparseEncoder`` folder of
         a fill-mask Transformer and SpladePooling (its pooling, activation and ``max_seq_length`` read, see
         :mod:`~pyterrier_lsr.kinds.st_format`); refuses (:class:`ModelLoadError`) one without MLM head unless
         ``new_head=True``, invalid ``lsr`` settings, and a tokenizer that does not fit the head (see
         :func:`check_tokenizer`).  ``kwargs`` go to :class:`TorchSparseModel` (device, max_length, batch_size,
-        precision).  Use :meth:`from_pretrained` for names (``Splade.from_pretrained('naver/splade-v3')``)."""
+        precision).  Use :meth:`from_pretrained` for names (``Splade.from_pretrained('naver/splade-v3')``).
+        ``backend``: ``'torch'``, or ``'onnx'`` for a folder written by :meth:`export_onnx` (encoded by onnxruntime on
+        the CPU); default: the folder's (see :func:`~pyterrier_lsr.core.onnx_runtime.check_backend`)."""
+        if check_backend(backend, folder) == 'onnx':
+            tokenizer = load_tokenizer(folder)
+            module, kwargs = load_onnx(folder, kwargs)
+            check_tokenizer(tokenizer, module.vocab_size, folder)
+            return cls(module, tokenizer, **kwargs)
         layout = st_format.read_layout(folder)
         if layout is not None and layout.query is not None and not model_settings(folder).get('kind'):
             raise ModelLoadError(f'{folder} is a sentence-transformers Router (queries and documents through two '
@@ -166,8 +202,13 @@ class Splade(TorchSparseModel):
 
     def write_folder(self, folder: Path):
         """An ordinary HF folder (weights, tokenizer, config; our settings go under ``lsr``) that is also a
-        sentence-transformers ``SparseEncoder`` folder encoding the same vectors (:func:`write_encoder`)."""
+        sentence-transformers ``SparseEncoder`` folder encoding the same vectors (:func:`write_encoder`); a model on
+        the ONNX backend writes its graph, configuration and tokenizer."""
         self._check_model()
+        if isinstance(self.model, OnnxSparseModule):
+            self.model.save_pretrained(folder)
+            self.tokenizer.save_pretrained(str(folder))
+            return
         st_format.write_modules(folder, write_encoder(folder, self.model, self.tokenizer, self.max_length, '',
                                                       '1_SpladePooling'))
 

@@ -98,12 +98,18 @@ class SpladeModel(nn.Module):
     def vocab_size(self) -> int:
         return self.mlm.get_output_embeddings().weight.shape[0]
 
-    def decoder_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
-        """The MLM head's input to its vocabulary projection, batch x length x hidden."""
+    @property
+    def has_split_head(self) -> bool:
+        """Whether the MLM head's layout is known, so that :meth:`decoder_inputs` can stop before its projection."""
+        return self._head_layout is not None
+
+    def decoder_inputs(self, input_ids: torch.Tensor, attention_mask: torch.Tensor, **inputs) -> torch.Tensor:
+        """The MLM head's input to its vocabulary projection, batch x length x hidden; ``inputs``: more inputs of the
+        backbone (``token_type_ids``)."""
         if self._head_layout is None:
             raise NotImplementedError(f'the MLM head layout of {type(self.mlm).__name__} is not one SpladeModel can '
                                       'split before its vocabulary projection (BERT, RoBERTa, DistilBERT, ModernBERT)')
-        hidden = self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask)[0]
+        hidden = self.mlm.base_model(input_ids=input_ids, attention_mask=attention_mask, **inputs)[0]
         return _head_transform(self.mlm, self._head_layout, hidden)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
