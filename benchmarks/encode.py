@@ -1,7 +1,8 @@
-"""Document-encoding speed, peak memory and output agreement: pyterrier-lsr vs pyterrier-splade 0.1.0.
+"""Document-encoding speed, peak memory and output agreement: pyterrier-lsr (torch and ONNX) vs pyterrier-splade 0.1.0.
 
     python benchmarks/encode.py --irds-cache PATH
     python benchmarks/encode.py --irds-cache PATH --threads 1   # on a shared machine
+    python benchmarks/encode.py --irds-cache PATH --threads 1 --precisions fp32 bf16 int8 --cisi PATH/cisi
 
 Both libraries encode the same Vaswani documents with the same SPLADE checkpoint (default: the offline
 ``splade-tiny``).  Measured, in one run:
@@ -14,11 +15,17 @@ Both libraries encode the same Vaswani documents with the same SPLADE checkpoint
   (process time, all threads) is reported too: it is less sensitive to other processes than wall time.
 * peak memory: the subprocess's peak RSS (``ru_maxrss``), and its growth over the RSS measured after the
   model and documents were loaded.
+* ONNX: with the ``pyterrier-lsr-onnx`` library the model is exported once (``export_onnx``, fp32 and onnxruntime's
+  dynamic int8) and encoded through the ONNX backend; ``int8`` is ours (``precision='int8'``) for pyterrier-lsr and
+  onnxruntime's quantized graph for pyterrier-lsr-onnx (pyterrier-splade has none). The ONNX fp32 and int8 weights
+  are compared with our torch fp32 weights too. sentence-transformers' own ONNX backend needs ``optimum-onnx``,
+  which requires transformers < 4.58: where it is not importable the report says so instead of timing it.
 * output equality: our fp32 weights vs pyterrier-splade's fp32 float weights (``encode(..., format='torch')``,
   special tokens dropped, since pyterrier-splade emits them as terms), and the index impacts
   ``int(100 w)`` vs pyterrier-splade's ``doc_encoder()`` (which truncates at scale 100).
-* effectiveness: nDCG@10 on all Vaswani topics of a full-corpus index of bf16-encoded documents vs one of
-  fp32-encoded documents (queries fp32 in both; bf16 queries reported too).
+* effectiveness: nDCG@10 on all Vaswani topics (and CISI's with ``--cisi``, a folder read by ``load_collection``) of a
+  full-corpus index of documents encoded at each precision and backend, searched with queries of the same encoder,
+  vs torch fp32 (for bf16, fp32 queries on bf16 documents too).
 
 Prints a table and writes JSON (``--output``).
 """
@@ -39,7 +46,9 @@ from contextlib import nullcontext
 from multiprocessing import get_context
 from pathlib import Path
 
-OURS, THEIRS = 'pyterrier-lsr', 'pyterrier-splade'
+OURS, THEIRS, ONNX = 'pyterrier-lsr', 'pyterrier-splade', 'pyterrier-lsr-onnx'
+# the precisions each library runs: int8 is ours (torch) or onnxruntime's quantized graph; bf16 is torch autocast
+PRECISIONS = {OURS: ('fp32', 'bf16', 'int8'), THEIRS: ('fp32', 'bf16'), ONNX: ('fp32', 'int8')}
 THEIR_DEFAULT_BATCH_SIZE = 100
 SCALE = 100.0  # the index scale; pyterrier-splade's doc_encoder() default scale too
 WARMUP_DOCS = 64
@@ -62,10 +71,13 @@ def doc_encoder(impl: str, model_path: str, precision: str, batch_size: int):
     """The library's document encoder and the context to call it in."""
     import torch
 
-    if impl == OURS:
+    if impl in (OURS, ONNX):
         import pyterrier_lsr
 
-        splade = pyterrier_lsr.Splade.from_pretrained(model_path, device='cpu', precision=precision)
+        if impl == ONNX:  # model_path: the folder exported at this precision
+            splade = pyterrier_lsr.Splade.from_pretrained(model_path, backend='onnx')
+        else:
+            splade = pyterrier_lsr.Splade.from_pretrained(model_path, device='cpu', precision=precision)
         return splade.doc_encoder(batch_size=batch_size), nullcontext
     import pyterrier_splade
 
@@ -176,39 +188,103 @@ def output_agreement(model_path: str, n_docs: int, batch_size: int) -> dict:
     }
 
 
-def effectiveness(model_path: str, batch_size: int, workdir: str) -> dict:
-    """nDCG@10 on Vaswani of full-corpus indexes of fp32- and bf16-encoded documents."""
+def onnx_agreement(model_path: str, onnx_folders: dict, n_docs: int, batch_size: int) -> dict:
+    """The ONNX backend's weights (fp32 and int8 graphs) vs our torch fp32 weights on the same documents."""
+    import pyterrier_lsr
+
+    texts = load_docs(n_docs)['text'].tolist()
+    torch_vecs = pyterrier_lsr.Splade.from_pretrained(model_path, device='cpu').encode(texts, batch_size=batch_size)
+    report = {}
+    for precision, folder in onnx_folders.items():
+        onnx_vecs = pyterrier_lsr.Splade.from_pretrained(folder, backend='onnx').encode(texts, batch_size=batch_size)
+        report[precision] = {
+            'docs': len(texts),
+            'max_abs_diff': max(abs(a.get(t, 0.0) - b.get(t, 0.0))
+                                for a, b in zip(torch_vecs, onnx_vecs) for t in a.keys() | b.keys()),
+            'docs_with_different_terms': sum(a.keys() != b.keys() for a, b in zip(torch_vecs, onnx_vecs)),
+        }
+    return report
+
+
+def effectiveness(model_path: str, onnx_folders: dict, precisions, batch_size: int, workdir: str,
+                  cisi: str | None) -> dict:
+    """nDCG@10 on Vaswani (and CISI) of full-corpus indexes of documents encoded by each precision and backend,
+    searched with queries of the same encoder; the first system, torch fp32, is the baseline."""
     import pyterrier as pt
     from pyterrier.measures import nDCG
 
     import pyterrier_lsr
+    from pyterrier_lsr.core.collection import load_collection
 
-    dataset = pt.get_dataset('irds:vaswani')
     models = {
-        p: pyterrier_lsr.Splade.from_pretrained(model_path, device='cpu', precision=p, batch_size=batch_size)
-        for p in ('fp32', 'bf16')
+        f'torch {p}': pyterrier_lsr.Splade.from_pretrained(model_path, device='cpu', precision=p, batch_size=batch_size)
+        for p in ['fp32'] + [p for p in precisions if p != 'fp32']
     }
-    indexes, encode_s = {}, {}
-    for precision, model in models.items():
+    for p, folder in onnx_folders.items():
+        models[f'onnx {p}'] = pyterrier_lsr.Splade.from_pretrained(folder, backend='onnx', batch_size=batch_size)
+    collections = {'vaswani': 'irds:vaswani', **({'cisi': cisi} if cisi else {})}
+    report = {}
+    for name, spec in collections.items():
+        collection = load_collection(spec)
+        indexes, encode_s = {}, {}
+        for label, model in models.items():
+            start = time.perf_counter()
+            indexes[label] = pyterrier_lsr.SpladeIndexer(
+                Path(workdir) / f'{name}-{label.replace(" ", "-")}', model=model, overwrite=True, verbose=False
+            ).index(collection.corpus)
+            encode_s[label] = time.perf_counter() - start
+        systems = {f'{label} docs, {label} queries': model.query_encoder() >> indexes[label].toks_retriever()
+                   for label, model in models.items()}
+        if 'torch bf16' in models:
+            systems['torch bf16 docs, torch fp32 queries'] = (models['torch fp32'].query_encoder()
+                                                              >> indexes['torch bf16'].toks_retriever())
+        table = pt.Experiment(list(systems.values()), collection.topics, collection.qrels, [nDCG @ 10],
+                              names=list(systems), baseline=0)
+        ndcg = dict(zip(table['name'], table['nDCG@10']))
+        baseline = ndcg['torch fp32 docs, torch fp32 queries']
+        report[name] = {
+            'topics': len(collection.topics),
+            'docs': len(collection.corpus),
+            'index_seconds': encode_s,
+            'ndcg@10': ndcg,
+            'vs_torch_fp32': {k: v / baseline for k, v in ndcg.items()},
+            'topics_better_worse_vs_torch_fp32': {
+                k: [None if b != b else int(b), None if w != w else int(w)]
+                for k, b, w in zip(table['name'], table['nDCG@10 +'], table['nDCG@10 -'])},
+        }
+    return report
+
+
+def export_onnx_folders(model_path: str, workdir: str, precisions) -> dict:
+    """The model exported once per ONNX precision (fp32, onnxruntime's dynamic int8), and each export's seconds."""
+    import pyterrier_lsr
+
+    splade = pyterrier_lsr.Splade.from_pretrained(model_path, device='cpu')
+    folders, seconds = {}, {}
+    for precision in precisions:
         start = time.perf_counter()
-        indexes[precision] = pyterrier_lsr.SpladeIndexer(
-            Path(workdir) / precision, model, overwrite=True, verbose=False
-        ).index(dataset.get_corpus_iter(verbose=False))
-        encode_s[precision] = time.perf_counter() - start
-    systems = {
-        'fp32 docs, fp32 queries': models['fp32'].query_encoder() >> indexes['fp32'].toks_retriever(),
-        'bf16 docs, fp32 queries': models['fp32'].query_encoder() >> indexes['bf16'].toks_retriever(),
-        'bf16 docs, bf16 queries': models['bf16'].query_encoder() >> indexes['bf16'].toks_retriever(),
-    }
-    table = pt.Experiment(
-        list(systems.values()), dataset.get_topics(), dataset.get_qrels(), [nDCG @ 10], names=list(systems)
-    )
-    return {
-        'topics': len(dataset.get_topics()),
-        'docs': indexes['fp32'].num_docs(),
-        'index_seconds': encode_s,
-        'ndcg@10': dict(zip(table['name'], table['nDCG@10'])),
-    }
+        folders[precision] = str(splade.export_onnx(Path(workdir) / f'onnx-{precision}', precision=precision))
+        seconds[precision] = time.perf_counter() - start
+    return folders, seconds
+
+
+def sentence_transformers_onnx() -> str | None:
+    """Why sentence-transformers' own ONNX backend cannot be timed here, or None when it can."""
+    try:
+        import optimum.onnxruntime  # noqa: F401  (what SparseEncoder(..., backend='onnx') imports)
+    except ImportError as ex:
+        return (f'not measured: SparseEncoder(backend="onnx") needs optimum-onnx[onnxruntime] ({ex}); '
+                'optimum-onnx 0.1.0 requires transformers<4.58, this environment pins transformers 5.24')
+    return None
+
+
+def _version(package: str) -> str | None:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version(package)
+    except PackageNotFoundError:
+        return None
 
 
 def machine() -> dict:
@@ -224,6 +300,8 @@ def machine() -> dict:
         'torch': torch.__version__,
         'avx512_bf16': 'avx512_bf16' in flags,
         'amx_bf16': 'amx_bf16' in flags,
+        'avx512_vnni': 'avx512_vnni' in flags,
+        'onnxruntime': _version('onnxruntime'),
         'python': platform.python_version(),
         'loadavg_start': os.getloadavg(),
     }
@@ -251,11 +329,17 @@ def print_report(report: dict):
             f'{agreement["max_abs_diff"]:.2e}; {agreement["docs_with_different_terms"]} docs with different terms; '
             f'{agreement["impact_mismatches"]} of {agreement["impacts"]} int({SCALE:g} w) impacts differ'
         )
-    if 'effectiveness' in report:
-        eff = report['effectiveness']
-        print(f'\nnDCG@10, Vaswani ({eff["topics"]} topics, {eff["docs"]} docs):')
-        for name, value in eff['ndcg@10'].items():
-            print(f'  {name:24} {value:.4f}')
+    for precision, agreement in report.get('onnx_agreement', {}).items():
+        print(
+            f'ONNX {precision} vs torch fp32, {agreement["docs"]} docs: max |diff| = {agreement["max_abs_diff"]:.2e}; '
+            f'{agreement["docs_with_different_terms"]} docs with different terms'
+        )
+    if report.get('sentence_transformers_onnx'):
+        print(f'sentence-transformers ONNX backend: {report["sentence_transformers_onnx"]}')
+    for name, eff in report.get('effectiveness', {}).items():
+        print(f'\nnDCG@10, {name} ({eff["topics"]} topics, {eff["docs"]} docs):')
+        for system, value in eff['ndcg@10'].items():
+            print(f'  {system:40} {value:.4f} ({eff["vs_torch_fp32"][system]:.2%} of torch fp32)')
 
 
 def main():
@@ -270,11 +354,13 @@ def main():
     parser.add_argument(
         '--libraries',
         nargs='+',
-        choices=[OURS, THEIRS],
-        default=[OURS, THEIRS],
-        help='libraries to time (the output agreement needs both)',
+        choices=[OURS, THEIRS, ONNX],
+        default=[OURS, THEIRS, ONNX],
+        help='libraries to time (the output agreement needs pyterrier-lsr and pyterrier-splade)',
     )
-    parser.add_argument('--precisions', nargs='+', choices=['fp32', 'bf16'], default=['fp32', 'bf16'])
+    parser.add_argument('--precisions', nargs='+', choices=['fp32', 'bf16', 'int8'], default=['fp32', 'bf16'],
+                        help="precisions, each run by the libraries that have it (int8: ours and onnxruntime's)")
+    parser.add_argument('--cisi', help='a CISI folder (docs.jsonl, topics.tsv, qrels.txt): nDCG@10 on it too')
     parser.add_argument('--output', default=str(Path(__file__).parent / 'results' / 'encode.json'))
     args = parser.parse_args()
 
@@ -293,6 +379,17 @@ def main():
         'rounds': args.rounds,
     }
 
+    if args.threads:
+        import torch
+
+        torch.set_num_threads(args.threads)  # the exports and the nDCG runs, as the speed runs
+    workdir = tempfile.TemporaryDirectory()
+    onnx_folders = {}
+    if ONNX in args.libraries:
+        onnx_precisions = [p for p in args.precisions if p in PRECISIONS[ONNX]]
+        print(f'exporting to ONNX: {onnx_precisions}', flush=True)
+        onnx_folders, report['onnx_export_seconds'] = export_onnx_folders(model_path, workdir.name, onnx_precisions)
+        report['sentence_transformers_onnx'] = sentence_transformers_onnx()
     batch_sizes = sorted({args.batch_size, THEIR_DEFAULT_BATCH_SIZE})
     configs = [
         {
@@ -300,22 +397,28 @@ def main():
             'precision': precision,
             'batch_size': batch_size,
             'docs': args.docs,
-            'model': model_path,
+            'model': onnx_folders[precision] if impl == ONNX else model_path,
             'threads': args.threads,
         }
         for batch_size in batch_sizes
         for impl in args.libraries
         for precision in args.precisions
+        if precision in PRECISIONS[impl]
     ]
     print(f'speed: {args.docs} Vaswani docs, {args.rounds} rounds', flush=True)
     report['speed'] = speed(configs, args.rounds)
-    if THEIRS in args.libraries:
+    if {OURS, THEIRS} <= set(args.libraries) and 'fp32' in args.precisions:
         print('output agreement (fp32)', flush=True)
         report['agreement'] = output_agreement(model_path, args.docs, args.batch_size)
+    if onnx_folders:
+        print('ONNX output agreement', flush=True)
+        report['onnx_agreement'] = onnx_agreement(model_path, onnx_folders, args.docs, args.batch_size)
     if not args.skip_ndcg:
-        print('nDCG@10: indexing the full corpus in fp32 and bf16', flush=True)
-        with tempfile.TemporaryDirectory() as workdir:
-            report['effectiveness'] = effectiveness(model_path, args.batch_size, workdir)
+        print('nDCG@10: indexing the full corpora', flush=True)
+        torch_precisions = [p for p in args.precisions if p in PRECISIONS[OURS]] if OURS in args.libraries else []
+        report['effectiveness'] = effectiveness(model_path, onnx_folders, torch_precisions, args.batch_size,
+                                                workdir.name, args.cisi)
+    workdir.cleanup()
     report['machine']['loadavg_end'] = os.getloadavg()
 
     print_report(report)

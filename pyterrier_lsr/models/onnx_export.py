@@ -173,9 +173,8 @@ def export_onnx(model: SpladeModel, tokenizer, folder, max_length: int, precisio
     names = [name for name in rt.INPUTS if name != 'token_type_ids' or (
         name in getattr(tokenizer, 'model_input_names', ()) and getattr(model.mlm.config, 'type_vocab_size', 0))]
     device = next(model.parameters()).device
+    was_training = model.training  # eval() on the wrapper sets it on the model: put back below
     module = PooledSplade(model, 'token_type_ids' in names).eval()
-    was_training = model.training
-    model.eval()
     # padded batches, so the traced graph keeps the attention mask's path
     example = _example(tokenizer, ['a short text', 'a longer text: ' + 'radio waves and signals ' * 8], max_length,
                        names)
