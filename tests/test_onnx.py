@@ -127,6 +127,7 @@ def test_load_model_and_the_backend_switch(exported, splade, tmp_path, texts):
     assert isinstance(model, Splade) and isinstance(model.model, OnnxSparseModule)
     assert (model.max_length, model.precision, model.device.type) == (256, 'fp32', 'cpu')
     assert isinstance(Splade.from_pretrained(exported).model, OnnxSparseModule)  # the folder says its backend
+    assert isinstance(load_model(exported, backend='onnx').model, OnnxSparseModule)
     assert Splade.from_pretrained(exported, max_length=64).max_length == 64
     with pytest.raises(ModelLoadError, match="backend='onnx'"):
         Splade.from_pretrained(exported, backend='torch')
