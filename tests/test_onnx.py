@@ -255,3 +255,22 @@ def test_without_onnxruntime_the_error_says_how_to_install_it(monkeypatch):
     monkeypatch.setitem(sys.modules, 'onnxruntime', None)
     with pytest.raises(ImportError, match=r"pyterrier-lsr\[onnx\]"):
         import_onnxruntime()
+
+
+@pytest.mark.parametrize('split_head', [True, False])
+def test_a_rescaled_head_without_segment_inputs_exports_faithfully(tmp_path, split_head):
+    """The head scale is inside the graph; a tokenizer that gives no token_type_ids makes a two-input graph; a head
+    layout SpladeModel cannot split runs whole in the graph as in torch."""
+    from conftest import make_tiny
+    module, tokenizer = make_tiny(dropout=0.0)
+    tokenizer.model_input_names = ['input_ids', 'attention_mask']
+    module.settings['head_scale'] = 2.0
+    if not split_head:
+        module._head_layout = None
+    model = Splade(module, tokenizer, device='cpu', max_length=64)
+    folder = model.export_onnx(tmp_path / 'tiny')
+    config = json.loads((folder / CONFIG_FILE).read_text())
+    assert [i['name'] for i in config['inputs']] == ['input_ids', 'attention_mask'] and config['head_scale'] == 2.0
+    texts = ['the cat sat on the reactor', 'radio wave noise in the ionosphere ' * 20, 'dog']
+    assert_same_vectors(load_model(folder).encode_docs(texts), model.encode_docs(texts))
+    assert sum(map(len, model.encode_docs(texts))) > 0
