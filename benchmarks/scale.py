@@ -39,12 +39,28 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import torch
-from scale_costs import Clock, K, PeakMemory, batched, choose, exact_truth, grid, machine, per_query, postings, recall
+from scale_costs import (
+    Clock,
+    K,
+    PeakMemory,
+    batched,
+    choose,
+    exact_truth,
+    grid,
+    machine,
+    ndcg10,
+    per_query,
+    postings,
+    query_side,
+    recall,
+)
 
-from pyterrier_lsr import LsrIndex, Splade, scaleout
+from pyterrier_lsr import LsrIndex, Splade, load_collection, scaleout
 from pyterrier_lsr.core.quiet import quiet_native
 from pyterrier_lsr.core.storage import read_json, write_json
 from pyterrier_lsr.index.bm25 import BM25
+from pyterrier_lsr.index.tuning import exact_tops
+from pyterrier_lsr.index.tuning import recall as recall_against
 from pyterrier_lsr.index.vectors import VectorStore
 from pyterrier_lsr.report.costs import index_size_bytes
 
@@ -346,6 +362,62 @@ class Run:
         return {'documents': index.num_docs(), 'test_queries': len(test), 'engines': engines,
                 'speedup_over_bm25': speedups, 'query_encoding': encoding}
 
+    def sparse(self, n: int, side: str) -> dict:
+        """One query side at ``n`` documents: ``LsrIndex.tune`` on the tuning half (every engine's grid, against the
+        exact ranking of this query side), then each engine's cheapest setting reaching the target there measured on
+        the test half through ``index.retriever`` (query encoding included), R@10 against this side's exact ranking;
+        BM25 measured again in the same stage, so that both share its machine state."""
+        import pyterrier_pisa
+        index = LsrIndex(self.index_path(n))
+        encoder = query_side(side, index)
+        with quiet_native():
+            record = index.tune(self.tune, self.args.target_recall, query_encoder=encoder, verbose=False)
+        test = self.test[['qid', 'query']]
+        frame = encoder(test)[['qid', 'query_toks']]
+        truth = exact_tops(index, frame, K)
+        encoding, _ = per_query(encoder, test)
+        engines = {}
+        for engine in index.meta['engines']:
+            row = choose([dict(r, **{'recall@10': r['recall'], 'cpu_ms_batch': r['cpu_ms']})
+                          for r in record['rows'] if r['engine'] == engine], self.args.target_recall)
+            with quiet_native():
+                stats, results = per_query(index.retriever(K, engine, query_encoder=encoder, **row['settings']), test)
+            engines[engine] = {'settings': row['settings'], **stats, 'recall@10': recall_against(results, truth, K),
+                               'tuning': {'cpu_ms_batch': row['cpu_ms'], 'recall@10': row['recall']}}
+        tuned = index.retriever(K, query_encoder=encoder).toks_retriever
+        algorithm = self.stages.record(f'measure-{n}')['engines']['bm25']['query_algorithm']
+        text = pyterrier_pisa.PisaIndex(str(self.data / f'bm25-{n}'))
+        with quiet_native():
+            bm25, _ = per_query(BM25(text, num_results=K, query_algorithm=algorithm), test)
+        return {'side': side, 'documents': index.num_docs(), 'test_queries': len(test),
+                'chosen': {'engine': record['engine'], 'settings': record['settings'],
+                           'retriever_uses': [tuned.engine, tuned.params]},
+                'engines': engines, 'bm25': {'query_algorithm': algorithm, **bm25}, 'query_encoding': encoding,
+                'terms_per_query': float(np.mean([len(t) for t in frame['query_toks']])),
+                'postings_per_query': postings(index, frame), 'front': record['front']}
+
+    def effectiveness(self, spec: str, n: int) -> dict:
+        """nDCG@10 on every judged topic of ``spec`` (none of them tunes anything) of each query side with each
+        engine at the setting chosen for it at ``n`` packages documents, beside BM25 on PISA of the same texts."""
+        import pyterrier_pisa
+        collection = load_collection(spec)
+        name = collection.name
+        index = LsrIndex(self.data / f'eff-{name}', self.model(self.args.precision), engines=('pisa', 'bmp', 'seismic'),
+                         overwrite=True, verbose=False)
+        with quiet_native():
+            index.index(collection.corpus)
+        out = {}
+        for side in self.args.query_sides:
+            encoder = query_side(side, index)
+            chosen = self.stages.record(f'sparse-{side}-{n}')['engines']
+            out[side] = {engine: ndcg10(index.retriever(K, engine, query_encoder=encoder, **r['settings']), collection)
+                         for engine, r in chosen.items()}
+        text = pyterrier_pisa.PisaIndex(str(self.data / f'eff-{name}-bm25'), text_field='text', overwrite=True)
+        with quiet_native():
+            text.index(iter(collection.corpus))
+        return {'collection': name, 'documents': len(collection.corpus), 'judged_topics': int(collection.qrels['qid']
+                .nunique()), 'settings_from': n, 'ndcg@10': out, 'bm25': ndcg10(BM25(text, num_results=K), collection)}
+
     def size(self, n: int):
         stages, args = self.stages, self.args
         stages.run(f'encode-{args.precision}-{n}', lambda: self.encode(args.precision, n))
@@ -357,6 +429,9 @@ class Run:
         stages.run(f'bm25-{n}', lambda: self.bm25(n))
         stages.run(f'postings-{n}', lambda: self.postings(n))
         stages.run(f'measure-{n}', lambda: self.measure(n))
+        if n in self.args.query_sides_at or (n == self.total and 'all' in self.args.query_sides_at):
+            for side in args.query_sides:
+                stages.run(f'sparse-{side}-{n}', lambda s=side: self.sparse(n, s))
         if n <= args.compare_up_to:
             for precision in args.compare_precisions:
                 stages.run(f'encode-{precision}-{n}', lambda p=precision: self.encode(p, n))
@@ -384,6 +459,15 @@ def main():
     parser.add_argument('--tune-builds-up-to', type=int, default=100_000,
                         help='sizes up to this build BMP at every --bmp-block-sizes; larger ones at the size chosen')
     parser.add_argument('--target-recall', type=float, default=0.99)
+    parser.add_argument('--query-sides', nargs='*', default=['splade', 'idf', 'splade-top10', 'splade-top5',
+                                                              'splade-ratio0.25'],
+                        help='query encoders measured on every engine (splade, idf; -top<n>, -ratio<r>: pruned)')
+    parser.add_argument('--query-sides-at', nargs='*', default=['100000', 'all'],
+                        help='the sizes the query sides are measured at')
+    parser.add_argument('--effectiveness', nargs='*', default=['irds:vaswani', 'collections/cisi'],
+                        help='collections whose nDCG@10 of each query side and engine setting is measured')
+    parser.add_argument('--effectiveness-settings-at', type=int, default=100_000,
+                        help='the size whose chosen engine settings the effectiveness runs use')
     parser.add_argument('--seed', type=int, default=0, help='of the document shuffle and the query split')
     parser.add_argument('--threads', type=int, default=1, help='torch threads (1 on a shared machine)')
     parser.add_argument('--output', default='benchmarks/results/scale.json')
@@ -396,8 +480,15 @@ def main():
                                                               args.seed))['documents']
     run.stages.run(f'queries-{args.precision}', lambda: encode_queries(
         run.model(args.precision), pd.concat([run.tune, run.test]), run.data / f'queries-{args.precision}.json'))
+    run.total = total
+    args.query_sides_at = [s if s == 'all' else int(s) for s in args.query_sides_at]
     for size in args.sizes:
         run.size(total if size == 'all' else min(int(size), total))
+    sides_done = all(run.stages.record(f'sparse-{s}-{args.effectiveness_settings_at}') for s in args.query_sides)
+    if args.query_sides and sides_done:
+        for spec in args.effectiveness:
+            name = Path(spec).name if not spec.startswith('irds:') else spec[len('irds:'):]
+            run.stages.run(f'effectiveness-{name}', lambda s=spec: run.effectiveness(s, args.effectiveness_settings_at))
     if args.ray_workers:
         run.stages.run(f'encode-ray{args.ray_workers}-{args.precision}-{args.ray_docs}',
                        lambda: run.encode_ray(args.ray_docs))

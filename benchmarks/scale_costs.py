@@ -130,3 +130,36 @@ def choose(rows: list[dict], target: float) -> dict:
 def postings(index: LsrIndex, frame: pd.DataFrame) -> float:
     df = index.document_frequencies()
     return float(np.mean([sum(df.get(t, 0) for t in toks) for toks in frame['query_toks']]))
+
+
+# -- sparse query sides --------------------------------------------------------------------------------------------
+
+def query_side(name: str, index: LsrIndex):
+    """The query encoder named ``name`` over ``index``: ``splade`` (the index model's), ``idf``
+    (:class:`~pyterrier_lsr.IDFQueryEncoder` of the index's document frequencies), either followed by ``-top<n>``
+    (its ``n`` heaviest terms) or ``-ratio<r>`` (terms weighing at least ``r`` times its heaviest): :class:`Prune`."""
+    from pyterrier_lsr import IDFQueryEncoder
+    from pyterrier_lsr.stages.pruning import Prune
+    base, _, rule = name.partition('-')
+    if base not in ('splade', 'idf'):
+        raise ValueError(f'query side {name!r}: splade or idf, optionally -top<n> or -ratio<r>')
+    encoder = IDFQueryEncoder.from_index(index) if base == 'idf' else index.model().query_encoder()
+    if rule.startswith('top'):
+        return encoder >> Prune(top_n=int(rule[3:]))
+    if rule.startswith('ratio'):
+        return encoder >> Prune(ratio=float(rule[5:]))
+    if rule:
+        raise ValueError(f'query side {name!r}: unknown rule {rule!r}')
+    return encoder
+
+
+def ndcg10(retriever, collection) -> float:
+    """nDCG@10 of ``retriever`` on every judged topic of ``collection`` (a :func:`load_collection` result)."""
+    import ir_measures
+    from ir_measures import nDCG
+    with quiet_native():
+        run = retriever(collection.topics[['qid', 'query']])
+    run = run.rename(columns={'qid': 'query_id', 'docno': 'doc_id'})[['query_id', 'doc_id', 'score']]
+    qrels = collection.qrels.rename(columns={'qid': 'query_id', 'docno': 'doc_id', 'label': 'relevance'})
+    run['query_id'], qrels['query_id'] = run['query_id'].astype(str), qrels['query_id'].astype(str)
+    return float(ir_measures.calc_aggregate([nDCG @ 10], qrels[['query_id', 'doc_id', 'relevance']], run)[nDCG @ 10])

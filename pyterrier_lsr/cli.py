@@ -1,5 +1,6 @@
-"""Command line: ``pyterrier-lsr train ...`` (the bundled training loop), ``pyterrier-lsr head-report ...`` and
-``pyterrier-lsr report config.yaml`` (effectiveness-cost report)."""
+"""Command line: ``pyterrier-lsr train ...`` (the bundled training loop), ``pyterrier-lsr head-report ...``,
+``pyterrier-lsr report config.yaml`` (effectiveness-cost report) and ``pyterrier-lsr tune INDEX --topics ...``
+(engine settings chosen on tuning queries, see :mod:`pyterrier_lsr.index.tuning`)."""
 
 import argparse
 import json
@@ -170,7 +171,35 @@ def _parser() -> argparse.ArgumentParser:
     report = sub.add_parser('report', help='effectiveness vs cost report from a YAML config (see examples/)',
                             epilog=config_help(), formatter_class=argparse.RawDescriptionHelpFormatter)
     report.add_argument('config')
+    tune = sub.add_parser('tune', help="choose an index's engine settings on tuning queries (LsrIndex.tune)")
+    tune.add_argument('index', help='an LsrIndex folder')
+    tune.add_argument('--topics', required=True,
+                      help='the tuning queries: a topics.tsv file (qid<TAB>query) or irds:<dataset id>')
+    tune.add_argument('--target-recall', type=float, default=0.99, help='R@k against the exact ranking to reach')
+    tune.add_argument('--engines', nargs='+', default=None, help='engines to tune (default: every engine built)')
+    tune.add_argument('--k', type=int, default=10, help='the depth the recall is measured at')
+    tune.add_argument('--query-encoder', choices=['model', 'idf'], default='model',
+                      help="the query side: the index model's, or IDF weights of the index's terms")
+    tune.add_argument('--repeats', type=int, default=1, help='batched calls per setting (the least CPU time kept)')
+    tune.add_argument('--quiet', action='store_true', help='print nothing (the choice is still recorded)')
     return parser
+
+
+def _tune(args):
+    from .core.collection import load_collection, read_topics
+    from .index.artifact import LsrIndex
+    from .stages.query import IDFQueryEncoder
+
+    try:
+        topics = load_collection(args.topics).topics if args.topics.startswith('irds:') else read_topics(args.topics)
+        index = LsrIndex(args.index)
+        encoder = IDFQueryEncoder.from_index(index) if args.query_encoder == 'idf' else None
+        record = index.tune(topics, args.target_recall, engines=args.engines, k=args.k, query_encoder=encoder,
+                            repeats=args.repeats, verbose=not args.quiet)
+    except (OSError, ValueError, TypeError) as e:
+        _fail('tune', e)
+    if not args.quiet:
+        print(json.dumps({k: record[k] for k in ('engine', 'settings', 'cpu_ms', 'recall', 'k')}))
 
 
 def _report(args):
@@ -259,6 +288,9 @@ def main(argv=None):
         return
     if args.command == 'report':
         _report(args)
+        return
+    if args.command == 'tune':
+        _tune(args)
         return
     if args.command == 'train':  # every setting is checked before the model and data are loaded
         settings = _train_settings(args)

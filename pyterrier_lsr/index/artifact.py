@@ -36,6 +36,7 @@ from ..core import storage
 from ..core.checks import MAX_SCALE, UniqueDocnos, check_document, check_float, check_int, check_vector, documents
 from ..core.quiet import quiet_native
 from ..kinds.loading import load_model
+from . import tuning
 from .engines import ENGINES, get_engine
 from .integrity import check_meta, check_scoring
 from .quantization import quantize
@@ -248,14 +249,22 @@ class LsrIndex(pta.Artifact, pt.Indexer):
             inner = impl.retriever(self, self.path / impl.subfolder, num_results, **params)
         return QueryToksRetriever(inner, self, engine, build, num_results, params)
 
-    def retriever(self, num_results: int = 1000, engine: str = 'pisa', query_encoder: pt.Transformer = None,
+    def retriever(self, num_results: int = 1000, engine: str | None = None, query_encoder: pt.Transformer = None,
                   **params) -> pt.Transformer:
         """``model.query_encoder() >> toks_retriever()``: end-to-end retrieval from ``query`` text. ``query_encoder``
-        replaces the model's own query side (e.g. ``IDFQueryEncoder.from_index(index)``)."""
+        replaces the model's own query side (e.g. ``IDFQueryEncoder.from_index(index)``). Without ``engine`` and
+        ``params``, the engine and settings :meth:`tune` recorded for this query encoder, else PISA."""
+        record = tuning.recorded(self, query_encoder) if engine is None and not params else None
+        engine, params = (record['engine'], dict(record['settings'])) if record else (engine or 'pisa', params)
         toks_retriever = self.toks_retriever(num_results, engine, **params)  # checks engine before it is labelled
         if query_encoder is None:
             query_encoder = self.model().query_encoder()
         return QueryRetriever(system_label(query_encoder, self, engine), query_encoder, toks_retriever)
+
+    def tune(self, topics: pd.DataFrame, target_recall: float = 0.99, **options) -> dict:
+        """Measures each built engine's settings on the tuning ``topics`` and records the cheapest reaching
+        ``target_recall``, which :meth:`retriever` then uses; ``options``: see :func:`.tuning.tune`."""
+        return tuning.tune(self, topics, target_recall, **options)
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         """The index as its own default retriever: :meth:`toks_retriever` for frames carrying ``query_toks`` (e.g.
