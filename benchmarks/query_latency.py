@@ -6,6 +6,15 @@ Measures, in one run on Vaswani (93 queries): per-query encoding time (one query
 sees them) of the IDF and binary static encoders and of SPLADE's transformer query encoder over the same vocabulary;
 and end-to-end ms/query of each pipeline through PISA with BM25 (PISA) as the reference. Prints a table and writes
 benchmarks/results/query_latency.json.
+
+    python benchmarks/query_latency.py --index path/to/index-100000 --queries path/to/queries.tsv \
+        --bm25 path/to/bm25-100000 --label after --engine-settings seismic:query_cut=10,heap_factor=0.7
+
+measures instead what a call costs beside the engine's own work: CPU ms per query (this process, the engines' native
+code included; the least mean of ``--repeats`` passes) one query a call and in one batched call, for each engine of
+the index and each query side (IDF table, the index model's queries), split into the query encoding, the engine alone
+(its searcher on checked ``query_toks``) and the whole ``index.retriever()`` call; beside BM25 on PISA. The figures go
+under ``--label`` into ``benchmarks/results/query_call.json`` (so that runs before and after a change sit together).
 """
 
 import argparse
@@ -30,6 +39,70 @@ def per_query_seconds(fn, queries, repeats):
     return statistics.median(runs)
 
 
+def cpu_ms_per_call(fn, inputs, repeats):
+    """The least over ``repeats`` passes of the mean CPU ms of ``fn`` on each of ``inputs`` (after a warm-up)."""
+    fn(inputs[0])
+    best = None
+    for _ in range(repeats):
+        start = time.process_time()
+        for x in inputs:
+            fn(x)
+        ms = (time.process_time() - start) * 1e3 / len(inputs)
+        best = ms if best is None else min(best, ms)
+    return best
+
+
+def call_costs(args):
+    """The ``--index`` mode (see the module notes)."""
+    import os
+
+    import pandas as pd
+    import torch
+
+    from pyterrier_lsr import IDFQueryEncoder, LsrIndex
+    from pyterrier_lsr.core.quiet import quiet_native
+    from pyterrier_lsr.index.bm25 import BM25
+
+    torch.set_num_threads(args.threads or 1)
+    queries = pd.read_csv(args.queries, sep='\t', names=['qid', 'query'], dtype=str, quoting=3).head(args.num_queries)
+    frames = [queries.iloc[[i]] for i in range(len(queries))]
+    index = LsrIndex(args.index)
+    settings = {}
+    for item in args.engine_settings:
+        engine, _, values = item.partition(':')
+        settings[engine] = {k: float(v) if '.' in v else int(v) for k, v in (kv.split('=') for kv in values.split(','))}
+    sides = {'idf': IDFQueryEncoder.from_index(index), 'splade': index.model().query_encoder()}
+    rows = []
+    with quiet_native():
+        for side, encoder in sides.items():
+            toks = [encoder.encode([q])[0] for q in queries['query']]
+            encoding = cpu_ms_per_call(lambda q, e=encoder: e.encode([q]), list(queries['query']), args.repeats)
+            for engine in index.meta['engines']:
+                params = settings.get(engine, {})
+                retriever = index.retriever(10, engine, query_encoder=encoder, **params)
+                searcher = index.toks_retriever(10, engine, **params).engine_retriever
+                bare = [(f[['qid']], [t]) for f, t in zip(frames, toks)]
+                rows.append({'side': side, 'engine': engine, 'settings': params, 'query_encoding': encoding,
+                             'engine_alone': cpu_ms_per_call(lambda x, s=searcher: s.results(*x), bare, args.repeats),
+                             'retriever_one': cpu_ms_per_call(retriever, frames, args.repeats),
+                             'retriever_batched': cpu_ms_per_call(retriever, [queries], args.repeats) / len(queries)})
+                print(rows[-1], flush=True)
+        if args.bm25:
+            import pyterrier_pisa
+            bm25 = BM25(pyterrier_pisa.PisaIndex(args.bm25), num_results=10, query_algorithm='block_max_maxscore')
+            rows.append({'side': 'BM25', 'engine': 'pisa', 'retriever_one': cpu_ms_per_call(bm25, frames, args.repeats),
+                         'retriever_batched': cpu_ms_per_call(bm25, [queries], args.repeats) / len(queries)})
+            print(rows[-1], flush=True)
+    path = Path(args.output)
+    results = json.loads(path.read_text()) if path.is_file() else {}
+    results[args.label] = {'date': time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime()), 'load': os.getloadavg(),
+                           'cpu': next((line.split(':', 1)[1].strip() for line in open('/proc/cpuinfo')
+                                        if line.startswith('model name')), '?'),
+                           'index': Path(args.index).name, 'documents': index.num_docs(),
+                           'queries': len(queries), 'repeats': args.repeats, 'rows': rows}
+    path.write_text(json.dumps(results, indent=1))
+
+
 def main():
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument('--model', default='splade-tiny')
@@ -40,7 +113,18 @@ def main():
     )
     parser.add_argument('--irds-cache')
     parser.add_argument('--output', default=str(Path(__file__).parent / 'results' / 'query_latency.json'))
+    parser.add_argument('--index', help='an LsrIndex: measure the cost of a call instead (see the module notes)')
+    parser.add_argument('--queries', help='qid<TAB>query file (--index mode)')
+    parser.add_argument('--num-queries', type=int, default=300)
+    parser.add_argument('--bm25', help='a PISA text index for the BM25 reference (--index mode)')
+    parser.add_argument('--engine-settings', nargs='*', default=[], help='engine:name=value,... (--index mode)')
+    parser.add_argument('--label', default='now', help='the key of this run in the --index mode output')
     args = parser.parse_args()
+    if args.index:
+        if args.output == parser.get_default('output'):
+            args.output = str(Path(__file__).parent / 'results' / 'query_call.json')
+        call_costs(args)
+        return
     if args.irds_cache:
         use_irds_cache(args.irds_cache)
     import pandas as pd

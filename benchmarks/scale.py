@@ -54,6 +54,7 @@ from scale_costs import (
     query_side,
     recall,
 )
+from scale_plot import plot
 
 from pyterrier_lsr import LsrIndex, Splade, load_collection, scaleout
 from pyterrier_lsr.core.quiet import quiet_native
@@ -154,54 +155,6 @@ def encode_queries(model, queries: pd.DataFrame, path: Path) -> dict:
 
 
 # -- measuring -----------------------------------------------------------------------------------------------------
-
-# -- plot ----------------------------------------------------------------------------------------------------------
-
-def plot(records: dict, path: Path, precision: str):
-    import matplotlib
-    matplotlib.use('Agg')
-    import matplotlib.pyplot as plt
-    sizes = sorted({int(n.split('-')[-1]) for n in records if n.startswith('index-')})
-    fig, axes = plt.subplots(1, 3, figsize=(16, 4.8))
-
-    def bmp(n):  # the block size chosen at n once measured, else the first one built
-        chosen = records.get(f'measure-{n}', {}).get('engines', {}).get('bmp', {}).get('block_size')
-        built = sorted(k for k in records if k.startswith('bmp-') and k.endswith(f'-{n}'))
-        return f'bmp-{chosen}-{n}' if chosen else (built[0] if built else None)
-
-    builds = {f'encode ({precision})': lambda n: f'encode-{precision}-{n}', 'vectors + PISA': lambda n: f'index-{n}',
-              'BMP (reordered)': bmp, 'Seismic': lambda n: f'seismic-{n}', 'BM25 (PISA)': lambda n: f'bm25-{n}'}
-    for label, name in builds.items():
-        points = [(n, records[name(n)]) for n in sizes if records.get(name(n))]
-        if points:
-            # the build alone: BMP's and Seismic's stages also tune on the queries
-            seconds = [r.get('encode_cpu_s') or r.get('build_cpu_s') or r['cpu_s'] for _, r in points]
-            axes[0].plot([n for n, _ in points], seconds, 'o-', label=label)
-            axes[1].plot([n for n, _ in points], [r['peak_rss_mib'] for _, r in points], 'o-', label=label)
-    measured = [(n, records[f'measure-{n}']) for n in sizes if f'measure-{n}' in records]
-    for engine in ('pisa', 'bmp', 'seismic', 'bm25'):
-        rows = [(n, r['engines'][engine]) for n, r in measured if engine in r['engines']]
-        if rows:
-            sizes_of = [n for n, _ in rows]
-            line, = axes[2].plot(sizes_of, [r['cpu_ms_one_median'] for _, r in rows], 'o-',
-                                 label=engine if engine != 'bm25' else 'BM25 (PISA)')
-            axes[2].plot(sizes_of, [r['cpu_ms_batch'] for _, r in rows], 's--', color=line.get_color())
-    titles = ('build CPU seconds', 'peak RSS during the stage (MiB)', 'CPU ms/query: one a call (-), batched (--)')
-    for ax, title in zip(axes, titles):
-        ax.set_xscale('log')
-        ax.set_yscale('log')
-        ax.set_xlabel('documents')
-        ax.set_title(title)
-        ax.grid(True, which='both', alpha=0.3)
-        if ax.get_legend_handles_labels()[0]:
-            ax.legend(fontsize=8)
-    fig.suptitle('packages corpus, SPLADE-tiny; torch threads and load average of each stage in scale.json')
-    fig.tight_layout()
-    tmp = path.with_name(path.stem + '.tmp' + path.suffix)
-    fig.savefig(tmp, dpi=110)
-    plt.close(fig)
-    os.replace(tmp, path)
-
 
 # -- stages --------------------------------------------------------------------------------------------------------
 
@@ -375,21 +328,26 @@ class Run:
         test = self.test[['qid', 'query']]
         frame = encoder(test)[['qid', 'query_toks']]
         truth = exact_tops(index, frame, K)
-        encoding, _ = per_query(encoder, test)
+        one = test.iloc[:self.args.one_a_call_queries]
+        encoding, _ = per_query(encoder, one)
         engines = {}
         for engine in index.meta['engines']:
             row = choose([dict(r, **{'recall@10': r['recall'], 'cpu_ms_batch': r['cpu_ms']})
                           for r in record['rows'] if r['engine'] == engine], self.args.target_recall)
+            retriever = index.retriever(K, engine, query_encoder=encoder, **row['settings'])
             with quiet_native():
-                stats, results = per_query(index.retriever(K, engine, query_encoder=encoder, **row['settings']), test)
+                stats, _ = per_query(retriever, one)
+                batch, results = batched(retriever, test)
+            stats.update(batch)  # every test query in one call: its cost and the results R@10 is taken from
             engines[engine] = {'settings': row['settings'], **stats, 'recall@10': recall_against(results, truth, K),
                                'tuning': {'cpu_ms_batch': row['cpu_ms'], 'recall@10': row['recall']}}
         tuned = index.retriever(K, query_encoder=encoder).toks_retriever
         algorithm = self.stages.record(f'measure-{n}')['engines']['bm25']['query_algorithm']
         text = pyterrier_pisa.PisaIndex(str(self.data / f'bm25-{n}'))
         with quiet_native():
-            bm25, _ = per_query(BM25(text, num_results=K, query_algorithm=algorithm), test)
-        return {'side': side, 'documents': index.num_docs(), 'test_queries': len(test),
+            bm25, _ = per_query(BM25(text, num_results=K, query_algorithm=algorithm), one)
+            bm25.update(batched(BM25(text, num_results=K, query_algorithm=algorithm), test)[0])
+        return {'side': side, 'documents': index.num_docs(), 'test_queries': len(test), 'one_a_call_queries': len(one),
                 'chosen': {'engine': record['engine'], 'settings': record['settings'],
                            'retriever_uses': [tuned.engine, tuned.params]},
                 'engines': engines, 'bm25': {'query_algorithm': algorithm, **bm25}, 'query_encoding': encoding,
@@ -459,9 +417,10 @@ def main():
     parser.add_argument('--tune-builds-up-to', type=int, default=100_000,
                         help='sizes up to this build BMP at every --bmp-block-sizes; larger ones at the size chosen')
     parser.add_argument('--target-recall', type=float, default=0.99)
-    parser.add_argument('--query-sides', nargs='*', default=['splade', 'idf', 'splade-top10', 'splade-top5',
-                                                              'splade-ratio0.25'],
+    parser.add_argument('--query-sides', nargs='*', default=['idf', 'idf-top5', 'splade', 'splade-top5'],
                         help='query encoders measured on every engine (splade, idf; -top<n>, -ratio<r>: pruned)')
+    parser.add_argument('--one-a-call-queries', type=int, default=300,
+                        help='test queries timed one a call per query side and engine (all of them batched)')
     parser.add_argument('--query-sides-at', nargs='*', default=['100000', 'all'],
                         help='the sizes the query sides are measured at')
     parser.add_argument('--effectiveness', nargs='*', default=['irds:vaswani', 'collections/cisi'],

@@ -152,9 +152,9 @@ def test_unknown_and_missing_engines(engine_index, monkeypatch):
         m.setitem(sys.modules, 'seismic', None)  # as if pyseismic-lsr were not installed
         with pytest.raises(ImportError, match=r'pyterrier-lsr\[engines\]'):
             require('seismic', 'pyseismic-lsr')
-    for engine in (None, 'faiss'):  # checked before the retriever is labelled (None used to fail on engine.upper())
-        with pytest.raises(ValueError, match='has no .* engine'):
-            engine_index.retriever(engine=engine)
+    with pytest.raises(ValueError, match='has no .* engine'):  # checked before the retriever is labelled
+        engine_index.retriever(engine='faiss')
+    assert engine_index.retriever(engine=None).toks_retriever.engine == 'pisa'  # untuned: PISA
     monkeypatch.setitem(sys.modules, 'bmp', None)  # as if bmp were not installed
     with pytest.raises(ImportError, match=r'bmp.*pyterrier-lsr\[engines\]'):
         engine_index.toks_retriever(engine='bmp')

@@ -5,6 +5,7 @@ import pandas as pd
 import pyterrier as pt
 
 from ..core.checks import check_query_frame, check_result_frame, check_vector
+from ..stages.encoders import SparseTextEncoder
 from .quantization import quantize
 
 __all__ = ['QueryToksRetriever', 'QueryRetriever', 'DefaultRetriever', 'StoredScorer', 'system_label']
@@ -25,12 +26,17 @@ class QueryToksRetriever(pt.Transformer):
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         check_query_frame(inp, ['query_toks'])
+        return self.search(inp, list(inp['query_toks']))
+
+    def search(self, inp: pd.DataFrame, toks: list) -> pd.DataFrame:
+        """:meth:`transform` of a checked query frame ``inp`` whose ``query_toks`` are given as ``toks`` (one per row,
+        not yet checked); ``inp`` itself need not hold them."""
         if self.index.build_id() != self.build_id:  # the engine holds the files of the build it was opened on
             raise RuntimeError(f'{self.index.path} was rebuilt after this retriever was made; make a new one '
                                '(index.retriever() or index.toks_retriever())')
         if not len(inp):
             return pd.DataFrame(columns=[c for c in inp.columns if c != 'query_toks'] + ['docno', 'score', 'rank'])
-        toks = [dict(check_vector(q, f'query {qid!r}')) for qid, q in zip(inp['qid'], inp['query_toks'])]
+        toks = [dict(check_vector(q, f'query {qid!r}')) for qid, q in zip(inp['qid'], toks)]
         # The checked queries go to the engine as they are: the frame is never copied to hold them.
         return self.engine_retriever.results(inp, toks)
 
@@ -82,7 +88,16 @@ class QueryRetriever(pt.Transformer):
         self.toks_retriever = toks_retriever
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
-        return self.toks_retriever(self.query_encoder(inp))
+        encoder = self.query_encoder
+        # A query side that encodes a text column into query_toks (the model's, a static table): the texts are encoded
+        # and searched without the frame the encoder would build in between (copying the frame cost more than a static
+        # table's encoding and about as much as a small index's search); the results are the same.
+        if (isinstance(encoder, SparseTextEncoder) and type(encoder).transform is SparseTextEncoder.transform
+                and encoder.out_field == 'query_toks' and isinstance(self.toks_retriever, QueryToksRetriever)):
+            check_query_frame(inp, [encoder.text_field])
+            texts = inp[encoder.text_field].tolist()
+            return self.toks_retriever.search(inp, encoder.encode(texts) if texts else [])
+        return self.toks_retriever(encoder(inp))
 
     def fuse_rank_cutoff(self, k: int) -> 'QueryRetriever | None':
         fused = self.toks_retriever.fuse_rank_cutoff(k)

@@ -11,7 +11,8 @@ import pyterrier as pt
 from ...core.checks import check_int, check_term
 from ...core.extras import import_extra
 
-__all__ = ['require', 'check_threads', 'check_depth', 'engine_settings', 'quantized_csr', 'ToksSearcher', 'Timer']
+__all__ = ['require', 'check_threads', 'check_depth', 'engine_settings', 'quantized_csr', 'result_frame', 'STR',
+           'ToksSearcher', 'Timer']
 
 
 def require(module: str, package: str, extra: str = 'engines'):
@@ -73,6 +74,35 @@ class Timer:
         self.seconds = time.perf_counter() - self.start
 
 
+_COLUMNS: dict[tuple, pd.Index] = {}
+# pandas' default string dtype (``'str'``) as an object: converting to it by name costs more than the conversion
+STR = pd.Series([], dtype='str').dtype
+
+
+def result_frame(inp: pd.DataFrame, rows: np.ndarray, docnos, scores: np.ndarray, ranks: np.ndarray) -> pd.DataFrame:
+    """``inp``'s rows ``rows`` (its columns but ``query_toks``) beside the results' ``docno, score, rank`` columns.
+
+    On a one-query call, building a frame from a dict cost several times an engine's search (pandas sanitizes every
+    column and builds the column index each time): the arrays go in as they are and the column index of each input
+    layout is kept; the frame is the one ``pd.DataFrame(dict(...), copy=False)`` gives."""
+    names = tuple(c for c in inp.columns if c != 'query_toks')
+    column = getattr(inp, '_get_column_array', None)  # pandas' own accessor: a Series per column costs 20 us each
+    if column is None or not inp.columns.is_unique:
+        arrays = [inp[c].array.take(rows) for c in names]
+    else:
+        arrays = [column(i).take(rows) for i, c in enumerate(inp.columns) if c != 'query_toks']
+    arrays += [docnos, scores, ranks]
+    columns = _COLUMNS.get(names)
+    if columns is None:
+        if len(_COLUMNS) > 64:  # input layouts seen by this process; a few in practice
+            _COLUMNS.clear()
+        columns = _COLUMNS[names] = pd.Index([*names, 'docno', 'score', 'rank'])
+    from_arrays = getattr(pd.DataFrame, '_from_arrays', None)
+    if from_arrays is None or len(set(columns)) != len(columns):
+        return pd.DataFrame(dict(zip(columns, arrays)), copy=False)
+    return from_arrays(arrays, columns=columns, index=pd.RangeIndex(len(rows)), verify_integrity=False)
+
+
 class ToksSearcher(pt.Transformer):
     """Runs ``search(list of query_toks) -> [(rows, scores), ...]`` (numpy arrays, best first; rows of ``docnos``)
     over a frame's non-empty queries and returns ``qid, docno, score, rank`` (docnos of pandas' ``str`` dtype and ranks
@@ -96,11 +126,10 @@ class ToksSearcher(pt.Transformer):
         rows = np.repeat(np.asarray(asked, dtype=np.int64), counts)
         # Built column by column: taking whole rows of the input (query_toks' dicts included) and assigning into that
         # copy cost several times the engine's own call at k = 1000 (measured on Seismic).
-        out = {c: inp[c].array.take(rows) for c in inp.columns if c != 'query_toks'}
-        out['docno'] = self.docnos.take(np.concatenate([np.zeros(0, np.int64)] + [hits for hits, _ in found]))
-        out['score'] = np.concatenate([np.zeros(0)] + [scores for _, scores in found]).astype(np.float64)
-        out['rank'] = np.concatenate([np.zeros(0, np.int64)] + [np.arange(n) for n in counts])
-        return pd.DataFrame(out, copy=False)
+        return result_frame(inp, rows,
+                            self.docnos.take(np.concatenate([np.zeros(0, np.int64)] + [hits for hits, _ in found])),
+                            np.concatenate([np.zeros(0)] + [scores for _, scores in found]).astype(np.float64),
+                            np.concatenate([np.zeros(0, np.int64)] + [np.arange(n) for n in counts]))
 
     def __repr__(self):
         return self.name

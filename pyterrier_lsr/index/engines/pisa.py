@@ -3,11 +3,13 @@
 Every parameter is checked here before PISA sees it: PISA's native code hangs on a negative ``threads`` and throws
 ``bad_alloc`` on a huge ``num_results`` (capped at the number of documents).
 """
+import numpy as np
+import pandas as pd
 import pyterrier as pt
 
 from ...core.checks import check_bool, check_choice, check_float, check_term
 from ..quantization import pisa_term, quantize
-from .native import Timer, check_depth, check_threads
+from .native import STR, Timer, check_depth, check_threads, result_frame
 
 QUERY_ALGORITHMS = ('block_max_wand', 'block_max_maxscore', 'block_max_ranked_and', 'maxscore', 'wand', 'ranked_and',
                     'ranked_or')
@@ -75,6 +77,8 @@ class _PisaSearcher(pt.Transformer):
         return self.results(inp, list(inp['query_toks']))
 
     def results(self, inp, toks):
+        if not self.retriever.verbose:  # its progress bar is pyterrier-pisa's own
+            return self._search(inp, toks)
         out = self.retriever(inp.assign(query_toks=[{pisa_term(t): w for t, w in q.items()} for q in toks]))
         # pyterrier-pisa returns a new frame: deleting in place spares a copy of every column, a large share of a
         # one-query call at k = 1000 (frame copies cost more than the engine on small indexes).
@@ -82,6 +86,25 @@ class _PisaSearcher(pt.Transformer):
             del out['query_toks']
         columns = [c for c in inp.columns if c != 'query_toks'] + ['docno', 'score', 'rank']
         return out if list(out.columns) == columns else out[columns]
+
+    def _search(self, inp, toks):
+        """What pyterrier-pisa's ``transform`` does for ``query_toks``, without its frame work: validating the frame
+        again, copying it to hold the escaped terms, taking the input's rows with ``iloc`` and adding the results'
+        columns one by one cost several times PISA's own search on a one-query call. The queries go to PISA as its
+        transform sends them (weights times ``toks_scale`` as floats), and the output has its columns and dtypes."""
+        from pyterrier_pisa import _pisathon
+        retriever = self.retriever
+        retriever.reset_retrieval_context()  # a no-op once its context is open
+        scale = retriever.toks_scale
+        queries = [(i, {pisa_term(t): float(w * scale) for t, w in q.items()}) for i, q in enumerate(toks)]
+        shape = len(queries) * retriever.num_results
+        qidxs, docnos = np.empty(shape, dtype=np.int32), np.empty(shape, dtype=object)
+        ranks, scores = np.empty(shape, dtype=np.int32), np.empty(shape, dtype=np.float32)
+        size = _pisathon.retrieve(retriever._ctxt, retriever.query_algorithm.value, queries, k=retriever.num_results,
+                                  threads=retriever.threads, query_weighted=1 if retriever.query_weighted else 0,
+                                  pretokenised=True, result_qidxs=qidxs, result_docnos=docnos, result_ranks=ranks,
+                                  result_scores=scores)
+        return result_frame(inp, qidxs[:size], pd.array(docnos[:size], dtype=STR), scores[:size], ranks[:size])
 
     def __repr__(self):
         return repr(self.retriever)
