@@ -36,7 +36,11 @@ class QueryToksRetriever(pt.Transformer):
                                '(index.retriever() or index.toks_retriever())')
         if not len(inp):
             return pd.DataFrame(columns=[c for c in inp.columns if c != 'query_toks'] + ['docno', 'score', 'rank'])
-        toks = [dict(check_vector(q, f'query {qid!r}')) for qid, q in zip(inp['qid'], toks)]
+        try:  # the qids are read (a column of the frame) only to name a bad query
+            toks = [dict(check_vector(q, 'a query')) for q in toks]
+        except (TypeError, ValueError):
+            toks = [dict(check_vector(q, f'query {qid!r}')) for qid, q in zip(inp['qid'], toks)]
+            raise
         # The checked queries go to the engine as they are: the frame is never copied to hold them.
         return self.engine_retriever.results(inp, toks)
 
