@@ -18,7 +18,12 @@ documents are shuffled once (``--seed``) and every size is a prefix of that orde
 * ``measure``: each engine's setting chosen on the tuning half (the fastest with R@10 >= ``--target-recall`` there;
   the exact one when none reaches it), and BM25's fastest query algorithm, measured on the other half: ms/query one
   query at a time and in one batched call, R@10 against PISA's exact ranking (ties at the 10th score count),
-  postings per query (the summed document frequencies of its terms: what an exhaustive traversal reads).
+  postings per query (the summed document frequencies of its terms: what an exhaustive traversal reads);
+* ``sparse-<side>`` (sizes in ``--query-sides-at``): a query side of ``--query-sides`` (``idf``: IDF weights of the
+  index's terms; ``splade``: the model's; ``-top<n>`` / ``-ratio<r>``: pruned) tuned by ``LsrIndex.tune`` on the
+  tuning half against its own exact ranking, then every engine's setting chosen there measured on the test half
+  through ``index.retriever`` (query encoding included; ``--one-a-call-queries`` of them one a call), beside BM25.
+Then ``effectiveness-<name>``: nDCG@10 of each query side and engine setting on ``--effectiveness`` collections.
 
 The queries are split once into two seeded halves. Every stage records its wall and CPU seconds, the peak resident
 memory sampled while it ran (beside the process's resident memory when it started), the load average, and its
@@ -27,9 +32,7 @@ resumes an interrupted encoding from its last shard. The result JSON (``--output
 against corpus size, log-log) are rewritten after each stage.
 """
 import argparse
-import gzip
 import itertools
-import json
 import os
 import sys
 import time
@@ -45,6 +48,8 @@ from scale_costs import (
     PeakMemory,
     batched,
     choose,
+    documents,
+    encode_queries,
     exact_truth,
     grid,
     machine,
@@ -52,7 +57,9 @@ from scale_costs import (
     per_query,
     postings,
     query_side,
+    query_split,
     recall,
+    shuffle_corpus,
 )
 from scale_plot import plot
 
@@ -119,42 +126,6 @@ class Stages:
         if self.args.plot:
             plot(records, Path(self.args.plot), self.args.precision)
 
-
-# -- corpus and queries ------------------------------------------------------------------------------------------
-
-def shuffle_corpus(source: Path, target: Path, seed: int) -> dict:
-    with gzip.open(source, 'rt', encoding='utf8') as f:
-        lines = [line for line in f if line.strip()]
-    order = np.random.default_rng(seed).permutation(len(lines))
-    tmp = target.with_name(target.name + '.tmp')
-    with gzip.open(tmp, 'wt', encoding='utf8', compresslevel=1) as f:
-        f.writelines(lines[i] for i in order)
-    os.replace(tmp, target)
-    return {'documents': len(lines), 'seed': seed}
-
-
-def documents(path: Path, n: int):
-    with gzip.open(path, 'rt', encoding='utf8') as f:
-        yield from (json.loads(line) for line in itertools.islice(f, n))
-
-
-def query_split(corpus: Path, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
-    queries = pd.read_csv(corpus / 'queries.tsv', sep='\t', names=['qid', 'query'], dtype=str, quoting=3)
-    order = np.random.default_rng(seed).permutation(len(queries))
-    half = len(queries) // 2
-    return (queries.iloc[np.sort(order[:half])].reset_index(drop=True),
-            queries.iloc[np.sort(order[half:])].reset_index(drop=True))
-
-
-def encode_queries(model, queries: pd.DataFrame, path: Path) -> dict:
-    """Encodes the queries one at a time (the latency a searcher pays), then in one call; keeps the vectors."""
-    stats, output = per_query(model.query_encoder(), queries)
-    toks = list(output['query_toks'])
-    write_json(path, dict(zip(queries['qid'], toks)))
-    return {'queries': len(queries), **stats, 'terms_per_query': float(np.mean([len(t) for t in toks]))}
-
-
-# -- measuring -----------------------------------------------------------------------------------------------------
 
 # -- stages --------------------------------------------------------------------------------------------------------
 

@@ -1,6 +1,9 @@
 """Costs and recall measured by ``benchmarks/scale.py``: the machine, a process's peak memory, wall and CPU ms per
 query (one query a call and batched), the exact top 10 with ties, R@10 against it, and a setting chosen on tuning
-queries."""
+queries; the corpus's shuffle and the queries' split."""
+import gzip
+import itertools
+import json
 import os
 import platform
 import threading
@@ -12,6 +15,7 @@ import pandas as pd
 
 from pyterrier_lsr import LsrIndex
 from pyterrier_lsr.core.quiet import quiet_native
+from pyterrier_lsr.core.storage import write_json
 
 FLAGS = ('avx2', 'avx512f', 'avx512_vnni', 'avx512_bf16', 'amx_tile', 'amx_int8', 'amx_bf16')
 K = 10
@@ -163,3 +167,40 @@ def ndcg10(retriever, collection) -> float:
     qrels = collection.qrels.rename(columns={'qid': 'query_id', 'docno': 'doc_id', 'label': 'relevance'})
     run['query_id'], qrels['query_id'] = run['query_id'].astype(str), qrels['query_id'].astype(str)
     return float(ir_measures.calc_aggregate([nDCG @ 10], qrels[['query_id', 'doc_id', 'relevance']], run)[nDCG @ 10])
+
+
+# -- corpus and queries ------------------------------------------------------------------------------------------
+
+def shuffle_corpus(source: Path, target: Path, seed: int) -> dict:
+    with gzip.open(source, 'rt', encoding='utf8') as f:
+        lines = [line for line in f if line.strip()]
+    order = np.random.default_rng(seed).permutation(len(lines))
+    tmp = target.with_name(target.name + '.tmp')
+    with gzip.open(tmp, 'wt', encoding='utf8', compresslevel=1) as f:
+        f.writelines(lines[i] for i in order)
+    os.replace(tmp, target)
+    return {'documents': len(lines), 'seed': seed}
+
+
+def documents(path: Path, n: int):
+    with gzip.open(path, 'rt', encoding='utf8') as f:
+        yield from (json.loads(line) for line in itertools.islice(f, n))
+
+
+def query_split(corpus: Path, seed: int) -> tuple[pd.DataFrame, pd.DataFrame]:
+    queries = pd.read_csv(corpus / 'queries.tsv', sep='\t', names=['qid', 'query'], dtype=str, quoting=3)
+    order = np.random.default_rng(seed).permutation(len(queries))
+    half = len(queries) // 2
+    return (queries.iloc[np.sort(order[:half])].reset_index(drop=True),
+            queries.iloc[np.sort(order[half:])].reset_index(drop=True))
+
+
+def encode_queries(model, queries: pd.DataFrame, path: Path) -> dict:
+    """Encodes the queries one at a time (the latency a searcher pays), then in one call; keeps the vectors."""
+    stats, output = per_query(model.query_encoder(), queries)
+    toks = list(output['query_toks'])
+    write_json(path, dict(zip(queries['qid'], toks)))
+    return {'queries': len(queries), **stats, 'terms_per_query': float(np.mean([len(t) for t in toks]))}
+
+
+# -- measuring -----------------------------------------------------------------------------------------------------
