@@ -171,3 +171,21 @@ def test_report_engine_columns(engine_index, queries):
     assert costs['engine'] == 'seismic' and costs['engine_build_s'] > 0
     assert 0 < costs['ms_median'] <= costs['ms_p99'] and costs['ms_batch'] > 0
     assert results.groupby('qid').size().eq(10).all() and set(results.qid) == set(queries.qid[:5])
+
+
+@pytest.mark.parametrize('engine', ['pisa', 'bmp', 'seismic'])
+def test_query_side_results_equal_the_composed_pipeline(engine_index, vaswani, engine):
+    """index.retriever() encodes (and prunes) the queries without the frames of the composed pipeline: same results,
+    columns and dtypes, an extra input column kept; a frame with a toks column takes the composed path (Prune's
+    default prunes that column too)."""
+    from pyterrier_lsr import IDFQueryEncoder, Prune
+    topics = vaswani.get_topics().head(20).assign(extra=range(20))
+    idf = IDFQueryEncoder.from_index(engine_index)
+    for side in (idf, idf >> Prune(top_n=3), engine_index.model().query_encoder() >> Prune(ratio=0.3)):
+        retriever = engine_index.retriever(10, engine, query_encoder=side)
+        composed = side >> engine_index.toks_retriever(10, engine)
+        pd.testing.assert_frame_equal(retriever(topics), composed(topics))
+        pd.testing.assert_frame_equal(retriever(topics.head(0)), composed(topics.head(0)))
+    with_toks = topics.assign(toks=[{'radio': 2.0, 'wave': 0.5}] * 20)
+    pruned = engine_index.retriever(10, engine, query_encoder=idf >> Prune(top_n=1))(with_toks)
+    assert all(len(t) == 1 for t in pruned['toks'])
