@@ -95,12 +95,18 @@ def call_costs(args):
     for item in args.engine_settings:
         engine, _, values = item.partition(':')
         settings[engine] = {k: float(v) if '.' in v else int(v) for k, v in (kv.split('=') for kv in values.split(','))}
-    sides = {'idf': IDFQueryEncoder.from_index(index), 'splade': index.model().query_encoder()}
+    from pyterrier_lsr.stages.pruning import Prune
+    idf = IDFQueryEncoder.from_index(index)
+    sides = {'idf': lambda: idf, 'idf-top5': lambda: idf >> Prune(top_n=5),
+             'splade': lambda: index.model().query_encoder()}
+    sides = {side: sides[side]() for side in args.sides}
     rows = []
     with quiet_native():
         for side, encoder in sides.items():
-            toks = [encoder.encode([q])[0] for q in queries['query']]
-            encoding = cpu_ms_per_call(lambda q, e=encoder: e.encode([q]), list(queries['query']), args.repeats)
+            encode = encoder.encode if hasattr(encoder, 'encode') else lambda texts, e=encoder: list(
+                e(pd.DataFrame({'qid': ['q'] * len(texts), 'query': texts}))['query_toks'])
+            toks = [encode([q])[0] for q in queries['query']]
+            encoding = cpu_ms_per_call(lambda q: encode([q]), list(queries['query']), args.repeats)
             for engine in index.meta['engines']:
                 params = settings.get(engine, {})
                 retriever = index.retriever(10, engine, query_encoder=encoder, **params)
@@ -145,6 +151,8 @@ def main():
     parser.add_argument('--num-queries', type=int, default=300)
     parser.add_argument('--bm25', help='a PISA text index for the BM25 reference (--index mode)')
     parser.add_argument('--engine-settings', nargs='*', default=[], help='engine:name=value,... (--index mode)')
+    parser.add_argument('--sides', nargs='+', default=['idf', 'splade'], choices=['idf', 'idf-top5', 'splade'],
+                        help='query sides (--index mode): IDF table, its 5 rarest tokens, the index model')
     parser.add_argument('--label', default='now', help='the key of this run in the --index mode output')
     args = parser.parse_args()
     if args.index:
