@@ -82,6 +82,11 @@ def folder_bytes(path: Path) -> int:
     return sum(f.stat().st_size for f in Path(path).rglob('*') if f.is_file())
 
 
+def public(value):
+    """An absolute path as ``path/to/<name>`` (no machine folders in the results); other values as given."""
+    return f'path/to/{Path(value).name}' if isinstance(value, str) and os.path.isabs(value) else value
+
+
 class Stages:
     """Done-markers (``<data>/stages/<name>.json``, the stage's record) and the result file rebuilt from them."""
 
@@ -117,11 +122,12 @@ class Stages:
         records = {p.stem: read_json(p, 'stage record') for p in sorted(self.folder.glob('*.json'))}
         write_json(Path(self.args.output), {
             # absolute paths are this machine's: recorded as path/to/<name>
-            'command': ' '.join(['python'] + [f'path/to/{Path(a).name}' if os.path.isabs(a) else a for a in sys.argv]),
+            'command': ' '.join(['python'] + [public(a) for a in sys.argv]),
             'machine': self.machine,
             'corpus': 'packages: 963,715 package descriptions (8.5 words a document on average, shorter than MS '
                       'MARCO passages, about 56); nested prefixes of one seeded shuffle',
-            'settings': {k: v for k, v in vars(self.args).items() if k not in ('corpus', 'data', 'output', 'plot')},
+            'settings': {k: [public(x) for x in v] if isinstance(v, list) else v for k, v in vars(self.args).items()
+                         if k not in ('corpus', 'data', 'output', 'plot')},
             'stages': records})
         if self.args.plot:
             plot(records, Path(self.args.plot), self.args.precision)
