@@ -180,7 +180,8 @@ def _parser() -> argparse.ArgumentParser:
     tune.add_argument('--k', type=int, default=10, help='the depth the recall is measured at')
     tune.add_argument('--query-encoder', choices=['model', 'idf'], default='model',
                       help="the query side: the index model's, or IDF weights of the index's terms")
-    tune.add_argument('--repeats', type=int, default=1, help='batched calls per setting (the least CPU time kept)')
+    tune.add_argument('--repeats', type=int, default=1, help='passes per setting (the least CPU time kept)')
+    tune.add_argument('--one-a-call', action='store_true', help='cost settings one query a call, not batched')
     tune.add_argument('--quiet', action='store_true', help='print nothing (the choice is still recorded)')
     return parser
 
@@ -195,7 +196,7 @@ def _tune(args):
         index = LsrIndex(args.index)
         encoder = IDFQueryEncoder.from_index(index) if args.query_encoder == 'idf' else None
         record = index.tune(topics, args.target_recall, engines=args.engines, k=args.k, query_encoder=encoder,
-                            repeats=args.repeats, verbose=not args.quiet)
+                            repeats=args.repeats, one_a_call=args.one_a_call, verbose=not args.quiet)
     except (OSError, ValueError, TypeError) as e:
         _fail('tune', e)
     if not args.quiet:

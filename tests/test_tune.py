@@ -36,8 +36,8 @@ def test_picks_the_cheapest_setting_reaching_the_target(index, topics, monkeypat
     costs = {('seismic', 1): 0.1, ('seismic', 50): 0.5, ('pisa', None): 0.3}
     real = tuning._cost
 
-    def fixed_cost(retriever, frame, repeats):  # the engines' real results, costs fixed: no clock in the assertion
-        _, results = real(retriever, frame, repeats)
+    def fixed_cost(retriever, frame, repeats, one_a_call):  # the engines' real results, costs fixed: no clock asserted
+        _, results = real(retriever, frame, repeats, one_a_call)
         toks = retriever
         return costs[(toks.engine, toks.params.get('query_cut'))], results
 
@@ -57,7 +57,10 @@ def test_picks_the_cheapest_setting_reaching_the_target(index, topics, monkeypat
     assert capsys.readouterr().out == ''
     saved = json.loads((index.path / tuning.TUNING_FILE).read_text())['tunings'][record['query_encoder']['identity']]
     assert saved['queries']['count'] == len(topics) and len(saved['queries']['digest']) == 64
-    assert saved['cpu'] and saved['date'] and saved['build'] == index.build_id()
+    assert saved['cpu'] and saved['date'] and saved['build'] == index.build_id() and saved['one_a_call'] is False
+    monkeypatch.setattr(tuning, '_cost', real)
+    one = index.tune(topics.head(5), engines=['seismic'], grids={'seismic': [FULL]}, one_a_call=True, verbose=False)
+    assert one['one_a_call'] is True and one['cpu_ms'] > 0 and one['recall'] >= 0.99
     assert engine_of(index.retriever(10)) == ('seismic', FULL)
 
 

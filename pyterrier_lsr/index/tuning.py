@@ -2,14 +2,15 @@
 
 ``index.tune(topics)`` encodes the tuning queries once with the query encoder (the index model's, or
 ``query_encoder=``), ranks them exactly (PISA's top ``k``, ties included: a document scoring at least the exact
-``k``-th score counts as found), then measures every setting of ``GRIDS`` on every engine built in the index, cheapest
-first: CPU milliseconds per query (this process, all its threads, the engines' native code included; one batched call
-after a warm-up, the least of ``repeats`` calls) and R@``k`` against that exact ranking. The cheapest setting whose
-R@``k`` reaches ``target_recall`` is recorded in the index folder (``tuning.json``, written atomically), under the
-identity of the query encoder: an IDF query side's choice is never served to SPLADE queries. The record holds the
-engine, its settings, the queries' count and digest, the CPU model, the date, the build it was measured on and the
-engine's build settings; ``index.retriever()`` uses it while these still hold (an index rebuilt, or the engine rebuilt
-with other settings, drops it), and an explicit ``engine=`` (or engine parameters) always wins.
+``k``-th score counts as found), then measures every setting of ``GRIDS`` on every engine built in the index,
+cheapest first: CPU milliseconds per query (this process, all its threads, the engines' native code included; one
+batched call after a warm-up, or one call per query with ``one_a_call=True``, the least of ``repeats`` passes) and
+R@``k`` against that exact ranking. The cheapest setting whose R@``k`` reaches ``target_recall`` is recorded in the
+index folder (``tuning.json``, written atomically), under the identity of the query encoder: an IDF query side's
+choice is never served to SPLADE queries. The record holds the engine, its settings, the queries' count and digest,
+the CPU model, the date, the build it was measured on and the engine's build settings; ``index.retriever()`` uses it
+while these still hold (an index rebuilt, or the engine rebuilt with other settings, drops it), and an explicit
+``engine=`` (or engine parameters) always wins.
 
 The grids (query-time settings only; build settings such as BMP's block size stay the user's):
 
@@ -32,7 +33,7 @@ import pandas as pd
 import pyterrier as pt
 
 from ..core import storage
-from ..core.checks import check_float, check_int, check_query_frame
+from ..core.checks import check_bool, check_float, check_int, check_query_frame
 from ..core.quiet import quiet_native
 
 __all__ = ['GRIDS', 'TUNING_FILE', 'tune', 'recorded', 'encoder_identity', 'pareto_front']
@@ -130,16 +131,19 @@ def _cpu_model() -> str:
 
 # -- measuring -----------------------------------------------------------------------------------------------------
 
-def _cost(retriever, frame: pd.DataFrame, repeats: int) -> tuple[float, pd.DataFrame]:
-    """CPU ms per query of one batched call (the least of ``repeats``, after a warm-up call) and its results."""
+def _cost(retriever, frame: pd.DataFrame, repeats: int, one_a_call: bool = False) -> tuple[float, pd.DataFrame]:
+    """CPU ms per query (the least of ``repeats`` passes, after a warm-up call) of one batched call, or with
+    ``one_a_call`` of one call per query; and the results of a batched call."""
     retriever(frame.iloc[:1])
     best, results = None, None
+    rows = [frame.iloc[[i]] for i in range(len(frame))] if one_a_call else [frame]
     for _ in range(repeats):
         cpu = time.process_time()
-        results = retriever(frame)
+        for row in rows:
+            results = retriever(row)
         ms = (time.process_time() - cpu) * 1e3 / len(frame)
         best = ms if best is None else min(best, ms)
-    return best, results
+    return best, (retriever(frame) if one_a_call else results)
 
 
 def exact_tops(index, frame: pd.DataFrame, k: int) -> dict[str, tuple[set, int]]:
@@ -211,7 +215,8 @@ def recorded(index, query_encoder=None) -> dict | None:
 
 
 def tune(index, topics: pd.DataFrame, target_recall: float = 0.99, *, engines=None, query_encoder=None,
-         k: int = 10, grids: dict | None = None, repeats: int = 1, verbose: bool = True) -> dict:
+         k: int = 10, grids: dict | None = None, repeats: int = 1, one_a_call: bool = False,
+         verbose: bool = True) -> dict:
     """Measures each engine's grid on ``topics`` and records the cheapest setting reaching ``target_recall``.
 
     Args:
@@ -223,7 +228,9 @@ def tune(index, topics: pd.DataFrame, target_recall: float = 0.99, *, engines=No
             identity, so each query side has its own.
         k: the depth the recall is measured at.
         grids: ``{engine: [settings, ...]}`` replacing :data:`GRIDS` for the engines it names.
-        repeats: batched calls per setting, the least CPU time kept.
+        repeats: passes over the queries per setting, the least CPU time kept.
+        one_a_call: cost a setting by one call per query (as a search service calls it: an engine's fixed cost per
+            call counts) instead of one batched call; slower to tune.
         verbose: print the Pareto front (CPU ms against R@``k``).
 
     Returns:
@@ -236,6 +243,7 @@ def tune(index, topics: pd.DataFrame, target_recall: float = 0.99, *, engines=No
     target_recall = check_float('target_recall', target_recall, 0, 1, exclusive_minimum=True)
     k = check_int('k', k, 1)
     repeats = check_int('repeats', repeats, 1)
+    one_a_call = check_bool('one_a_call', one_a_call)
     check_query_frame(topics, ['query'])
     if not len(topics):
         raise ValueError('topics: no tuning queries given')
@@ -252,7 +260,7 @@ def tune(index, topics: pd.DataFrame, target_recall: float = 0.99, *, engines=No
     for engine in engines:
         for settings in grids.get(engine, ({},)):
             with quiet_native():
-                ms, results = _cost(index.toks_retriever(k, engine, **settings), frame, repeats)
+                ms, results = _cost(index.toks_retriever(k, engine, **settings), frame, repeats, one_a_call)
             rows.append({'engine': engine, 'settings': dict(settings), 'cpu_ms': round(ms, 4),
                          'recall': round(recall(results, tops, k), 5)})
     meeting = [r for r in rows if r['recall'] >= target_recall]
@@ -261,7 +269,7 @@ def tune(index, topics: pd.DataFrame, target_recall: float = 0.99, *, engines=No
         raise ValueError(f'no setting reached R@{k} {target_recall} (the best: {best["engine"]} {best["settings"]}, '
                          f'{best["recall"]}); lower target_recall or add the exact engine')
     chosen = min(meeting, key=lambda r: r['cpu_ms'])
-    record = {**chosen, 'k': k, 'target_recall': target_recall,
+    record = {**chosen, 'k': k, 'target_recall': target_recall, 'one_a_call': one_a_call,
               'query_encoder': {'label': str(getattr(encoder, 'label', None) or repr(encoder)),
                                 'identity': encoder_identity(encoder)},
               'queries': {'count': len(frame), 'digest': _queries_digest(topics)},
@@ -272,7 +280,8 @@ def tune(index, topics: pd.DataFrame, target_recall: float = 0.99, *, engines=No
     content['tunings'][record['query_encoder']['identity']] = record
     storage.write_json(index.path / TUNING_FILE, content)
     if verbose:
-        print(f'Pareto front on {len(frame)} queries (CPU ms/query batched, R@{k} against the exact ranking):')
+        calls = 'one a call' if one_a_call else 'batched'
+        print(f'Pareto front on {len(frame)} queries (CPU ms/query {calls}, R@{k} against the exact ranking):')
         for row in record['front']:
             mark = '  <- chosen' if row is chosen or row == chosen else ''
             print(f'  {row["engine"]:8} {json.dumps(row["settings"]):48} {row["cpu_ms"]:9.3f} ms  '
