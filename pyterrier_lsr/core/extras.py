@@ -17,6 +17,7 @@ EXTRAS = {
     'engines': {'bmp': 'bmp', 'seismic': 'pyseismic-lsr', 'scipy': 'scipy'},
     'scaleout': {'ray': 'ray[data]'},
     'multivector': {'faiss': 'faiss-cpu'},
+    'onnx': {'onnx': 'onnx', 'onnxruntime': 'onnxruntime'},
 }
 
 

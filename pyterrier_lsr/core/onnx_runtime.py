@@ -16,6 +16,7 @@ import torch
 from torch import nn
 
 from . import storage
+from .extras import import_extra
 from .model_files import REMEDY, ModelLoadError
 
 ONNX_FILE = 'model.onnx'
@@ -28,19 +29,14 @@ REQUIRED_INPUTS = INPUTS[:2]
 OUTPUT = 'weights'
 PRECISIONS = ('fp32', 'int8')
 BACKENDS = ('torch', 'onnx')
-INSTALL = "pip install 'pyterrier-lsr[onnx]'"
 
 __all__ = ['OnnxSparseModule', 'load_onnx', 'read_onnx_config', 'is_onnx_folder', 'check_backend', 'import_onnxruntime',
            'ONNX_FILE', 'CONFIG_FILE', 'BACKENDS']
 
 
 def import_onnxruntime():
-    """The ``onnxruntime`` module; an ImportError saying how to install it when it is missing."""
-    try:
-        import onnxruntime
-    except ImportError as ex:
-        raise ImportError(f'the ONNX backend needs onnxruntime, which is not installed: {INSTALL}') from ex
-    return onnxruntime
+    """The ``onnxruntime`` module; an ImportError naming the ``onnx`` extra when it is missing."""
+    return import_extra('onnx', 'onnxruntime', needed_for='the ONNX backend')
 
 
 def is_onnx_folder(folder) -> bool:

@@ -18,6 +18,7 @@ from torch import nn
 from ..core import onnx_runtime as rt
 from ..core import storage
 from ..core.checks import check_choice, check_int
+from ..core.extras import require_extra
 from .splade import SpladeModel
 
 __all__ = ['PooledSplade', 'export_onnx', 'DEFAULT_OPSET', 'COMPUTATION']
@@ -166,10 +167,7 @@ def export_onnx(model: SpladeModel, tokenizer, folder, max_length: int, precisio
     opset = check_int('opset', opset, OPSETS.start, OPSETS.stop - 1)
     max_length = check_int('max_length', max_length, 3)
     ort = rt.import_onnxruntime()
-    try:
-        import onnx  # noqa: F401  (the exporter writes through it)
-    except ImportError as ex:
-        raise ImportError("export_onnx needs the onnx package: pip install 'pyterrier-lsr[onnx]'") from ex
+    require_extra('onnx', 'onnx', needed_for='export_onnx')  # the exporter writes through it
     names = [name for name in rt.INPUTS if name != 'token_type_ids' or (
         name in getattr(tokenizer, 'model_input_names', ()) and getattr(model.mlm.config, 'type_vocab_size', 0))]
     device = next(model.parameters()).device
