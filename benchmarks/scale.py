@@ -157,7 +157,7 @@ class Run:
     def encode(self, precision: str, n: int) -> dict:
         folder = self.data / f'vectors-{precision}'
         store = scaleout.encode(documents(self.shuffled, n), self.model(precision), folder, num_workers=0,
-                                shard_size=self.args.shard_size, chunk_size=self.args.chunk_size, verbose=False)
+                                shard_size=self.args.shard_size, verbose=False)
         # Nested sizes share the shards: the cost of n documents is that of the shards holding them, whenever encoded.
         shards = [read_json(folder / f'part-{i:05d}.json', 'shard record')
                   for i in range(-(-len(store) // self.args.shard_size))]
@@ -173,7 +173,7 @@ class Run:
         clock = Clock()
         store = scaleout.encode(documents(self.shuffled, n), self.model(self.args.precision), folder,
                                 num_workers=self.args.ray_workers, threads_per_worker=1,
-                                shard_size=self.args.shard_size, chunk_size=self.args.chunk_size, verbose=False)
+                                shard_size=self.args.shard_size, verbose=False)
         wall = clock.ms()[0] / 1e3
         shards = [read_json(path, 'shard record') for path in sorted(folder.glob('part-*.json'))]
         local = VectorStore(self.data / f'vectors-{self.args.precision}')
@@ -384,7 +384,6 @@ def main():
     parser.add_argument('--compare-up-to', type=int, default=100_000,
                         help='sizes up to this are encoded in --compare-precisions too (for their rates)')
     parser.add_argument('--batch-size', type=int, default=64, help='texts per forward pass')
-    parser.add_argument('--chunk-size', type=int, default=1000, help='texts per model.encode call (sorted by length)')
     parser.add_argument('--shard-size', type=int, default=10_000, help='documents per shard: the unit of resume')
     parser.add_argument('--ray-workers', type=int, default=0,
                         help='then encode --ray-docs documents again on this many local Ray workers (0: not)')

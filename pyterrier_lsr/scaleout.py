@@ -7,13 +7,12 @@ is encoded by one of ``num_workers`` actors (each loads the model once from a fo
 of its docnos and texts. A re-run skips every shard whose ``.json``, digest and file size check out, so an interrupted
 job resumes where it stopped, and a longer corpus that starts with the same documents reuses their shards.
 ``vectors.json``, written last, joins the shards in corpus order. ``encode.json`` keeps the job's settings (the
-model's weights, its precision, the shard and chunk sizes): resuming with other settings is refused, so shards encoded
+model's weights, its precision, the shard size): resuming with other settings is refused, so shards encoded
 differently never mix.
 
-Each shard's texts go through ``model.encode`` in groups of ``chunk_size`` documents, the groups
-:meth:`LsrIndex.index <pyterrier_lsr.LsrIndex.index>` encodes when its ``shard_size`` is ``chunk_size`` (1024 by
-default), and ``shard_size`` is a multiple of ``chunk_size``: with the same settings and device, the vectors are
-bit-identical to a single process's. ``num_workers=0`` runs the same shards in this process, without Ray.
+Each shard's texts go through ``model.encode_docs`` in one call, as :meth:`LsrIndex.index
+<pyterrier_lsr.LsrIndex.index>` encodes each of its shards: with the same ``shard_size``, settings and device, the
+vectors are bit-identical to a single process's. ``num_workers=0`` runs the same shards in this process, without Ray.
 
 The folder is our artifact (marked ``encoded_vectors``, see :mod:`pyterrier_lsr.core.storage`): a new or empty folder is
 marked when a job starts, and a folder holding anything else is refused, so no user file is overwritten or removed;
@@ -138,19 +137,16 @@ def _written(folder: Path, number: int, digest: str) -> dict | None:
 class ShardEncoder:
     """Encodes and writes shards: the body of each Ray actor, and of ``num_workers=0``."""
 
-    def __init__(self, model, folder, chunk_size: int, threads: int | None = None, model_kwargs: dict = None):
+    def __init__(self, model, folder, threads: int | None = None, model_kwargs: dict = None):
         if threads:
             import torch
             torch.set_num_threads(threads)
         self.model = load_model(model, **(model_kwargs or {})) if isinstance(model, (str, Path)) else model
-        self.folder, self.chunk_size = Path(folder), chunk_size
+        self.folder = Path(folder)
 
     def encode(self, number: int, docnos: list[str], texts: list, digest: str) -> dict:
         start, cpu = time.perf_counter(), time.process_time()
-        vectors = []
-        for i in range(0, len(texts), self.chunk_size):
-            vectors.extend(self.model.encode_docs(texts[i:i + self.chunk_size]))
-        vectors = [check_vector(v, f'document {d!r}') for d, v in zip(docnos, vectors)]
+        vectors = [check_vector(v, f'document {d!r}') for d, v in zip(docnos, self.model.encode_docs(texts))]
         entry = write_shard(self.folder, shard_name(number), docnos, vectors)
         storage.write_json(_shard_record(self.folder, number), {
             'entry': entry, 'digest': digest, 'seconds': time.perf_counter() - start,
@@ -259,7 +255,7 @@ class _InProcess:
         pass
 
 
-def _ray_pool(model, model_path: Path, folder: Path, chunk_size: int, num_workers, ray_address, gpus_per_worker,
+def _ray_pool(model, model_path: Path, folder: Path, num_workers, ray_address, gpus_per_worker,
               threads_per_worker, model_kwargs, max_retries, in_flight, verbose) -> tuple[_Pool, dict]:
     """Joins or starts Ray and starts the workers; returns the pool and the settings each worker loads the model with
     (default worker count and GPUs from the cluster's resources)."""
@@ -279,7 +275,7 @@ def _ray_pool(model, model_path: Path, folder: Path, chunk_size: int, num_worker
                           f'{resources.get("CPU", 0):g} CPUs: some workers wait for resources')
         kwargs = _model_kwargs(model, model_kwargs, 'cuda' if gpus_per_worker else 'cpu')
         return _Pool(ray, num_workers, threads_per_worker, gpus_per_worker, max_retries, in_flight,
-                     (str(model_path), str(folder), chunk_size, threads_per_worker, kwargs), started), kwargs
+                     (str(model_path), str(folder), threads_per_worker, kwargs), started), kwargs
     except BaseException:
         if started:
             ray.shutdown()
@@ -313,7 +309,7 @@ def _encode_shards(docs: Iterable[dict], total: int | None, folder: Path, text_f
 
 
 def _check_settings(num_workers, gpus_per_worker, threads_per_worker, max_retries, in_flight, model_kwargs,
-                    shard_size, chunk_size) -> None:
+                    shard_size) -> None:
     """Every setting checked before the folder is claimed or Ray is started (a bad one would fail inside a worker)."""
     if num_workers is not None:
         check_int('num_workers', num_workers, 0)
@@ -324,13 +320,11 @@ def _check_settings(num_workers, gpus_per_worker, threads_per_worker, max_retrie
     check_int('in_flight', in_flight, 1)
     if model_kwargs is not None and not isinstance(model_kwargs, dict):
         raise TypeError(f'model_kwargs must be a dict of loading settings, got {type(model_kwargs).__name__}')
-    check_int('chunk_size', chunk_size, 1)
-    if check_int('shard_size', shard_size, 1) % chunk_size:
-        raise ValueError(f'shard_size ({shard_size}) must be a positive multiple of chunk_size ({chunk_size})')
+    check_int('shard_size', shard_size, 1)
 
 
 def encode(corpus, model, folder, *, num_workers: int | None = None, shard_size: int = 16_384,
-           chunk_size: int = 1024, text_field: str = 'text', ray_address: str | None = None,
+           text_field: str = 'text', ray_address: str | None = None,
            gpus_per_worker: float | None = None, threads_per_worker: int = 1, model_kwargs: dict | None = None,
            max_retries: int = 2, in_flight: int = 2, verbose: bool = True) -> VectorStore:
     """Encodes ``corpus`` into the vector folder ``folder`` on Ray workers; returns its :class:`VectorStore`.
@@ -341,8 +335,8 @@ def encode(corpus, model, folder, *, num_workers: int | None = None, shard_size:
         model: a model of the project (saved into ``folder/model`` for the workers) or its folder / name.
         num_workers: model replicas; default one per GPU of the cluster, or one per ``threads_per_worker`` CPUs.
             ``0``: encode in this process (same shards, no Ray).
-        shard_size: documents per shard (a multiple of ``chunk_size``): the unit of work, of retry and of resume.
-        chunk_size: documents per ``model.encode`` call (:class:`~pyterrier_lsr.LsrIndex`'s ``shard_size``).
+        shard_size: documents per shard, encoded in one ``model.encode_docs`` call: the unit of work, of retry and of
+            resume (as :class:`~pyterrier_lsr.LsrIndex`'s ``shard_size``).
         ray_address: the cluster to join (``'auto'``, ``'ray://host:10001'``); default: the running Ray session, or a
             new local one (shut down at the end).
         gpus_per_worker: GPUs per replica; default 1 when the cluster has GPUs, else 0 (CPU workers).
@@ -354,24 +348,24 @@ def encode(corpus, model, folder, *, num_workers: int | None = None, shard_size:
         in_flight: shards queued per worker (2 keeps each busy while the next shard is shipped).
     """
     _check_settings(num_workers, gpus_per_worker, threads_per_worker, max_retries, in_flight, model_kwargs,
-                    shard_size, chunk_size)
+                    shard_size)
     folder = Path(folder).absolute()
     docs, total = read_corpus(corpus, text_field)
     storage.claim_folder(folder, VECTORS_KIND, 'vector folder')
     model_path = _model_folder(model, folder)
     if num_workers == 0:
         by_name = isinstance(model, (str, Path))
-        encoder = ShardEncoder(model_path if by_name else model, folder, chunk_size, model_kwargs=model_kwargs)
+        encoder = ShardEncoder(model_path if by_name else model, folder, model_kwargs=model_kwargs)
         pool, precision = _InProcess(encoder), getattr(encoder.model, 'precision', None)
     else:
-        pool, kwargs = _ray_pool(model, model_path, folder, chunk_size, num_workers, ray_address, gpus_per_worker,
+        pool, kwargs = _ray_pool(model, model_path, folder, num_workers, ray_address, gpus_per_worker,
                                  threads_per_worker, model_kwargs, max_retries, in_flight, verbose)
         # a worker's default precision depends on its device (fp32 on CPU, bf16 or fp16 on GPU)
         precision = kwargs.get('precision') or f'the default on {kwargs["device"]}'
     try:
         # The precision is part of a job: shards of fp32, bf16 and int8 weights differ and must not mix in a folder.
         _check_job(folder, {'model': storage.model_digest(model_path), 'precision': precision,
-                            'shard_size': shard_size, 'chunk_size': chunk_size, 'text_field': text_field})
+                            'shard_size': shard_size, 'text_field': text_field})
         entries = _encode_shards(docs, total, folder, text_field, shard_size, pool, verbose)
     finally:
         pool.close()

@@ -125,7 +125,7 @@ def test_retrievers_keep_their_name_inside_pipelines(index):
 # -- one vocabulary ---------------------------------------------------------------------------------------------------
 # Names the package no longer uses for its concepts (docs/model-kinds.md, "The words"): precision is `precision`,
 # truncation `max_length` (+ `query_max_length`), texts per forward pass `batch_size`, an index's model `model`.
-RETIRED = {'bf16', 'texts_per_batch', 'rows_per_batch', 'doc_max_length'}
+RETIRED = {'bf16', 'texts_per_batch', 'rows_per_batch', 'doc_max_length', 'chunk_size'}
 INDEX_RETIRED = {'encoder', 'ssr'}
 # names of PyTerrier's or sentence-transformers' own classes, which would read as theirs
 BORROWED = {'SparseEncoder', 'Retriever', 'Indexer', 'Transformer', 'SentenceTransformer', 'Router'}

@@ -19,7 +19,7 @@ DOCS = [{'docno': f'd{i}', 'text': t} for i, t in enumerate(
 
 # -- distributed encoding ----------------------------------------------------------------------------------------
 def encode(docs, model, folder, **kwargs):
-    return distributed.encode(docs, model, folder, num_workers=0, shard_size=2, chunk_size=2, verbose=False, **kwargs)
+    return distributed.encode(docs, model, folder, num_workers=0, shard_size=2, verbose=False, **kwargs)
 
 
 def test_distributed_encode_refuses_a_user_folder_and_leaves_it_alone(splade, tmp_path):
@@ -79,7 +79,7 @@ def test_distributed_docnos_are_unique_strings(splade, tmp_path, docnos, error, 
     ('gpus_per_worker', float('nan'), ValueError), ('model_kwargs', [1], TypeError),
 ])
 def test_distributed_settings_are_checked_before_any_work(splade, tmp_path, setting, value, error):
-    kwargs = {'num_workers': 0, 'shard_size': 2, 'chunk_size': 2, 'verbose': False, setting: value}
+    kwargs = {'num_workers': 0, 'shard_size': 2, 'verbose': False, setting: value}
     with pytest.raises(error, match=setting):  # before Ray starts or the folder is claimed
         distributed.encode(DOCS, splade, tmp_path / 'vectors', **kwargs)
     assert not (tmp_path / 'vectors').exists()
@@ -95,7 +95,7 @@ def test_distributed_index_refuses_its_target_and_settings_before_encoding(splad
     target.mkdir()
     (target / 'thesis.tex').write_text('mine')
     with pytest.raises(error, match=match):
-        distributed.index(DOCS, splade, target, num_workers=0, shard_size=2, chunk_size=2, verbose=False, **kwargs)
+        distributed.index(DOCS, splade, target, num_workers=0, shard_size=2, verbose=False, **kwargs)
     assert sorted(p.name for p in tmp_path.iterdir()) == ['mine']  # no mine.vectors: nothing was encoded
     assert [p.name for p in target.iterdir()] == ['thesis.tex']
 

@@ -134,7 +134,7 @@ def test_ray_index_equals_single_process_index_and_resumes(ray_session, splade, 
     from pyterrier_lsr import scaleout as distributed
     docs = vaswani_docs[:100]
     single = LsrIndex(tmp_path / 'single', splade, shard_size=SHARD, verbose=False).index(docs)
-    built = distributed.index(docs, splade, tmp_path / 'ray', num_workers=2, shard_size=SHARD, chunk_size=SHARD,
+    built = distributed.index(docs, splade, tmp_path / 'ray', num_workers=2, shard_size=SHARD,
                               keep_vectors=True, verbose=False)
     assert built.meta['model']['kind'] == 'splade' and built.num_docs() == 100
     assert list(built.vectors()) == list(single.vectors())  # same docnos, same order, same float weights
@@ -148,14 +148,14 @@ def test_ray_index_equals_single_process_index_and_resumes(ray_session, splade, 
     with open(vectors / 'part-00002.parquet', 'ab') as f:
         f.write(b'x')
     before = _shard_times(vectors)
-    store = distributed.encode(docs, splade, vectors, num_workers=2, shard_size=SHARD, chunk_size=SHARD,
+    store = distributed.encode(docs, splade, vectors, num_workers=2, shard_size=SHARD,
                                verbose=False)
     after = _shard_times(vectors)
     assert {name for name in after if after[name] != before.get(name)} == {
         'part-00001.parquet', 'part-00001.json', 'part-00002.parquet', 'part-00002.json'}
     assert list(store) == list(single.vectors())
     with pytest.raises(ValueError, match='shard_size differ'):
-        distributed.encode(docs, splade, vectors, num_workers=2, shard_size=2 * SHARD, chunk_size=SHARD)
+        distributed.encode(docs, splade, vectors, num_workers=2, shard_size=2 * SHARD)
 
 
 def test_corpus_files_in_process(splade, vaswani_docs, tmp_path):
@@ -163,21 +163,18 @@ def test_corpus_files_in_process(splade, vaswani_docs, tmp_path):
 
     from pyterrier_lsr import scaleout as distributed
     docs = vaswani_docs[:40]
-    expected = list(distributed.encode(docs, splade, tmp_path / 'list', num_workers=0, shard_size=16,
-                                       chunk_size=8, verbose=False))
+    expected = list(distributed.encode(docs, splade, tmp_path / 'list', num_workers=0, shard_size=16, verbose=False))
     pd.DataFrame(docs[:20]).to_parquet(tmp_path / 'a.parquet')
     (tmp_path / 'b.jsonl').write_text(''.join(json.dumps(d) + '\n' for d in docs[20:]))
     store = distributed.encode([tmp_path / 'a.parquet', tmp_path / 'b.jsonl'], splade, tmp_path / 'files',
-                               num_workers=0, shard_size=16, chunk_size=8, verbose=False)
+                               num_workers=0, shard_size=16, verbose=False)
     assert list(store) == expected and [s['num_docs'] for s in store.manifest['shards']] == [16, 16, 8]
-    with pytest.raises(ValueError, match='multiple of chunk_size'):
-        distributed.encode(docs, splade, tmp_path / 'bad', num_workers=0, shard_size=10, chunk_size=8)
 
 
 def test_failing_worker_is_a_clear_error(ray_session, splade, vaswani_docs, tmp_path):
     from pyterrier_lsr import scaleout as distributed
     with pytest.raises(RuntimeError, match=r'shard [01] ') as info:
-        distributed.encode(vaswani_docs[:10], splade, tmp_path / 'v', num_workers=1, shard_size=8, chunk_size=8,
+        distributed.encode(vaswani_docs[:10], splade, tmp_path / 'v', num_workers=1, shard_size=8,
                            model_kwargs={'max_length': 0}, max_retries=0, verbose=False)
     assert 'max_length' in str(info.value) and 're-run to resume' in str(info.value), info.value
 
@@ -210,7 +207,7 @@ def test_killed_worker_is_restarted_then_a_clear_error(ray_session, splade, vasw
     # 60 shards: the kill lands while most are still to do (with 24, a loaded CI machine once killed the worker only
     # after it had written every shard, so no successor wrote one)
     docs = vaswani_docs[:240]
-    settings = dict(shard_size=4, chunk_size=4, verbose=False)
+    settings = dict(shard_size=4, verbose=False)
     expected = list(distributed.encode(docs, splade, tmp_path / 'ref', num_workers=0, **settings))
     folder = tmp_path / 'retried'
     store = _kill_first_worker_during(
@@ -241,7 +238,7 @@ def test_ray_workers_encode_in_the_given_models_precision(ray_session, vaswani_d
                               for p in ('fp32', 'int8'))
     assert int8_model.model.int8_backbone
     docs = vaswani_docs[:16]
-    settings = dict(shard_size=8, chunk_size=8, verbose=False)
+    settings = dict(shard_size=8, verbose=False)
     local = list(distributed.encode(docs, int8_model, tmp_path / 'local', num_workers=0, **settings))
     fp32 = list(distributed.encode(docs, fp32_model, tmp_path / 'fp32', num_workers=0, **settings))
     assert sum(a != b for a, b in zip(local, fp32)) > len(docs) // 2
@@ -252,16 +249,16 @@ def test_ray_workers_encode_in_the_given_models_precision(ray_session, vaswani_d
 def test_a_folder_keeps_one_precision(splade, splade_int8, vaswani_docs, tmp_path):
     from pyterrier_lsr import scaleout as distributed
     docs = vaswani_docs[:8]
-    distributed.encode(docs, splade, tmp_path / 'v', num_workers=0, shard_size=4, chunk_size=4, verbose=False)
+    distributed.encode(docs, splade, tmp_path / 'v', num_workers=0, shard_size=4, verbose=False)
     with pytest.raises(ValueError, match='precision differ'):
-        distributed.encode(docs, splade_int8, tmp_path / 'v', num_workers=0, shard_size=4, chunk_size=4)
+        distributed.encode(docs, splade_int8, tmp_path / 'v', num_workers=0, shard_size=4)
 
 
 def test_a_longer_corpus_reuses_the_shards_of_its_prefix(splade, vaswani_docs, tmp_path):
     """Nested samples (the first n documents, then more) encode only the new shards; the last shard of the shorter
     corpus, cut short, is encoded again with its new documents."""
     from pyterrier_lsr import scaleout as distributed
-    folder, settings = tmp_path / 'v', dict(num_workers=0, shard_size=4, chunk_size=4, verbose=False)
+    folder, settings = tmp_path / 'v', dict(num_workers=0, shard_size=4, verbose=False)
     assert len(distributed.encode(vaswani_docs[:10], splade, folder, **settings)) == 10
     before = _shard_times(folder)
     store = distributed.encode(vaswani_docs[:20], splade, folder, **settings)
