@@ -35,7 +35,8 @@ from pathlib import Path
 from tqdm.auto import tqdm
 
 from .core import storage
-from .core.checks import UniqueDocnos, check_float, check_int, check_vector
+from .core.checks import UniqueDocnos, check_float, check_int, check_vector, is_missing
+from .core.collection import json_records
 from .core.extras import import_extra
 from .core.folders import local_folder
 from .index.vectors import VectorStore, shard_name, write_manifest, write_shard
@@ -72,16 +73,14 @@ def read_corpus(corpus, text_field: str = 'text') -> tuple[Iterable[dict], int |
 
 
 def _read_files(files: Sequence[str], text_field: str) -> Iterator[dict]:
-    import gzip
-
     import pyarrow.parquet as pq
     for file in files:
         if file.endswith('.parquet'):
             for batch in pq.ParquetFile(file).iter_batches(columns=['docno', text_field]):
                 yield from batch.to_pylist()
         elif file.endswith(('.jsonl', '.jsonl.gz')):
-            with (gzip.open if file.endswith('.gz') else open)(file, 'rt', encoding='utf8') as f:
-                yield from (json.loads(line) for line in f if line.strip())
+            # the strict reader of every corpus file: a BOM, bad UTF-8 or an unreadable line is named, not a raw error
+            yield from (record for _, record in json_records(file, f'"docno" and "{text_field}"'))
         else:
             raise ValueError(f'{file}: corpus files must be .parquet, .jsonl or .jsonl.gz')
 
@@ -106,9 +105,13 @@ def _shards(docs: Iterable[dict], text_field: str, shard_size: int) -> Iterator[
 
 
 def _digest(docnos: Sequence[str], texts: Sequence) -> str:
+    """The key of a shard's documents: one JSON pair a document, a missing text (None, NaN) as ``null``, so that it
+    never collides with the strings ``"None"`` or ``"nan"`` (a text that changed from missing to such a string must
+    be encoded again), nor a separator inside a text with the next document."""
     h = hashlib.sha256()
     for docno, text in zip(docnos, texts):
-        h.update(docno.encode() + b'\0' + str(text).encode() + b'\0')
+        text = None if is_missing(text) else text if isinstance(text, str) else {type(text).__name__: repr(text)}
+        h.update(json.dumps([docno, text]).encode() + b'\n')
     return h.hexdigest()
 
 

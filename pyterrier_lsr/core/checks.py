@@ -33,7 +33,7 @@ MAX_WEIGHT = 1000.0
 MAX_SCALE = (2 ** 31 - 1) / MAX_WEIGHT
 
 __all__ = ['MAX_WEIGHT', 'MAX_SCALE', 'WeightError', 'check_int', 'check_float', 'check_choice', 'check_bool',
-           'check_str', 'check_docno', 'UniqueDocnos', 'check_docnos', 'documents', 'check_document',
+           'check_str', 'check_bm25', 'check_docno', 'UniqueDocnos', 'check_docnos', 'documents', 'check_document',
            'check_documents', 'check_term', 'check_weights', 'check_vector', 'is_missing', 'check_query_frame',
            'check_result_frame', 'check_matrix', 'check_max_length', 'check_not_text']
 
@@ -87,6 +87,12 @@ def check_bool(name: str, value) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f'{name} must be True or False, got {type(value).__name__} {value!r:.40}')
     return bool(value)
+
+
+def check_bm25(k1, b) -> tuple[float, float]:
+    """BM25's ``k1`` (a number >= 0) and ``b`` (a number in [0, 1]) as floats; strings (``"0.9"``), bools, NaN and
+    values out of range are refused here, before native code sees them."""
+    return check_float('k1', k1, minimum=0), check_float('b', b, 0, 1)
 
 
 def check_settings(name: str, value, what: str) -> dict:

@@ -10,12 +10,14 @@ shift or drop documents, queries or judgements):
 * ``qrels.txt``: TREC qrels, ``qid iteration docno label`` separated by whitespace, the label an integer; each
   (qid, docno) pair judged once.
 
-All three are UTF-8 (a byte-order mark at the start is accepted) with LF or CRLF line ends; blank lines (empty or
+All three are UTF-8 (a byte-order mark at the start of a line is dropped: files joined with ``cat`` keep each one's
+mark) with LF or CRLF line ends; blank lines (empty or
 whitespace only, e.g. a trailing one) are skipped.  Anything else is a ``ValueError`` (or the ``TypeError`` of
 :func:`~.checks.check_docno`) naming the file, the line and the field.  ``irds:<id>`` is read through PyTerrier's
 ir_datasets bridge, its documents checked the same way (:func:`~.checks.check_documents`).
 """
 import codecs
+import gzip
 import hashlib
 import itertools
 import json
@@ -29,6 +31,8 @@ import pandas as pd
 from .checks import UniqueDocnos, check_docno, check_documents, check_int
 
 _INTEGER = re.compile(r'[+-]?[0-9]+')
+# Relevance labels are stored as int64 and read by trec_eval-style tools as C ints: anything outside is a typo.
+LABEL_RANGE = (-2 ** 31, 2 ** 31 - 1)
 
 
 @dataclass
@@ -129,12 +133,15 @@ def load_collection(spec: str) -> Collection:
 
 
 def _lines(path: Path) -> Iterator[tuple[int, str]]:
-    """``(line number, line)`` of the non-blank lines of ``path``, decoded strictly as UTF-8 (a BOM at the start
-    accepted), without their LF or CRLF end.  Split on LF bytes only: a JSON text may hold U+2028 or a form feed,
-    which ``str.splitlines`` would take for line ends."""
-    with open(path, 'rb') as f:
+    """``(line number, line)`` of the non-blank lines of ``path`` (gzip-compressed when its name ends in ``.gz``),
+    decoded strictly as UTF-8, without their LF or CRLF end.  A BOM starting a line is dropped, on every line: two
+    files joined end to end keep the second one's BOM, which would otherwise become part of a qid or docno that then
+    matches nothing.  Split on LF bytes only: a JSON text may hold U+2028 or a form feed, which ``str.splitlines``
+    would take for line ends."""
+    opener = gzip.open if str(path).endswith('.gz') else open
+    with opener(path, 'rb') as f:
         for number, raw in enumerate(f, 1):
-            if number == 1 and raw.startswith(codecs.BOM_UTF8):
+            if raw.startswith(codecs.BOM_UTF8):
                 raw = raw[len(codecs.BOM_UTF8):]
             try:
                 line = raw.decode('utf8')
@@ -227,6 +234,9 @@ def read_qrels(path) -> pd.DataFrame:
         check_docno(docno, f'{where}: docno')
         if not _INTEGER.fullmatch(label):
             raise ValueError(f'{where}: label {label!r} is not an integer (relevance labels are 0, 1, 2...)')
+        if len(label) > 12 or not LABEL_RANGE[0] <= int(label) <= LABEL_RANGE[1]:  # int() of 5,000 digits fails
+            raise ValueError(f'{where}: label {label:.30} is out of range (relevance labels are small integers, '
+                             f'{LABEL_RANGE[0]} to {LABEL_RANGE[1]} at most)')
         if (qid, docno) in seen:
             raise ValueError(f'{where}: qid {qid!r} and docno {docno!r} are judged twice (first on line '
                              f'{seen[qid, docno]})')

@@ -10,6 +10,7 @@ Progress (documents fed to PISA, with an estimate) is shown with ``verbose=True`
 ``verbose=False``. PISA's own log lines and bars (C++ writes) are captured either way, and shown only if the build
 fails (:mod:`..core.quiet`); the retriever it returns prints nothing.
 """
+import copy
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -18,30 +19,78 @@ import pyterrier as pt
 from tqdm.auto import tqdm
 
 from ..core import storage
-from ..core.checks import check_bool, check_documents, check_not_text
+from ..core.checks import check_bm25, check_bool, check_documents, check_not_text, check_query_frame
 from ..core.collection import corpus_key
 from ..core.quiet import quiet_native
+from .engines.pisa import pisa_settings
+from .ranking import fusable_cutoff, top_k
 
 BM25_KIND = 'bm25_index.pisa'
+#: the settings :class:`BM25` takes (PISA's BM25 parameters, checked before PISA sees them)
+BM25_SETTINGS = ('k1', 'b', 'num_results', 'threads', 'verbose', 'query_algorithm')
 
 __all__ = ['BM25', 'BM25_KIND', 'bm25', 'bm25_index']
 
 
+def bm25_settings(params: dict) -> dict:
+    """``params`` (:data:`BM25_SETTINGS`) checked, with their defaults: the one check of every BM25 setting, done
+    before an index is built or PISA sees a value (``k1="0.9"`` is a TypeError naming ``k1``)."""
+    unknown = sorted(set(params) - set(BM25_SETTINGS))
+    if unknown:
+        raise TypeError(f'BM25 has no setting {", ".join(map(repr, unknown))}; its settings are '
+                        f'{", ".join(BM25_SETTINGS)}')
+    k1, b = check_bm25(params.get('k1', 0.9), params.get('b', 0.4))
+    return dict(pisa_settings(params.get('num_results', 1000), params.get('threads', 1), params.get('verbose', False),
+                              params.get('query_algorithm')), k1=k1, b=b)
+
+
 class BM25(pt.Transformer):
-    """BM25 retrieval from a PISA text index (``pyterrier_pisa``'s, ``params`` go to its ``bm25()``), named by its
-    folder in experiment tables; made by :func:`bm25`."""
+    """BM25 retrieval from a PISA text index (``pyterrier_pisa``'s), named by its folder in experiment tables; made by
+    :func:`bm25`.  ``params``: :data:`BM25_SETTINGS`, checked here before PISA sees them; results follow the tie
+    rule of :mod:`.ranking` (score, then docno)."""
 
     def __init__(self, index, **params):
         self.index = index
-        with quiet_native():  # PISA prepares its BM25 files on first use, loudly
-            self.retriever = index.bm25(**params)
+        settings = bm25_settings(params)
+        self.k1, self.b, self.num_results = settings.pop('k1'), settings.pop('b'), settings.pop('num_results')
+        self.settings = settings
+        self._retrievers = {}
+        self.retriever = self._retriever(self.num_results + 1)
+
+    def _retriever(self, depth: int) -> pt.Transformer:
+        """PISA's BM25 retriever of the top ``depth`` (capped at the number of documents), made once per depth."""
+        depth = min(depth, self.index.num_docs())
+        if depth not in self._retrievers:
+            with quiet_native():  # PISA prepares its BM25 files on first use, loudly
+                self._retrievers[depth] = self.index.bm25(k1=self.k1, b=self.b, num_results=depth, **self.settings)
+        return self._retrievers[depth]
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         check_not_text(inp, 'BM25')
-        return self.retriever(inp)
+        check_query_frame(inp, ['query'])
+        if not len(inp):
+            return self.retriever(inp)
+        return top_k(lambda rows, depth: self._retriever(depth)(inp if rows is None else inp.iloc[rows]), inp,
+                     self.num_results, self.index.num_docs())
+
+    def fuse_rank_cutoff(self, k: int) -> 'BM25 | None':
+        """``bm25 % k``: PISA asked for the top ``k`` (PyTerrier's rank cutoff protocol); ``k <= 0`` is PyTerrier's
+        ``RankCutoff`` (no rows), as for any transformer."""
+        if not fusable_cutoff(k, self.num_results):
+            return None
+        fused = copy.copy(self)
+        fused.num_results = int(k)
+        return fused
 
     def __repr__(self):
         return 'BM25'
+
+
+def pisa_terms(text: str) -> list[str]:
+    """The terms PISA's BM25 indexer takes from ``text`` (its own tokenizer: runs of ASCII letters and digits)."""
+    import pyterrier_pisa
+    # The tokenizer reads a C string: NUL ends it early, and a lone surrogate cannot be encoded.
+    return pyterrier_pisa.tokenize(text.replace('\x00', ' ').encode('utf8', 'replace').decode('utf8'))
 
 
 def bm25_index(path, corpus: Iterable[dict], verbose: bool = True, overwrite: bool = False):
@@ -67,9 +116,11 @@ def bm25_index(path, corpus: Iterable[dict], verbose: bool = True, overwrite: bo
     if spaced is not None:
         raise ValueError(f'docno {spaced!r} holds whitespace, which a BM25 (PISA) index cannot keep: use docnos '
                          'without spaces or tabs')
-    if not any(any(c.isalnum() for c in text) for _, text in docs):
-        raise ValueError(f'none of the {len(docs)} documents of {path} has a word (letters or digits); nothing could '
-                         'be retrieved (and PISA would abort the process)')
+    if not any(pisa_terms(text) for _, text in docs):
+        raise ValueError(f'none of the {len(docs)} documents of {path} has a term PISA indexes: its BM25 tokenizer '
+                         'keeps runs of ASCII letters and digits only (text in other scripts, e.g. Chinese or Greek, '
+                         'gives none), so nothing could be retrieved (and PISA would abort the process); for such text '
+                         'use a learned sparse index, whose model has its own tokenizer')
     with storage.build_folder(path, BM25_KIND, overwrite, what='BM25 index') as tmp:
         with quiet_native(progress=verbose):  # our bar is made inside, so it reaches the terminal; PISA's log does not
             feed = tqdm(({'docno': docno, 'text': text} for docno, text in docs), total=len(docs), unit='doc',
@@ -89,16 +140,19 @@ def bm25(path, corpus: Iterable[dict], verbose: bool = True, overwrite: bool = F
         verbose: a progress bar while indexing; ``False``: silent. PISA's own output is captured either way (shown
             only if the build fails), and retrieval prints nothing.
         overwrite: replace our BM25 index of another corpus (never another folder).
-        params: PISA's BM25 settings (``k1``, ``b``, ``num_results``, ``threads``...).
+        params: PISA's BM25 settings (:data:`BM25_SETTINGS`: ``k1``, ``b``, ``num_results``, ``threads``,
+            ``query_algorithm``), checked before PISA sees them.
 
     Returns:
         A :class:`BM25` retriever.
 
     Raises:
-        ValueError, TypeError: a document PISA cannot store (naming it), an empty corpus, or a folder that is not ours.
+        ValueError, TypeError: a document PISA cannot store (naming it), an empty corpus, a corpus without a term
+            PISA's tokenizer keeps, a folder that is not ours, or a BM25 setting of the wrong type or range.
 
     Example::
 
         table = pt.Experiment([bm25("vaswani.pisa", corpus)], topics, qrels, [nDCG @ 10])
     """
-    return BM25(bm25_index(path, corpus, verbose, overwrite), **params)
+    bm25_settings(params)  # before any work
+    return BM25(bm25_index(path, corpus, verbose, overwrite), **params)  # retrieval prints nothing

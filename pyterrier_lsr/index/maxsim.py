@@ -28,6 +28,7 @@ from ..core.checks import check_int, check_query_frame, check_result_frame
 from ..core.encoding import as_texts
 from ..core.extras import import_extra
 from ..kinds.multivector import MultiVector, gather_rows, maxsim_rows, query_embeddings, segment_max
+from .ranking import docno_ranks, top_rows
 from .tokens import TokenStore, TopK, load_npy, result_frame
 
 STORE_FILE = 'maxsim.json'
@@ -40,10 +41,10 @@ __all__ = ['MaxSimIndex', 'MaxSimRetriever']
 
 
 def _ranked(frame: pd.DataFrame, scores: np.ndarray, groups) -> pd.DataFrame:
-    """``frame`` with ``score`` and ``rank`` (from 0 within each group, best first, ties in input order), sorted by
-    group (in order of first appearance) then rank."""
+    """``frame`` with ``score`` and ``rank`` (from 0 within each group, best first, ties by docno: the rule of
+    :mod:`.ranking`), sorted by group (in order of first appearance) then rank."""
     codes = pd.factorize(pd.Series(list(groups)))[0]
-    order = np.lexsort((np.arange(len(frame)), -scores, codes))
+    order = np.lexsort((docno_ranks(frame['docno'].astype(str)), -scores, codes))
     out = frame.iloc[order].reset_index(drop=True).assign(score=scores[order])
     return out.assign(rank=pd.Series(codes[order]).groupby(codes[order]).cumcount().to_numpy(dtype=np.int64))
 
@@ -179,9 +180,12 @@ class MaxSimIndex(TokenStore):
         return _ranked(frame, scores, groups)
 
     def _top(self, scores: torch.Tensor, docs: np.ndarray | None, k: int, state: dict) -> list[tuple[str, float]]:
-        top = scores.topk(min(k, len(scores)))
-        ids = top.indices.numpy() if docs is None else docs[top.indices.numpy()]
-        return [(state['docnos'][i], s) for i, s in zip(ids.tolist(), top.values.tolist())]
+        """The ``k`` best ``(docno, score)`` of ``scores`` (of every document, or of the documents ``docs``), ties by
+        docno (:func:`~.ranking.top_rows`)."""
+        values = scores.numpy()
+        ids = np.arange(len(values)) if docs is None else np.asarray(docs, dtype=np.int64)
+        picked = top_rows(values, k, self._docno_ranks(state)[ids])
+        return [(state['docnos'][i], s) for i, s in zip(ids[picked].tolist(), values[picked].tolist())]
 
     # -- clustering baseline --------------------------------------------------------------------------------------
 

@@ -12,10 +12,10 @@ then three sparse products over all postings per swap round, so time and memory 
 import math
 
 import numpy as np
-from scipy import sparse
 from tqdm.auto import tqdm
 
 from ..core.checks import check_int
+from .engines.glue import require
 
 __all__ = ['bisection_order', 'permute_rows']
 
@@ -32,6 +32,8 @@ def bisection_order(indptr: np.ndarray, ids: np.ndarray, num_terms: int, leaf_si
     ``ids`` of each row), by recursive graph bisection down to segments of at most ``leaf_size`` documents, with at
     most ``iterations`` swap rounds per level."""
     leaf_size = check_int('leaf_size', leaf_size, 2)
+    # imported here: the BMP engine imports this module, and without scipy it must fail naming its extra
+    sparse = require('scipy.sparse', 'scipy')
     iterations = check_int('iterations', iterations, 1)
     indptr, ids = np.asarray(indptr, dtype=np.int64), np.asarray(ids)
     n = len(indptr) - 1

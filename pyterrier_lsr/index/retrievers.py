@@ -8,6 +8,7 @@ from ..core.checks import check_query_frame, check_result_frame, check_vector
 from ..stages.encoders import SparseTextEncoder
 from ..stages.pruning import Prune
 from .quantization import quantize
+from .ranking import fusable_cutoff, top_k
 
 __all__ = ['QueryToksRetriever', 'QueryRetriever', 'DefaultRetriever', 'StoredScorer', 'system_label']
 
@@ -42,13 +43,31 @@ class QueryToksRetriever(pt.Transformer):
         except (TypeError, ValueError):
             toks = [dict(check_vector(q, f'query {qid!r}')) for qid, q in zip(inp['qid'], toks)]
             raise
-        # The checked queries go to the engine as they are: the frame is never copied to hold them.
-        return self.engine_retriever.results(inp, toks)
+
+        def search(rows, depth):
+            # The checked queries go to the engine as they are: the frame is never copied to hold them.
+            if rows is None:
+                return self._engine(depth).results(inp, toks)
+            return self._engine(depth).results(inp.iloc[rows], [toks[row] for row in rows])
+        return top_k(search, inp, self.num_results, self.index.num_docs())
+
+    def _engine(self, depth: int) -> pt.Transformer:
+        """The engine's retriever of the top ``depth``, made once per depth (:func:`~.ranking.top_k` asks one
+        deeper than ``num_results``, and deeper at ties) on this retriever's build."""
+        engines = self.__dict__.setdefault('_engines', {self.num_results: self.engine_retriever})
+        if depth not in engines:
+            deeper = self.index.toks_retriever(depth, self.engine, **self.params)
+            if deeper.build_id != self.build_id:
+                raise RuntimeError(f'{self.index.path} was rebuilt after this retriever was made; make a new one '
+                                   '(index.retriever() or index.toks_retriever())')
+            engines[depth] = deeper.engine_retriever
+        return engines[depth]
 
     def fuse_rank_cutoff(self, k: int) -> 'QueryToksRetriever | None':
         """``retriever % k``: the engine asked for the top ``k`` (PyTerrier's rank cutoff protocol), on the build this
-        retriever was made for (a rebuild since is refused when it runs, as here)."""
-        if k >= self.num_results:
+        retriever was made for (a rebuild since is refused when it runs, as here); ``k <= 0`` is PyTerrier's
+        ``RankCutoff`` (no rows), as for any transformer."""
+        if not fusable_cutoff(k, self.num_results):
             return None
         fused = self.index.toks_retriever(k, self.engine, **self.params)
         fused.build_id = self.build_id
@@ -152,7 +171,7 @@ class DefaultRetriever(pt.Transformer):
         return make(self.num_results)(inp)
 
     def fuse_rank_cutoff(self, k: int) -> 'DefaultRetriever | None':
-        return DefaultRetriever(self.index, k) if k < self.num_results else None
+        return DefaultRetriever(self.index, k) if fusable_cutoff(k, self.num_results) else None
 
     def __eq__(self, other):
         return type(other) is type(self) and (str(other.index.path.absolute()), other.num_results) == \

@@ -36,6 +36,7 @@ from ..core import arrays, storage
 from ..core.checks import check_bool, check_choice, check_int, check_query_frame
 from ..core.encoding import as_texts
 from ..kinds.ssr import QUERY_SIDES, SSR, pool_codes
+from .ranking import top_rows
 from .tokens import TokenStore, TopK, load_npy, result_frame
 
 INDEX_KIND = 'ssr_index'
@@ -262,7 +263,7 @@ class SSRIndex(TokenStore):
     def search_embeddings(self, vectors: np.ndarray, offsets: np.ndarray, num_results: int, mode: str = 'tokens',
                           query: str | None = None, query_latents: int | None = None, state: dict | None = None
                           ) -> list[tuple[np.ndarray, np.ndarray]]:
-        """The top ``num_results`` ``(document ids, scores)`` (best first, ties by id, positive scores only) of each
+        """The top ``num_results`` ``(document ids, scores)`` (best first, ties by docno, positive scores only) of each
         query given as token embeddings grouped by query (as :meth:`MultiVector.embed` returns); ``query`` and
         ``query_latents``: the query tokens' weights (:meth:`SSR.query_codes`; ``query`` defaults as in
         :meth:`retriever`)."""
@@ -275,10 +276,7 @@ class SSRIndex(TokenStore):
         for q in range(len(offsets) - 1):
             start, stop = offsets[q], offsets[q + 1]
             scores = score(indices[start:stop], values[start:stop], state)
-            docs = np.flatnonzero(scores > 0)
-            if len(docs) > num_results:
-                docs = docs[np.argpartition(-scores[docs], num_results - 1)[:num_results]]
-            docs = docs[np.lexsort((docs, -scores[docs]))]
+            docs = top_rows(scores, num_results, self._docno_ranks(state), keep=scores > 0)
             out.append((docs, scores[docs]))
         return out
 

@@ -34,6 +34,7 @@ from tqdm.auto import tqdm
 from ..core import storage
 from ..core.checks import UniqueDocnos, check_bool, check_docnos, check_int, check_matrix, check_str, documents
 from ..core.encoding import as_texts
+from .ranking import docno_ranks, fusable_cutoff
 
 DOCNOS_FILE = 'docnos.json'
 OFFSETS_FILE = 'offsets.npy'
@@ -82,7 +83,7 @@ class TopK:
     num_results: int
 
     def fuse_rank_cutoff(self, k: int):
-        if k >= self.num_results:
+        if not fusable_cutoff(k, self.num_results):  # k <= 0: PyTerrier's RankCutoff, no rows
             return None
         fused = copy.copy(self)
         fused.num_results = k
@@ -193,6 +194,13 @@ class TokenStore(pta.Artifact, pt.Indexer):
             raise RuntimeError(f'{self.path} was rebuilt after this retriever was made; make a new one '
                                '(store.retriever())')
         return state
+
+    def _docno_ranks(self, state: dict) -> np.ndarray:
+        """Each document's place in docno order (:func:`~.ranking.docno_ranks`): the tie key of every ranking, computed
+        once per build."""
+        if 'docno_ranks' not in state:
+            state['docno_ranks'] = docno_ranks(state['docnos'])
+        return state['docno_ranks']
 
     @property
     def files(self) -> dict:

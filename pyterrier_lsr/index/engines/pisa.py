@@ -7,12 +7,23 @@ import numpy as np
 import pandas as pd
 import pyterrier as pt
 
-from ...core.checks import check_bool, check_choice, check_float, check_term
+from ...core.checks import check_bm25, check_bool, check_choice, check_int, check_term
 from ..quantization import pisa_term, quantize
-from .native import STR, Timer, check_depth, check_threads, result_frame
+from .native import STR, Timer, check_threads, result_frame
 
 QUERY_ALGORITHMS = ('block_max_wand', 'block_max_maxscore', 'block_max_ranked_and', 'maxscore', 'wand', 'ranked_and',
                     'ranked_or')
+
+
+def pisa_settings(num_results, threads=1, verbose=False, query_algorithm=None, num_docs: int | None = None) -> dict:
+    """The settings every PISA retriever takes, checked: ``num_results`` an integer >= 1 (capped at ``num_docs``:
+    PISA allocates room for it), ``threads`` an integer >= 1, ``verbose`` a bool, ``query_algorithm`` one of
+    :data:`QUERY_ALGORITHMS` (or None)."""
+    num_results = check_int('num_results', num_results, minimum=1)
+    return dict(num_results=num_results if num_docs is None else min(num_results, num_docs),
+                threads=check_threads(threads), verbose=check_bool('verbose', verbose),
+                query_algorithm=None if query_algorithm is None else
+                check_choice('query_algorithm', getattr(query_algorithm, 'value', query_algorithm), QUERY_ALGORITHMS))
 
 
 class PisaEngine:
@@ -46,17 +57,13 @@ class PisaEngine:
     def _retriever(self, index, folder, num_results: int, threads: int = 1, verbose: bool = False, k1=None, b=None,
                    query_algorithm=None):
         import pyterrier_pisa
-        common = dict(num_results=check_depth(index, num_results), threads=check_threads(threads),
-                      verbose=check_bool('verbose', verbose), toks_scale=index.scale,
-                      query_algorithm=None if query_algorithm is None else
-                      check_choice('query_algorithm', getattr(query_algorithm, 'value', query_algorithm),
-                                   QUERY_ALGORITHMS))
+        common = dict(pisa_settings(num_results, threads, verbose, query_algorithm, index.num_docs()),
+                      toks_scale=index.scale)
         pisa = pyterrier_pisa.PisaIndex(str(folder), stemmer='none', stops='none')
         scoring = index.scoring
         if scoring['kind'] == 'bm25':
             # k1 is on the float-TF scale; PISA sees TFs multiplied by the index scale (see latent_terms docs).
-            k1 = scoring['k1'] if k1 is None else check_float('k1', k1, minimum=0)
-            b = scoring['b'] if b is None else check_float('b', b, 0, 1)
+            k1, b = check_bm25(scoring['k1'] if k1 is None else k1, scoring['b'] if b is None else b)
             return pisa.bm25(k1=k1 * index.scale, b=b, query_weighted=True, **common)
         if k1 is not None or b is not None:
             raise TypeError('k1 and b apply to BM25-scored indexes only')

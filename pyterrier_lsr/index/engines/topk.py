@@ -28,7 +28,7 @@ class Forward:
     """PISA's integer impacts by document (CSR, memory-mapped), the term list and the docnos of an engine folder."""
 
     def __init__(self, folder):
-        import scipy.sparse as sp
+        sp = require('scipy.sparse', 'scipy')
         folder = Path(folder)
         self.indptr, self.ids, self.impacts = (np.load(folder / name, mmap_mode='r', allow_pickle=False)
                                                for name in FORWARD_FILES)
