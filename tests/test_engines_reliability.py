@@ -256,7 +256,8 @@ def test_bmp_long_documents_and_queries_stay_exact(tmp_path, monkeypatch):
     queries = [{f't{j}': 1.0 for j in range(300)}, {f't{j}': 0.5 + j / 300 for j in range(300)},
                {f't{j}': 1.0 for j in range(2100)}, {'t0': 1.0, 't5': 0.2, 'x': 0.01}, {'t35': 1.0, 't40': 0.5}]
     assert_exact(ask(index, queries, 'bmp'), vectors, queries, 100., 10)
-    most = [chosen and chosen[0] for chosen in asked]
+    # the first ask of each query (a query whose results are tied at the cut is asked again, deeper)
+    most = [chosen and chosen[0] for chosen in asked[:len(queries)]]
     assert most[2] is None and most[3:] == [32, 32] and 1 <= most[0] < 32 and 1 <= most[1] < 32
 
 

@@ -10,30 +10,16 @@ import contextlib
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
+from .quiet import quiet_transformers
+
 REMEDY = 'save the model again, or copy or download it anew'
 
-__all__ = ['ModelLoadError', 'quiet_loading', 'load_hf_model', 'load_tokenizer', 'read_tensors', 'load_weights']
+__all__ = ['ModelLoadError', 'load_hf_model', 'load_tokenizer', 'read_tensors', 'load_weights']
 
 
 class ModelLoadError(ValueError):
     """A model folder or file that does not load, or would load silently wrong (damaged weights, weights of another
     shape, a missing head or tokenizer, invalid settings); the message names it and what to do."""
-
-
-@contextlib.contextmanager
-def quiet_loading() -> Iterator[None]:
-    """Hides transformers' load report and progress bar: the callers check the loading info themselves (and refuse
-    or deliberately initialise what is missing), so the report only alarms users about expected keys."""
-    from transformers.utils import logging
-    level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
-    logging.set_verbosity_error()
-    logging.disable_progress_bar()
-    try:
-        yield
-    finally:
-        logging.set_verbosity(level)
-        if bars:
-            logging.enable_progress_bar()
 
 
 def _first_line(ex: BaseException) -> str:
@@ -65,7 +51,7 @@ def load_hf_model(auto_class, name_or_path, what: str = 'the model', **kwargs):
     and unexpected keys, for the caller to judge), quietly.  Weights of another shape than ``config.json`` gives are
     named with both shapes; damaged or missing files name the folder."""
     _check_not_empty(name_or_path)
-    with _reading(name_or_path, what), quiet_loading():
+    with _reading(name_or_path, what), quiet_transformers():
         model, info = auto_class.from_pretrained(str(name_or_path), output_loading_info=True,
                                                  ignore_mismatched_sizes=True, **kwargs)
     mismatched = info.get('mismatched_keys') or ()

@@ -1,4 +1,7 @@
-"""Silences libraries that talk while they work (PISA's C++ log lines and progress bars, transformers' save/load bars).
+"""Silences libraries that talk while they work: PISA's C++ log lines and progress bars (:func:`quiet_native`), and
+transformers' own reports and bars ("Loading weights", "Writing model shards"; :func:`quiet_transformers`, around every
+``from_pretrained`` and ``save_pretrained`` of the package: its own progress, shown with ``verbose=True``, is the
+only one a user sees).
 
 Python-level redirection does not reach C++ writes, so the file descriptors themselves are redirected to a temporary
 file for the duration, and ``sys.stdout``/``sys.stderr`` with them; if the block fails, what was captured is written
@@ -27,6 +30,23 @@ def _to_terminal(stream, fd: int, saved: int):
     own = open(os.dup(saved), 'w', buffering=1, encoding=getattr(stream, 'encoding', None) or 'utf-8',
                errors='replace')
     return own, own
+
+
+@contextlib.contextmanager
+def quiet_transformers():
+    """Hides transformers' load report and its progress bars (loading and writing weights) for the block, then
+    restores the settings found: the callers check the loading info themselves (and refuse or deliberately initialise
+    what is missing), so the report only alarms users about expected keys."""
+    from transformers.utils import logging
+    level, bars = logging.get_verbosity(), logging.is_progress_bar_enabled()
+    logging.set_verbosity_error()
+    logging.disable_progress_bar()
+    try:
+        yield
+    finally:
+        logging.set_verbosity(level)
+        if bars:
+            logging.enable_progress_bar()
 
 
 @contextlib.contextmanager

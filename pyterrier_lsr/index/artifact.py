@@ -246,7 +246,8 @@ class LsrIndex(pta.Artifact, pt.Indexer):
             raise ValueError(f'the {engine} engine cannot score a {self.scoring["kind"]!r} index')
         build = str(self._stamp.get('build'))
         with quiet_native(params.get('verbose', False)):
-            inner = impl.retriever(self, self.path / impl.subfolder, num_results, **params)
+            # one deeper than asked: the tie rule (.ranking.top_k) sees whether ties cross the cut
+            inner = impl.retriever(self, self.path / impl.subfolder, min(num_results + 1, self.num_docs()), **params)
         return QueryToksRetriever(inner, self, engine, build, num_results, params)
 
     def retriever(self, num_results: int = 1000, engine: str | None = None, query_encoder: pt.Transformer = None,

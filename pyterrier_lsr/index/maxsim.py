@@ -24,9 +24,10 @@ import pyterrier as pt
 import torch
 
 from ..core import arrays, storage
-from ..core.checks import check_int, check_query_frame, check_result_frame
+from ..core.checks import check_bool, check_int, check_query_frame, check_result_frame
 from ..core.encoding import as_texts
 from ..core.extras import import_extra
+from ..core.quiet import quiet_transformers
 from ..kinds.multivector import MultiVector, gather_rows, maxsim_rows, query_embeddings, segment_max
 from .ranking import docno_ranks, top_rows
 from .tokens import TokenStore, TopK, load_npy, result_frame
@@ -34,6 +35,7 @@ from .tokens import TokenStore, TopK, load_npy, result_frame
 STORE_FILE = 'maxsim.json'
 VECTORS_FILE = 'vectors.npy'
 IVF_FOLDER = 'ivf'
+MODEL_FOLDER = 'model'
 STORE_KIND = 'maxsim_store'
 IVF_KIND = 'maxsim_store.ivf'
 
@@ -57,8 +59,10 @@ class MaxSimIndex(TokenStore):
 
     Args:
         path: the folder; a missing or empty one is a store to build (:meth:`built` is False).
-        model: the :class:`MultiVector` that encodes documents (when indexing) and queries; when omitted, the
-            model recorded at indexing time is loaded by its name.
+        model: the :class:`MultiVector` that encodes documents (when indexing) and queries; default: the copy
+            stored in the store (its files checked against their digests first).
+        save_model: store a copy of the model in the store when indexing (without it, pass ``model=`` when
+            reopening: a model folder named by its path could have changed since).
         overwrite, text_field, shard_size, verbose: for :meth:`index` (see :class:`~.tokens.TokenStore`).
 
     Example::
@@ -74,10 +78,11 @@ class MaxSimIndex(TokenStore):
     ARTIFACT_TYPE = 'multivector_index'
     ARTIFACT_FORMAT = 'maxsim'
 
-    def __init__(self, path, model: MultiVector | None = None, *, overwrite: bool = False,
+    def __init__(self, path, model: MultiVector | None = None, *, save_model: bool = True, overwrite: bool = False,
                  text_field: str = 'text', shard_size: int = 1024, verbose: bool = True):
         super().__init__(path, model, overwrite=overwrite, text_field=text_field, shard_size=shard_size,
                          verbose=verbose)
+        self._settings['save_model'] = check_bool('save_model', save_model)
 
     def _open(self, marker: dict) -> dict:
         state = super()._open(marker)
@@ -95,18 +100,19 @@ class MaxSimIndex(TokenStore):
 
     @classmethod
     def write(cls, path, docnos: Sequence[str], vectors: np.ndarray, offsets: np.ndarray,
-              model: MultiVector | None = None, overwrite: bool = False) -> 'MaxSimIndex':
+              model: MultiVector | None = None, overwrite: bool = False, save_model: bool = True) -> 'MaxSimIndex':
         """Writes a store from embeddings already computed (e.g. :meth:`MultiVector.embed` of a corpus): the inputs
         are checked first (docnos: non-empty unique strings; offsets: from 0, non-decreasing, ending at the number of
         vector rows; vectors: finite), then the store is built beside ``path`` and swapped in; ``overwrite`` replaces
-        only another MaxSim store."""
-        return cls._from_arrays(path, docnos, vectors, offsets, model, overwrite=overwrite)
+        only another MaxSim store; ``save_model`` stores a copy of ``model`` (when given)."""
+        return cls._from_arrays(path, docnos, vectors, offsets, model, overwrite=overwrite,
+                                save_model=save_model and model is not None)
 
     def _embed(self, model, texts):
         return model.embed(texts)
 
     def _sink(self, folder: Path, model):
-        return _VectorSink(folder, getattr(model, 'name', None))
+        return _VectorSink(folder, getattr(model, 'name', None), model if self._settings['save_model'] else None)
 
     def _vectors(self, state: dict) -> torch.Tensor:
         return self._lazy_array(state, VECTORS_FILE, lambda a: torch.from_numpy(a.astype(np.float32)))
@@ -127,15 +133,32 @@ class MaxSimIndex(TokenStore):
         return state['docids']
 
     def model(self) -> MultiVector:
-        """The model given, else the one the build at ``path`` records (by name), loaded once per build."""
+        """The model given, else the copy stored with the build at ``path`` (its files checked against their digests
+        first, so weights edited in place are noticed), loaded once per build.  A store keeping no copy
+        (``save_model=False``, or written by an older pyterrier-lsr, which recorded the model's name only) needs
+        ``model=``: a model folder reloaded by its name may hold other weights by now."""
         if self._model is not None:
-            return self._model
+            return self._matching(self._model)
         state = self._state()
         if 'model' not in state:
-            if not state['meta'].get('model'):
-                raise ValueError(f'{self.path} records no model; pass model= to MaxSimIndex')
-            state['model'] = MultiVector.from_pretrained(state['meta']['model'])
+            if not (self.path / MODEL_FOLDER).is_dir():
+                recorded = state['meta'].get('model')
+                named = f' (it records {recorded!r})' if recorded else ''
+                raise ValueError(f'{self.path} keeps no copy of its model{named}: pass model= to MaxSimIndex (the '
+                                 'one its documents were encoded with), or rebuild it with save_model=True')
+            storage.check_files(self.path, state['files'], 'the model copy of the MaxSim store', full=True,
+                                prefix=f'{MODEL_FOLDER}/')
+            model = self._matching(MultiVector.from_pretrained(self.path / MODEL_FOLDER))
+            model.name = state['meta'].get('model') or model.name  # the name it was indexed under, in reprs
+            state['model'] = model
         return state['model']
+
+    def _matching(self, model: MultiVector) -> MultiVector:
+        """``model`` if its embeddings have the stored vectors' dimension (any, before the store is built)."""
+        if self.built() and model.dim != self.meta['dim']:
+            raise ValueError(f'{self.path} holds vectors of {self.meta["dim"]} dimensions; the model given embeds '
+                             f'in {model.dim}')
+        return model
 
     def score_all(self, query: torch.Tensor, state: dict | None = None) -> torch.Tensor:
         """Exact MaxSim of one query's embeddings (Lq x dim) against every document."""
@@ -251,10 +274,11 @@ class MaxSimIndex(TokenStore):
 
 
 class _VectorSink:
-    """The store's ``vectors.npy``, written chunk by chunk as float16."""
+    """The store's ``vectors.npy``, written chunk by chunk as float16, and a copy of the encoder (``model``, when
+    kept) under ``model/``."""
 
-    def __init__(self, folder: Path, model_name: str | None):
-        self.folder, self.model_name, self.writer = folder, model_name, None
+    def __init__(self, folder: Path, model_name: str | None, model: MultiVector | None = None):
+        self.folder, self.model_name, self.model, self.writer = folder, model_name, model, None
 
     def add(self, vectors: np.ndarray):
         stored = vectors.astype(np.float16)
@@ -268,6 +292,9 @@ class _VectorSink:
         if self.writer is None or not self.writer.rows:
             raise ValueError('every document is empty (no token rows); nothing could be retrieved')
         self.writer.close()
+        if self.model is not None:
+            with quiet_transformers():
+                self.model.write_folder(self.folder / MODEL_FOLDER)
         return {'dim': int(self.writer.row_shape[0]), 'model': self.model_name}
 
 

@@ -54,7 +54,8 @@ class QueryToksRetriever(pt.Transformer):
     def _engine(self, depth: int) -> pt.Transformer:
         """The engine's retriever of the top ``depth``, made once per depth (:func:`~.ranking.top_k` asks one
         deeper than ``num_results``, and deeper at ties) on this retriever's build."""
-        engines = self.__dict__.setdefault('_engines', {self.num_results: self.engine_retriever})
+        engines = self.__dict__.setdefault(
+            '_engines', {min(self.num_results + 1, self.index.num_docs()): self.engine_retriever})
         if depth not in engines:
             deeper = self.index.toks_retriever(depth, self.engine, **self.params)
             if deeper.build_id != self.build_id:

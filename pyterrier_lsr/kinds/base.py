@@ -32,6 +32,7 @@ import pyterrier_alpha as pta
 
 from ..core import storage
 from ..core.folders import local_folder, update_settings
+from ..core.quiet import quiet_transformers
 from ..stages.encoders import ModelEncoder, SparseScorer, SparseTextEncoder
 
 MODEL_ARTIFACT = 'model'
@@ -115,7 +116,8 @@ class SparseModel(pt.Transformer, abc.ABC):
         """The folder's files and settings, into a folder being built (for models nested in another's folder)."""
         folder = Path(folder)
         folder.mkdir(parents=True, exist_ok=True)
-        self.write_folder(folder)
+        with quiet_transformers():  # its "Writing model shards" bar: verbose=False is silent
+            self.write_folder(folder)
         update_settings(folder, **self.settings())
 
     @classmethod

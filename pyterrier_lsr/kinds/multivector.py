@@ -18,6 +18,7 @@ from ..core.checks import check_int, check_max_length, check_result_frame
 from ..core.encoding import as_texts, autocast, length_sorted_batches, resolve_device, resolve_precision
 from ..core.folders import local_folder
 from ..core.model_files import load_tokenizer
+from ..core.quiet import quiet_transformers
 from ..models.multivector import SETTINGS_FILE, MultiVectorModel
 from ..models.sae_splade import structural_token_ids
 from .base import MODEL_ARTIFACT
@@ -80,7 +81,8 @@ class MultiVector(pt.Transformer):
     def save_pretrained(self, path, overwrite: bool = True) -> Path:
         """Writes the folder atomically, replacing only a model folder of ours (as every model kind does); the
         encoder keeps its name."""
-        with storage.build_folder(path, MODEL_ARTIFACT, overwrite=overwrite, what='model folder') as tmp:
+        with storage.build_folder(path, MODEL_ARTIFACT, overwrite=overwrite, what='model folder') as tmp, \
+                quiet_transformers():
             self.write_folder(tmp)
         return Path(path)
 

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 
 from ..core import storage
+from ..core.quiet import quiet_transformers
 
 STATE_FILE = 'trainer_state.pt'
 CHECKPOINT_KIND = 'checkpoint'
@@ -27,9 +28,10 @@ BOOKKEEPING_FIELDS = {'log_every', 'save_every', 'eval_every'}
 def save_checkpoint(model, tokenizer, optimizer, scheduler, step: int, path: Path, config, log: list, extra):
     # Saving a step again (a rerun) replaces our checkpoint only once the new one is whole.
     with storage.build_folder(path, CHECKPOINT_KIND, overwrite=True, what='checkpoint') as tmp:
-        model.save_pretrained(str(tmp))
-        if tokenizer is not None:
-            tokenizer.save_pretrained(str(tmp))
+        with quiet_transformers():  # its "Writing model shards" bar: the run shows its own progress
+            model.save_pretrained(str(tmp))
+            if tokenizer is not None:
+                tokenizer.save_pretrained(str(tmp))
         state = {
             'step': step,
             'optimizer': optimizer.state_dict(),

@@ -13,6 +13,7 @@ import torch
 
 from ..core.checks import check_float, check_int, check_max_length, check_result_frame
 from ..core.encoding import as_texts, autocast, length_sorted_batches, resolve_device, resolve_precision
+from ..core.model_files import load_hf_model, load_tokenizer
 from ..core.names import resolve_model
 
 
@@ -22,15 +23,15 @@ class DenseScorer(pt.Transformer):
 
     def __init__(self, name_or_path: str, batch_size: int = 64, max_length: int | None = None, device=None,
                  precision='fp32'):
-        from transformers import AutoModel, AutoTokenizer
+        from transformers import AutoModel
 
         self.device = resolve_device(device)
         self.batch_size = check_int('batch_size', batch_size, 1)
         self.precision = resolve_precision(precision, self.device)
         folder = resolve_model(str(name_or_path))  # offline short names ('all-MiniLM-L6-v2') work too
-        self.tokenizer = AutoTokenizer.from_pretrained(folder)
+        self.tokenizer = load_tokenizer(folder)
         self.max_length = check_max_length('max_length', max_length, self.tokenizer, 256)
-        self.model = AutoModel.from_pretrained(folder).to(self.device).eval()
+        self.model = load_hf_model(AutoModel, folder, 'the teacher model')[0].to(self.device).eval()
 
     @torch.inference_mode()
     def embed(self, texts: Sequence[str], verbose: bool = False, desc: str = 'embedding') -> np.ndarray:
