@@ -7,14 +7,17 @@ length``, weights of another shape than ``config.json`` describes "look at the a
 :class:`ModelLoadError` instead.
 """
 import contextlib
+import re
 from collections.abc import Iterator, Sequence
 from pathlib import Path
 
 from .quiet import quiet_transformers
 
 REMEDY = 'save the model again, or copy or download it anew'
+# a parameter of one numbered layer (bert.encoder.layer.3.*, model.layers.3.*)
+_LAYER = re.compile(r'\.layers?\.\d+\.')
 
-__all__ = ['ModelLoadError', 'load_hf_model', 'load_tokenizer', 'read_tensors', 'load_weights']
+__all__ = ['ModelLoadError', 'check_model_folder', 'load_hf_model', 'load_tokenizer', 'read_tensors', 'load_weights']
 
 
 class ModelLoadError(ValueError):
@@ -36,8 +39,28 @@ def _reading(path, what: str) -> Iterator[None]:
     except ModelLoadError:
         raise
     except (SafetensorError, OSError, ValueError, KeyError, RuntimeError) as ex:
+        damaged = _damaged_weights(path)
+        if damaged is not None:
+            raise ModelLoadError(f'{what} at {path} does not load: its weights file {damaged[0]} is damaged, cut short '
+                                 f'or emptied ({damaged[1]}); {REMEDY}') from ex
         raise ModelLoadError(f'{what} at {path} does not load ({_first_line(ex)}): its files are damaged, missing or '
                              f'of another model; {REMEDY}') from ex
+
+
+def _damaged_weights(folder) -> tuple[Path, str] | None:
+    """The first ``*.safetensors`` file of ``folder`` whose header does not read (truncated, emptied, overwritten)
+    and why, or ``None``: the file to name when a folder does not load."""
+    from safetensors import safe_open
+    path = Path(str(folder))
+    if not path.is_dir():
+        return None
+    for file in sorted(path.glob('*.safetensors')):
+        try:
+            with safe_open(str(file), 'pt'):
+                pass
+        except Exception as ex:  # noqa: BLE001 - any failure to read the header is the damage to report
+            return file, _first_line(ex)
+    return None
 
 
 def _check_not_empty(folder) -> None:
@@ -46,11 +69,30 @@ def _check_not_empty(folder) -> None:
         raise ModelLoadError(f'{path} is empty: not a model folder (write one with save_pretrained, or name a model)')
 
 
+def check_model_folder(folder) -> None:
+    """``folder`` (when it is a local folder) holds a model: it is not empty and has a ``config.json`` (or a
+    sentence-transformers ``modules.json``).  Anything
+    else is a :class:`ModelLoadError` saying "not a model folder" (an index or store folder of this package named as
+    such), rather than the first model file the loader then misses."""
+    from .storage import artifact_type
+    _check_not_empty(folder)
+    path = Path(str(folder))
+    if not path.is_dir() or (path / 'config.json').is_file() or (path / 'modules.json').is_file():
+        return  # an HF folder, or a sentence-transformers one (its modules in subfolders)
+    kind = artifact_type(path)
+    what = f'a pyterrier-lsr {kind!r} folder, not a model' if kind else 'it has no config.json, nor modules.json'
+    copy = path / 'model'
+    hint = f'; its model is the copy in {copy}' if (copy / 'config.json').is_file() else ''
+    raise ModelLoadError(f'{path} is not a model folder ({what}){hint}: name a folder written by save_pretrained, '
+                         'or a model name')
+
+
 def load_hf_model(auto_class, name_or_path, what: str = 'the model', **kwargs):
     """``auto_class.from_pretrained(name_or_path, **kwargs)`` (an HF ``AutoModel*``) and its loading info (missing
     and unexpected keys, for the caller to judge), quietly.  Weights of another shape than ``config.json`` gives are
-    named with both shapes; damaged or missing files name the folder."""
-    _check_not_empty(name_or_path)
+    named with both shapes; damaged or missing files name the folder, and the weights file when it is the damaged
+    one."""
+    check_model_folder(name_or_path)
     with _reading(name_or_path, what), quiet_transformers():
         model, info = auto_class.from_pretrained(str(name_or_path), output_loading_info=True,
                                                  ignore_mismatched_sizes=True, **kwargs)
@@ -60,6 +102,16 @@ def load_hf_model(auto_class, name_or_path, what: str = 'the model', **kwargs):
         raise ModelLoadError(f'{what} at {name_or_path}: {len(mismatched)} weights have another shape than its '
                              f'config.json describes (e.g. {key}: {tuple(saved)} saved, {tuple(expected)} expected); '
                              f'config.json and the weights belong to different models: {REMEDY}')
+    # Whole layers the configuration has no place for (or that the weights lack) load silently otherwise: dropped, or
+    # initialised at random, and the vectors change without an error.
+    for status, role in (('unexpected_keys', 'the weights hold layers its config.json has no place for'),
+                         ('missing_keys', 'its config.json describes layers the weights do not hold')):
+        layered = sorted(k for k in info.get(status) or () if _LAYER.search(k))
+        if layered:
+            layers = getattr(getattr(model, 'config', None), 'num_hidden_layers', '?')
+            raise ModelLoadError(f'{what} at {name_or_path}: {role} ({len(layered)} tensors, e.g. {layered[0]}; '
+                                 f'config.json says num_hidden_layers {layers}): config.json and the weights belong '
+                                 f'to different models: {REMEDY}')
     return model, info
 
 

@@ -28,6 +28,7 @@ from contextlib import contextmanager
 from pathlib import Path
 
 from .checks import check_bool
+from .oserrors import stream_writer, write_errors
 
 MARKER = '.lsr-artifact.json'
 # Cache folders that several writers share (the course kit gives every system one cache_dir): a domain adaptation's
@@ -39,8 +40,9 @@ SHARED_CACHES = (DOMAIN_CACHE, EMBEDDINGS_CACHE)
 PathLike = str | Path
 
 __all__ = ['MARKER', 'DOMAIN_CACHE', 'EMBEDDINGS_CACHE', 'SHARED_CACHES', 'artifact_type', 'is_artifact',
-           'write_file', 'write_bytes', 'write_text', 'write_json', 'write_array', 'read_json', 'build_folder',
-           'replace_folder', 'remove_artifact', 'mark', 'marker_stamp', 'read_marker', 'move_file', 'temporary_sibling',
+           'write_file', 'write_stream', 'write_bytes', 'write_text', 'write_json', 'write_array', 'read_json',
+           'build_folder', 'replace_folder', 'remove_artifact', 'mark', 'marker_stamp', 'read_marker', 'move_file',
+           'temporary_sibling',
            'remove_temporary', 'link_tree', 'file_digest', 'model_digest', 'check_replaceable', 'CHEAP_DIGEST_BYTES',
            'record_files', 'check_files', 'check_claimable', 'claim_folder']
 
@@ -64,14 +66,22 @@ def temporary_sibling(path: PathLike, purpose: str = 'tmp') -> Path:
     return path.with_name(f'.{path.name}.{purpose}-{uuid.uuid4().hex[:8]}')
 
 
+def write_stream(path: PathLike, dump: Callable[[object], None]) -> Path:
+    """:func:`write_file` for writers of a file object (``dump(file)``, e.g. ``torch.save``): a write that fails is
+    the ``OSError`` of the system call, whatever the writer makes of it (:func:`.oserrors.stream_writer`)."""
+    return write_file(path, stream_writer(dump))
+
+
 def write_file(path: PathLike, write: Callable[[Path], None]) -> Path:
     """``write(tmp)`` fills a temporary sibling of ``path``, which is then synced and renamed onto ``path``; on
-    failure the temporary file is removed and ``path`` is untouched.  Returns ``path``."""
+    failure the temporary file is removed and ``path`` is untouched (a failed write is an ``OSError``, see
+    :func:`write_errors`).  Returns ``path``."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
     tmp = temporary_sibling(path)
     try:
-        write(tmp)
+        with write_errors(path):
+            write(tmp)
         with open(tmp, 'rb+') as f:
             os.fsync(f.fileno())
         os.replace(tmp, path)
@@ -301,7 +311,8 @@ def build_folder(path: PathLike, kind: str, overwrite: bool = False, what: str |
         tmp = temporary_sibling(path, 'building')
         tmp.mkdir()
         try:
-            yield tmp
+            with write_errors(path):  # models' save_pretrained write through native code
+                yield tmp
             if artifact_type(tmp) != kind:  # the block may have marked it itself, with more information
                 mark(tmp, kind)
             _swap(tmp, path, check_replaceable(path, kind, overwrite, what))

@@ -12,6 +12,7 @@ import importlib
 from pathlib import Path
 
 from ..core.folders import CONFIG_FILE, CONFIG_KEY, local_folder, model_settings
+from ..core.model_files import check_model_folder
 from .st_format import Encoder, read_layout
 
 MODEL_KINDS = {
@@ -77,4 +78,5 @@ def load_model(name_or_path: str | Path, **kwargs):
         LsrIndex("./my.lsr", model).index(corpus)
     """
     folder = local_folder(name_or_path)
+    check_model_folder(folder)  # an index folder given by mistake: "not a model folder", not a missing tokenizer
     return model_class(model_kind(folder)).from_pretrained(folder, name=str(name_or_path), **kwargs)

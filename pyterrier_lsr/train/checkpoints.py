@@ -42,7 +42,7 @@ def save_checkpoint(model, tokenizer, optimizer, scheduler, step: int, path: Pat
             'config': asdict(config),
             'log': log,
         }
-        storage.write_file(tmp / STATE_FILE, lambda file: torch.save(state, file))
+        storage.write_stream(tmp / STATE_FILE, lambda file: torch.save(state, file))
 
 
 def checkpoints(output_dir) -> list[Path]:
