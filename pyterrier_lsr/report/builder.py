@@ -101,18 +101,29 @@ def _pruning_tag(doc_pruning: dict) -> str:
 
 class _SystemBuilder:
     """Builds (or reuses) the indexes of a config's systems under ``workdir``. An index the report builds is named
-    ``<model>-<model hash>.<docs>[.<doc pruning>].lsr`` (``docs``: ``all`` or ``first<N>``); pruned indexes are made
-    from the unpruned index's stored vectors, so each model encodes the corpus once."""
+    ``<model>-<model hash>.<docs>-<corpus key>[.<doc pruning>].lsr`` (``docs``: ``all`` or ``first<N>``; the corpus
+    key, :func:`~..core.collection.corpus_key`, tells another dataset's documents apart in a shared workdir, where an
+    index of the same model would otherwise be reused for them); pruned indexes are made from the unpruned index's
+    stored vectors, so each model encodes the corpus once."""
 
     def __init__(self, dataset, workdir: Path, num_results: int, docs: int | None = None):
         self.dataset, self.workdir, self.num_results, self.docs = dataset, Path(workdir), num_results, docs
         self.models = {}  # model name (as in the config) -> model
         self.keys = {}  # model name or index folder -> the identity part of index names
         self._corpus = None
+        self._corpus_tag = None
 
     @property
     def docs_tag(self) -> str:
         return 'all' if self.docs is None else f'first{self.docs}'
+
+    @property
+    def corpus_tag(self) -> str:
+        """The part of a built index's name that says which documents it holds (see the class docs)."""
+        if self._corpus_tag is None:
+            from ..core.collection import corpus_key
+            self._corpus_tag = f'{self.docs_tag}-{corpus_key({d["docno"]: d["text"] for d in self.corpus()})}'
+        return self._corpus_tag
 
     def corpus(self) -> list[dict]:
         if self._corpus is None:
@@ -178,7 +189,7 @@ class _SystemBuilder:
 
         if 'index' in spec:
             return LsrIndex(spec['index'], self.models[spec['index']])
-        path = self.workdir / f'{self.model_key(spec["model"])}.{self.docs_tag}.lsr'
+        path = self.workdir / f'{self.model_key(spec["model"])}.{self.corpus_tag}.lsr'
         index = LsrIndex(path, self.model(spec['model']), verbose=True)
         if not index.built():
             self._fresh(path)
@@ -193,7 +204,7 @@ class _SystemBuilder:
         if not doc_pruning:
             return base
         key = self.keys[spec.get('index') or spec['model']]
-        docs_tag = 'given' if 'index' in spec else self.docs_tag
+        docs_tag = 'given' if 'index' in spec else self.corpus_tag
         path = self.workdir / f'{key}.{docs_tag}.{_pruning_tag(doc_pruning)}.lsr'
         # The unpruned index carries the model; a pruned copy only records the scoring (save_model=False).
         index = LsrIndex(path, base.model(), verbose=False, save_model=False)
@@ -216,7 +227,7 @@ class _SystemBuilder:
         if kind == 'bm25':
             from ..index.bm25 import bm25
 
-            retriever = bm25(self.workdir / f'bm25.{self.docs_tag}.pisa', self.corpus(), num_results=self.num_results)
+            retriever = bm25(self.workdir / f'bm25.{self.corpus_tag}.pisa', self.corpus(), num_results=self.num_results)
             return [System(spec['name'], retriever, str(retriever.index.path), stemmer='porter2')]
         model = self.models[spec.get('index') or spec['model']]
         if kind == 'idf_queries' and getattr(model, 'kind', None) not in IDF_KINDS:
