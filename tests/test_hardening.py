@@ -223,11 +223,11 @@ def test_checkpoint_writes_are_atomic(tiny, tmp_path, monkeypatch):
     model, tokenizer = tiny
     real_save = torch.save
 
-    def disk_full(obj, path, *args, **kwargs):
-        if 'checkpoint-4' in str(path):
-            pathlib.Path(path).write_bytes(b'PK\x03\x04 truncated')
+    def disk_full(obj, file, *args, **kwargs):  # the state is written to a stream (storage.write_stream)
+        if 'checkpoint-4' in str(file.file.name):
+            file.write(b'PK\x03\x04 truncated')
             raise OSError(28, 'No space left on device')
-        return real_save(obj, path, *args, **kwargs)
+        return real_save(obj, file, *args, **kwargs)
     monkeypatch.setattr(torch, 'save', disk_full)
     with pytest.raises(OSError, match='No space'):
         train(copy.deepcopy(model), tokenizer, examples(), tmp_path, CONFIG, verbose=False)
@@ -331,7 +331,7 @@ def test_report_cli_prints_one_line_error(tmp_path, capsys):
 def test_report_never_deletes_a_folder_it_did_not_create(splade, tmp_path):
     builder = _SystemBuilder(_Corpus([{'docno': 'a', 'text': 'nuclear physics'}]), tmp_path, 10)
     builder.models['splade-tiny'] = splade
-    mine = tmp_path / f'{builder.model_key("splade-tiny")}.all.lsr'
+    mine = tmp_path / f'{builder.model_key("splade-tiny")}.{builder.corpus_tag}.lsr'
     mine.mkdir()
     (mine / 'thesis.tex').write_text('years of work')
     with pytest.raises(FileExistsError, match='not a pyterrier-lsr index'):

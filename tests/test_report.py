@@ -7,6 +7,7 @@ import pyterrier as pt
 import pytest
 
 from pyterrier_lsr import LsrIndex, SpladeIndexer
+from pyterrier_lsr.core.collection import corpus_key
 from pyterrier_lsr.report import ConfigError, System, figure, load_config, place_labels, query_times, report, run_config
 from pyterrier_lsr.report.builder import _SystemBuilder
 from pyterrier_lsr.report.plot import label_size
@@ -43,7 +44,9 @@ def test_subset_run_then_rerun_encodes_nothing(tmp_path, monkeypatch, vaswani_do
     assert sorted(encoded) == sorted(d['docno'] for d in vaswani_docs[:40])
     assert list(first['name']) == ['BM25', 'SPLADE', 'pruned @ d:top_n=8', 'pruned @ q:top_n=3', 'IDF']
     built = sorted(p.name for p in (tmp_path / 'idx').iterdir() if not p.name.startswith('.'))
-    assert built[0] == 'bm25.first40.pisa' and all('.first40.' in name for name in built)
+    # named by the documents they hold: the first 40, and the corpus key of those 40
+    key = corpus_key({d['docno']: d['text'] for d in vaswani_docs[:40]})
+    assert built[0] == f'bm25.first40-{key}.pisa' and all(f'.first40-{key}.' in name for name in built)
     assert len(built) == 3 and LsrIndex(tmp_path / 'idx' / built[1]).num_docs() == 40
     stamps = {p: p.stat().st_mtime_ns for p in (tmp_path / 'idx').rglob('*')}
 

@@ -41,8 +41,8 @@ def _reading(path, what: str) -> Iterator[None]:
     except (SafetensorError, OSError, ValueError, KeyError, RuntimeError) as ex:
         damaged = _damaged_weights(path)
         if damaged is not None:
-            raise ModelLoadError(f'{what} at {path} does not load: its weights file {damaged[0]} is damaged, cut short '
-                                 f'or emptied ({damaged[1]}); {REMEDY}') from ex
+            raise ModelLoadError(f'{what} at {path} does not load (its weights file {damaged[0]} is damaged, cut short '
+                                 f'or emptied: {damaged[1]}); {REMEDY}') from ex
         raise ModelLoadError(f'{what} at {path} does not load ({_first_line(ex)}): its files are damaged, missing or '
                              f'of another model; {REMEDY}') from ex
 

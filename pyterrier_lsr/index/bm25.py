@@ -117,7 +117,7 @@ def bm25_index(path, corpus: Iterable[dict], verbose: bool = True, overwrite: bo
         raise ValueError(f'docno {spaced!r} holds whitespace, which a BM25 (PISA) index cannot keep: use docnos '
                          'without spaces or tabs')
     if not any(pisa_terms(text) for _, text in docs):
-        raise ValueError(f'none of the {len(docs)} documents of {path} has a term PISA indexes: its BM25 tokenizer '
+        raise ValueError(f'none of the {len(docs)} documents of {path} has a word PISA indexes: its BM25 tokenizer '
                          'keeps runs of ASCII letters and digits only (text in other scripts, e.g. Chinese or Greek, '
                          'gives none), so nothing could be retrieved (and PISA would abort the process); for such text '
                          'use a learned sparse index, whose model has its own tokenizer')

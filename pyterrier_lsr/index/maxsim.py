@@ -112,7 +112,9 @@ class MaxSimIndex(TokenStore):
         return model.embed(texts)
 
     def _sink(self, folder: Path, model):
-        return _VectorSink(folder, getattr(model, 'name', None), model if self._settings['save_model'] else None)
+        # an encoder that cannot be saved (not a MultiVector) is not copied: reopening then needs it given again
+        keep = self._settings['save_model'] and hasattr(model, 'write_folder')
+        return _VectorSink(folder, getattr(model, 'name', None), model if keep else None)
 
     def _vectors(self, state: dict) -> torch.Tensor:
         return self._lazy_array(state, VECTORS_FILE, lambda a: torch.from_numpy(a.astype(np.float32)))
