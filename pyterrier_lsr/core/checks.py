@@ -131,6 +131,12 @@ def check_docno(docno, where: str = 'docno') -> str:
     if not docno or docno != docno.strip() or any(c in docno for c in '\n\r\x00'):
         raise ValueError(f'{where} {docno!r:.60} is empty, has surrounding whitespace or contains a line break or '
                          'NUL, which an index cannot store')
+    if not docno.isascii():
+        try:
+            docno.encode('utf-8')
+        except UnicodeEncodeError:
+            raise ValueError(f'{where} {docno!r:.60} holds a lone surrogate (invalid Unicode), which no index file '
+                             'can store; decode the docnos properly') from None
     return str(docno)
 
 

@@ -21,6 +21,7 @@ from tqdm.auto import tqdm
 from ..core import storage
 from ..core.checks import check_bm25, check_bool, check_documents, check_not_text, check_query_frame
 from ..core.collection import corpus_key
+from ..core.encoding import as_text, as_texts
 from ..core.quiet import quiet_native
 from .engines.pisa import pisa_settings
 from .ranking import fusable_cutoff, top_k
@@ -68,6 +69,9 @@ class BM25(pt.Transformer):
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         check_not_text(inp, 'BM25')
         check_query_frame(inp, ['query'])
+        queries = [pisa_text(q) for q in as_texts(inp['query'], 'column "query"')]
+        if queries != inp['query'].tolist():  # only then a copy, with the texts PISA can read
+            inp = inp.assign(query=queries)
         if not len(inp):
             return self.retriever(inp)
         return top_k(lambda rows, depth: self._retriever(depth)(inp if rows is None else inp.iloc[rows]), inp,
@@ -86,11 +90,17 @@ class BM25(pt.Transformer):
         return 'BM25'
 
 
+def pisa_text(text: str) -> str:
+    """``text`` as PISA can read it (a C string of UTF-8): a lone surrogate as U+FFFD, as every encoder takes it
+    (:func:`~..core.encoding.as_text`; PISA's feeding thread died on it and dropped the document), NUL as a space (it
+    ends a C string; a query holding one failed inside PISA)."""
+    return as_text(text).replace('\x00', ' ')
+
+
 def pisa_terms(text: str) -> list[str]:
     """The terms PISA's BM25 indexer takes from ``text`` (its own tokenizer: runs of ASCII letters and digits)."""
     import pyterrier_pisa
-    # The tokenizer reads a C string: NUL ends it early, and a lone surrogate cannot be encoded.
-    return pyterrier_pisa.tokenize(text.replace('\x00', ' ').encode('utf8', 'replace').decode('utf8'))
+    return pyterrier_pisa.tokenize(pisa_text(text))
 
 
 def bm25_index(path, corpus: Iterable[dict], verbose: bool = True, overwrite: bool = False):
@@ -123,9 +133,12 @@ def bm25_index(path, corpus: Iterable[dict], verbose: bool = True, overwrite: bo
                          'use a learned sparse index, whose model has its own tokenizer')
     with storage.build_folder(path, BM25_KIND, overwrite, what='BM25 index') as tmp:
         with quiet_native(progress=verbose):  # our bar is made inside, so it reaches the terminal; PISA's log does not
-            feed = tqdm(({'docno': docno, 'text': text} for docno, text in docs), total=len(docs), unit='doc',
-                        desc=f'BM25 indexing {path.name}', disable=not verbose)
-            pyterrier_pisa.PisaIndex(str(tmp), text_field='text').index(feed)
+            feed = tqdm(({'docno': docno, 'text': pisa_text(text)} for docno, text in docs), total=len(docs),
+                        unit='doc', desc=f'BM25 indexing {path.name}', disable=not verbose)
+            pisa = pyterrier_pisa.PisaIndex(str(tmp), text_field='text')
+            pisa.index(feed)
+        if pisa.num_docs() != len(docs):  # PISA's feeding thread dies silently on a text it cannot write
+            raise RuntimeError(f'PISA indexed {pisa.num_docs()} documents out of {len(docs)}')
         storage.mark(tmp, BM25_KIND, corpus=key, num_docs=len(docs))
     return pyterrier_pisa.PisaIndex(str(path), text_field='text')
 
