@@ -66,7 +66,7 @@ def test_a_maxsim_store_keeps_its_encoder_whatever_becomes_of_the_model_folder(t
     pd.testing.assert_frame_equal(reopened.retriever()(TOPICS), expected)  # queries encoded by the stored copy
     # an encoder of another dimension is refused, and weights edited inside the store are noticed
     other = MultiVector(MultiVectorModel(encoder.model.backbone, dim=4, skip_ids=[]), tokenizer, device='cpu')
-    with pytest.raises(ValueError, match='vectors of 8 dimensions; the encoder given embeds in 4'):
+    with pytest.raises(ValueError, match='vectors of 8 dimensions; the model given embeds in 4'):
         MaxSimIndex(tmp_path / 's', other).retriever()(TOPICS)
     weights = tmp_path / 's' / 'model' / 'model.safetensors'
     weights.write_bytes(weights.read_bytes()[:-8] + b'\0' * 8)
@@ -74,7 +74,7 @@ def test_a_maxsim_store_keeps_its_encoder_whatever_becomes_of_the_model_folder(t
         MaxSimIndex(tmp_path / 's').retriever()(TOPICS)
     # a store keeping no copy does not reload a folder by its name
     MaxSimIndex(tmp_path / 'bare', encoder, save_model=False, verbose=False).indexer().index(docs)
-    with pytest.raises(ValueError, match='keeps no copy of its encoder'):
+    with pytest.raises(ValueError, match='keeps no copy of its model'):
         MaxSimIndex(tmp_path / 'bare').retriever()(TOPICS)
 
 
@@ -298,7 +298,7 @@ def test_verbose_false_is_silent_in_training_and_scaleout(tiny, splade, tmp_path
     assert capfd.readouterr() == ('', '')
     corpus = [{'docno': f'd{i}', 'text': f'radio wave noise number {i}. electron density {i}.'} for i in range(40)]
     config = DomainConfig.two_sided(steps=2, batch_size=4, eval_every=2, heldout=5, heldout_pool=5, pool=5,
-                                    teachers=('bm25',), bf16=False)
+                                    teachers=('bm25',))
     domain_adapt(Splade(model, tokenizer, device='cpu'), corpus, tmp_path / 'adapt', config, verbose=False)
     assert capfd.readouterr() == ('', '')
 

@@ -15,7 +15,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..core.checks import check_int
-from .engines.glue import require
+from .engines.native import require
 
 __all__ = ['bisection_order', 'permute_rows']
 

@@ -15,6 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ...core.storage import read_json, write_array, write_json
+from .native import require
 
 __all__ = ['Forward', 'certified_top', 'certified_tops', 'bounded_rescore', 'ranked', 'TERMS_FILE', 'DOCNOS_FILE',
            'FORWARD_FILES']
