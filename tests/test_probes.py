@@ -236,6 +236,24 @@ def test_a_failed_write_of_a_checkpoint_is_an_oserror(tiny, tmp_path):
         assert not (tmp_path / f'cut{limit}').exists()
 
 
+@pytest.mark.parametrize('full', [False, True])
+def test_a_failed_write_of_a_bm25_index_is_an_error_not_an_abort(full, tmp_path, monkeypatch):
+    # PISA checks none of its writes: it aborted the process, or (past the first files) left an index missing documents
+    from collections import namedtuple
+
+    from pyterrier_lsr.index import bm25 as module
+    letters = 'abcdefghijklmnopqrstuvwxyz'
+    corpus = [{'docno': f'd{i}', 'text': ' '.join(letters[(i * j) % 26] + letters[j % 26] for j in range(200))}
+              for i in range(500)]
+    collection = sum(len(d['docno']) + len(d['text']) + 2 for d in corpus)  # PISA's input file, written first
+    if full:  # a disk that is full once PISA stops: the OSError of ENOSPC
+        usage = namedtuple('usage', 'total used free')
+        monkeypatch.setattr(module.shutil, 'disk_usage', lambda path: usage(1, 1, 0))
+    with _limited(collection + 4096), pytest.raises(OSError if full else RuntimeError, match='PISA'):
+        bm25(tmp_path / 'b.pisa', corpus, verbose=False)
+    assert not (tmp_path / 'b.pisa').exists()
+
+
 @pytest.fixture
 def splade_folder(tmp_path):
     from pyterrier_lsr.core.offline import resolve_model

@@ -11,6 +11,11 @@ Progress (documents fed to PISA, with an estimate) is shown with ``verbose=True`
 fails (:mod:`..core.quiet`); the retriever it returns prints nothing.
 """
 import copy
+import errno
+import os
+import shutil
+import subprocess
+import sys
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -103,6 +108,50 @@ def pisa_terms(text: str) -> list[str]:
     return pyterrier_pisa.tokenize(pisa_text(text))
 
 
+# PISA's text indexer, as pyterrier_pisa runs it (PisaIndexer._index), in a process of its own that loads the native
+# module alone (pyterrier_pisa's package would import PyTerrier: seconds per build).
+_CHILD = ('import importlib.util, sys\n'
+          'spec = importlib.util.spec_from_file_location("pyterrier_pisa._pisathon", sys.argv[1])\n'
+          'pisa = importlib.util.module_from_spec(spec)\nspec.loader.exec_module(pisa)\n'
+          'pisa.index(sys.argv[2], sys.argv[3], "porter2", 100000, 1)\n'
+          'print(pisa.num_docs(sys.argv[3]))\n')  # read here: a truncated file may crash the reader too
+_COLLECTION = '.collection.txt'
+
+
+def _pisa_text_index(folder: Path, docs: list[tuple[str, str]], desc: str, verbose: bool) -> None:
+    """PISA's porter2 text index of ``docs`` in ``folder`` (pyterrier_pisa's layout and ``pt_meta.json``), built in a
+    child process: PISA does not check its writes and aborts its process when one failed (a full disk), which must
+    end this call with an error, not end the caller's process.  The collection is written first as PISA reads it
+    (``docno text`` a line)."""
+    collection = folder / _COLLECTION
+    with open(collection, 'w', encoding='utf8') as f:
+        for docno, text in tqdm(docs, unit='doc', desc=desc, disable=not verbose):
+            f.write(f'{docno} {pisa_text(text).replace(chr(10), " ").replace(chr(13), " ")}\n')
+    from pyterrier_pisa import _pisathon
+    # PISA's log lines and bars are captured whatever verbose says, and shown only if the build fails
+    done = subprocess.run([sys.executable, '-c', _CHILD, _pisathon.__file__, str(collection), str(folder)], text=True,
+                          errors='replace', capture_output=True)
+    collection.unlink()
+    if done.returncode != 0:
+        sys.stderr.write(done.stderr[-20_000:])
+        said = ' / '.join(line for line in (done.stderr or '').splitlines()[-3:] if line.strip())[-400:]
+        _failed(folder, f'stopped (exit status {done.returncode}{"; it said: " + said if said else ""})')
+    indexed = int(done.stdout.split()[-1])
+    if indexed != len(docs):  # past its first files, a failed write leaves documents out, silently
+        _failed(folder, f'indexed {indexed} documents out of {len(docs)}')
+    storage.write_json(folder / 'pt_meta.json', {'type': 'sparse_index', 'format': 'pisa',
+                                                 'package_hint': 'pyterrier-pisa', 'stemmer': 'porter2'})
+
+
+def _failed(folder: Path, what: str):
+    """The error of a BM25 build that PISA did not complete: an ``OSError`` when the disk is (nearly) full, its usual
+    cause, else a ``RuntimeError`` (a failed write it does not check, e.g. past a file size limit)."""
+    if shutil.disk_usage(folder).free < 64 * 2 ** 20:
+        raise OSError(errno.ENOSPC, f'{os.strerror(errno.ENOSPC)}: PISA {what} while writing the BM25 index into '
+                      f'{folder}')
+    raise RuntimeError(f'PISA {what} while building the BM25 index in {folder}: a write failed (PISA checks none)')
+
+
 def bm25_index(path, corpus: Iterable[dict], verbose: bool = True, overwrite: bool = False):
     """A ``pyterrier_pisa.PisaIndex`` of ``corpus``'s ``text`` (``docno, text`` dicts) at ``path``: reopened when
     ``path`` holds our BM25 index of the same corpus, else built (``overwrite=True`` replaces our BM25 index of
@@ -132,13 +181,7 @@ def bm25_index(path, corpus: Iterable[dict], verbose: bool = True, overwrite: bo
                          'gives none), so nothing could be retrieved (and PISA would abort the process); for such text '
                          'use a learned sparse index, whose model has its own tokenizer')
     with storage.build_folder(path, BM25_KIND, overwrite, what='BM25 index') as tmp:
-        with quiet_native(progress=verbose):  # our bar is made inside, so it reaches the terminal; PISA's log does not
-            feed = tqdm(({'docno': docno, 'text': pisa_text(text)} for docno, text in docs), total=len(docs),
-                        unit='doc', desc=f'BM25 indexing {path.name}', disable=not verbose)
-            pisa = pyterrier_pisa.PisaIndex(str(tmp), text_field='text')
-            pisa.index(feed)
-        if pisa.num_docs() != len(docs):  # PISA's feeding thread dies silently on a text it cannot write
-            raise RuntimeError(f'PISA indexed {pisa.num_docs()} documents out of {len(docs)}')
+        _pisa_text_index(tmp, docs, f'BM25 indexing {path.name}', verbose)
         storage.mark(tmp, BM25_KIND, corpus=key, num_docs=len(docs))
     return pyterrier_pisa.PisaIndex(str(path), text_field='text')
 
