@@ -161,6 +161,21 @@ def test_ties_break_by_docno_in_the_token_stores(kind, tiny, tmp_path):
     assert list(same['docno'])[:5] == ['d00', 'd02', 'd03', 'd05', 'd07']
 
 
+def test_ties_break_by_docno_in_the_dense_retriever():
+    from pyterrier_lsr.systems.dense import DenseRetriever
+
+    class Embedder:  # one pooled vector per text, as a single-mode LatentTerms gives them
+        mode, dense_name = 'single', 'stub'
+
+        def embed(self, texts):
+            return np.ones((len(texts), 2), np.float32) / np.sqrt(2), np.arange(len(texts) + 1)
+    docnos = [f'd{i:02d}' for i in (7, 3, 11, 0, 5, 9, 1, 10, 2, 8, 6, 4)]
+    vectors = np.tile(np.float32([[0.6, 0.8]]), (len(docnos), 1))
+    vectors[5] = [1, 0]  # d09 alone below the tie
+    full = _prefixes(DenseRetriever(Embedder(), docnos, vectors), pd.DataFrame({'qid': ['1'], 'query': ['x']}), 12)
+    assert list(full['docno']) == sorted(set(docnos) - {'d09'}) + ['d09']
+
+
 # --- unclear crashes -------------------------------------------------------------------------------------------------
 
 @pytest.mark.parametrize('label', ['1' * 25, '-3000000000', '9' * 5000])

@@ -10,6 +10,7 @@ import pyterrier as pt
 import pyterrier_alpha as pta
 
 from ..core.checks import check_docnos, check_int, check_query_frame
+from ..index.ranking import docno_ranks, top_rows
 from ..kinds.latent_terms import LatentTerms, cached_embeddings
 
 __all__ = ['DenseRetriever', 'dense_retriever', 'per_text']
@@ -49,6 +50,7 @@ class DenseRetriever(pt.Transformer):
         self.dense, self.docnos = dense, np.asarray(check_docnos(list(docnos), 'the dense documents'), dtype=object)
         self.vectors = np.asarray(vectors, dtype=np.float32)
         self.num_results = check_int('num_results', num_results, 1)
+        self._ranks = docno_ranks(self.docnos)
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         check_query_frame(inp, ['query'])
@@ -60,8 +62,7 @@ class DenseRetriever(pt.Transformer):
             for i, row in enumerate(scores):
                 if not queries[i].any():  # a blank query: every document would tie at 0, in corpus order
                     continue
-                top = np.argpartition(-row, k - 1)[:k]
-                top = top[np.argsort(-row[top], kind='stable')]
+                top = top_rows(row, k, self._ranks)  # ties by docno, as every retriever (index/ranking.py)
                 out.extend({'_index': i, 'docno': self.docnos[top].tolist(), 'score': row[top].tolist(),
                             'rank': list(range(k))})
         return out.to_df(inp.reset_index(drop=True))
