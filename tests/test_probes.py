@@ -221,6 +221,15 @@ def test_bm25_settings_are_checked_before_any_work(setting, value, error, tmp_pa
     assert not (tmp_path / 'b.pisa').exists()  # refused before the index was built
 
 
+def test_engines_are_checked_and_built_once(tmp_path):
+    index = LsrIndex(tmp_path / 'x.lsr', engines=('pisa', 'pisa'), verbose=False).indexer().index(
+        [{'docno': 'a', 'toks': {'x': 1.0}}, {'docno': 'b', 'toks': {'y': 1.0}}])
+    assert dict(index.vectors()) == {'a': {'x': 1.0}, 'b': {'y': 1.0}}  # a second PISA build removed them
+    assert list(index.toks_retriever()(pd.DataFrame({'qid': ['1'], 'query_toks': [{'y': 1.0}]}))['docno']) == ['b']
+    with pytest.raises(TypeError, match='engines must be an engine name or a list of them'):
+        LsrIndex(tmp_path / 'y.lsr', engines=None)
+
+
 def _limited(limit):
     """File writes beyond ``limit`` bytes fail (EFBIG) for the block, as on a full disk."""
     class Limit:

@@ -37,7 +37,7 @@ from ..core.checks import MAX_SCALE, UniqueDocnos, check_document, check_float, 
 from ..core.quiet import quiet_native
 from ..kinds.loading import load_model
 from . import tuning
-from .engines import ENGINES, get_engine
+from .engines import ENGINES, check_engines, get_engine
 from .integrity import check_meta, check_scoring
 from .quantization import quantize
 from .retrievers import DefaultRetriever, QueryRetriever, QueryToksRetriever, StoredScorer, system_label
@@ -104,11 +104,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
         self._model = model
         self._model_from_index = False
         self._scale = check_float('scale', scale, 0, MAX_SCALE, exclusive_minimum=True)
-        if isinstance(engines, str):
-            engines = (engines,)
-        for name in engines:
-            get_engine(name)
-        self.new_engines = tuple(engines)
+        self.new_engines = check_engines(engines)
         self.overwrite = overwrite
         self.text_field = text_field
         self.shard_size = check_int('shard_size', shard_size, 1)

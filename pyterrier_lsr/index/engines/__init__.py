@@ -20,7 +20,7 @@ ENGINES = {
     'seismic': 'pyterrier_lsr.index.engines.seismic:SeismicEngine',
 }
 
-__all__ = ['ENGINES', 'get_engine']
+__all__ = ['ENGINES', 'get_engine', 'check_engines']
 
 
 def get_engine(name: str):
@@ -28,3 +28,16 @@ def get_engine(name: str):
         raise ValueError(f'unknown engine {name!r}; choose one of {sorted(ENGINES)}')
     module, cls = ENGINES[name].split(':')
     return getattr(importlib.import_module(module), cls)()
+
+
+def check_engines(engines) -> tuple[str, ...]:
+    """``engines`` (one name, or a list or tuple of names) as a tuple of known engine names, each once: an engine
+    named twice would be built twice into one folder (PISA's second build, at the index root, removed the stored
+    vectors); anything else is a ``TypeError`` naming what is allowed."""
+    names = (engines,) if isinstance(engines, str) else engines
+    if not isinstance(names, (list, tuple)) or not all(isinstance(n, str) for n in names):
+        raise TypeError(f'engines must be an engine name or a list of them ({", ".join(sorted(ENGINES))}), got '
+                        f'{type(engines).__name__} {engines!r:.60}')
+    for name in names:
+        get_engine(name)
+    return tuple(dict.fromkeys(names))
