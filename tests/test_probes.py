@@ -108,6 +108,12 @@ def test_a_byte_order_mark_starting_any_line_is_dropped(tmp_path):
     assert [d['docno'] for d in load_collection(str(folder)).corpus] == ['d1', 'd2']
 
 
+def test_a_subset_counts_only_judged_documents_the_corpus_holds(tmp_path):
+    folder = _collection(tmp_path / 'c', b'1\tradio\n', b'1 0 gone1 1\n1 0 gone2 1\n1 0 d2 1\n')
+    small = load_collection(str(folder)).subset(docs=1)
+    assert [d['docno'] for d in small.corpus] == ['d2']  # it was empty: two absent judged docnos took the place
+
+
 TIED = [{'docno': f'd{i:02d}', 'toks': {'a': 1.0, 'b': 0.5 if i % 3 == 0 else 0.0}} for i in (7, 3, 11, 0, 5, 9, 1,
                                                                                            10, 2, 8, 6, 4)]
 

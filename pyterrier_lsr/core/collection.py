@@ -67,7 +67,8 @@ class Collection:
         qrels = self.qrels[self.qrels['qid'].isin(set(chosen['qid']))]
         corpus = self.corpus
         if docs is not None and docs < len(corpus):
-            relevant = list(dict.fromkeys(qrels.loc[qrels['label'] > 0, 'docno']))[:docs]
+            held = {d['docno'] for d in corpus}  # judged documents missing from the corpus take no place
+            relevant = [d for d in dict.fromkeys(qrels.loc[qrels['label'] > 0, 'docno']) if d in held][:docs]
             keep = set(relevant)
             others = (d['docno'] for d in corpus if d['docno'] not in keep)
             keep.update(itertools.islice(others, docs - len(keep)))
