@@ -236,6 +236,12 @@ def test_engines_are_checked_and_built_once(tmp_path):
         LsrIndex(tmp_path / 'y.lsr', engines=None)
 
 
+@pytest.mark.parametrize('size, error', [(0, ValueError), (2.5, TypeError), ('8', TypeError)])
+def test_a_per_call_batch_size_is_checked(size, error, splade):
+    with pytest.raises(error, match='batch_size'):  # 0 was the default silently, 2.5 a raw error inside range()
+        splade.encode_docs(['radio waves'], batch_size=size)
+
+
 def _limited(limit):
     """File writes beyond ``limit`` bytes fail (EFBIG) for the block, as on a full disk."""
     class Limit:

@@ -33,9 +33,9 @@ MAX_WEIGHT = 1000.0
 MAX_SCALE = (2 ** 31 - 1) / MAX_WEIGHT
 
 __all__ = ['MAX_WEIGHT', 'MAX_SCALE', 'WeightError', 'check_int', 'check_float', 'check_choice', 'check_bool',
-           'check_str', 'check_bm25', 'check_docno', 'UniqueDocnos', 'check_docnos', 'documents', 'check_document',
-           'check_documents', 'check_term', 'check_weights', 'check_vector', 'is_missing', 'check_query_frame',
-           'check_result_frame', 'check_matrix', 'check_max_length', 'check_not_text']
+           'check_str', 'checked_batch_size', 'check_bm25', 'check_docno', 'UniqueDocnos', 'check_docnos', 'documents',
+           'check_document', 'check_documents', 'check_term', 'check_weights', 'check_vector', 'is_missing',
+           'check_query_frame', 'check_result_frame', 'check_matrix', 'check_max_length', 'check_not_text']
 
 
 def is_missing(value) -> bool:
@@ -87,6 +87,12 @@ def check_bool(name: str, value) -> bool:
     if not isinstance(value, (bool, np.bool_)):
         raise TypeError(f'{name} must be True or False, got {type(value).__name__} {value!r:.40}')
     return bool(value)
+
+
+def checked_batch_size(value, default: int) -> int:
+    """A per-call ``batch_size``: ``default`` for None, else an integer >= 1 (``0``, ``2.5`` and ``'8'`` are errors,
+    not the default silently)."""
+    return default if value is None else check_int('batch_size', value, 1)
 
 
 def check_bm25(k1, b) -> tuple[float, float]:

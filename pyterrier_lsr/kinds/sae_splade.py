@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from ..core.checks import checked_batch_size
 from ..core.encoding import is_blank, length_sorted_batches
 from ..core.folders import kind_settings, local_folder
 from ..core.model_files import load_tokenizer
@@ -133,8 +134,8 @@ def latent_top_words(splade: SaeSplade, texts: Sequence, latents: Sequence[int] 
     was_training = model.training
     model.eval()
     with torch.inference_mode():
-        for batch in length_sorted_batches(tokenizer, texts, batch_size or splade.batch_size, splade.max_length,
-                                           splade.device):
+        for batch in length_sorted_batches(tokenizer, texts, checked_batch_size(batch_size, splade.batch_size),
+                                           splade.max_length, splade.device):
             ids, mask = batch.input_ids, batch.attention_mask
             indices, acts, _ = model.token_latents(ids, mask)
             # The pooled positions, in the row-major order of the token latents.

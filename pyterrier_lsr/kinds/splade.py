@@ -9,7 +9,7 @@ Terms, inference-free) adds its folder format and what is its own.
 from collections.abc import Sequence
 from pathlib import Path
 
-from ..core.checks import check_int, check_max_length
+from ..core.checks import check_int, check_max_length, checked_batch_size
 from ..core.encoding import INT8, encode_texts, resolve_device, resolve_precision, vocabulary_terms
 from ..core.folders import local_folder, model_settings
 from ..core.model_files import ModelLoadError, load_tokenizer
@@ -89,9 +89,9 @@ class TorchSparseModel(SparseModel):
     def encode_docs(self, texts: Sequence, batch_size: int | None = None, verbose: bool = False,
                     desc: str = 'encoding') -> list[dict[str, float]]:
         self._check_model()
-        return encode_texts(self.model, self.tokenizer, texts, self.terms, batch_size=batch_size or self.batch_size,
-                            max_length=self.max_length, device=self.device, precision=self.precision,
-                            verbose=verbose, desc=desc)
+        return encode_texts(self.model, self.tokenizer, texts, self.terms,
+                            batch_size=checked_batch_size(batch_size, self.batch_size), max_length=self.max_length,
+                            device=self.device, precision=self.precision, verbose=verbose, desc=desc)
 
     def encode_queries(self, texts: Sequence, batch_size: int | None = None,
                        verbose: bool = False) -> list[dict[str, float]]:
