@@ -40,6 +40,7 @@ from . import tuning
 from .engines import ENGINES, check_engines, get_engine
 from .integrity import check_meta, check_scoring
 from .quantization import quantize
+from .ranking import first_depth
 from .retrievers import DefaultRetriever, QueryRetriever, QueryToksRetriever, StoredScorer, system_label
 from .vectors import VectorStore, VectorWriter
 
@@ -242,8 +243,9 @@ class LsrIndex(pta.Artifact, pt.Indexer):
             raise ValueError(f'the {engine} engine cannot score a {self.scoring["kind"]!r} index')
         build = str(self._stamp.get('build'))
         with quiet_native(params.get('verbose', False)):
-            # one deeper than asked: the tie rule (.ranking.top_k) sees whether ties cross the cut
-            inner = impl.retriever(self, self.path / impl.subfolder, min(num_results + 1, self.num_docs()), **params)
+            # deeper than asked: the tie rule (.ranking.top_k) sees whether ties cross the cut
+            inner = impl.retriever(self, self.path / impl.subfolder, first_depth(num_results, self.num_docs()),
+                                   **params)
         return QueryToksRetriever(inner, self, engine, build, num_results, params)
 
     def retriever(self, num_results: int = 1000, engine: str | None = None, query_encoder: pt.Transformer = None,

@@ -29,7 +29,7 @@ from ..core.collection import corpus_key
 from ..core.encoding import as_text, as_texts
 from ..core.quiet import quiet_native
 from .engines.pisa import pisa_settings
-from .ranking import fusable_cutoff, top_k
+from .ranking import first_depth, fusable_cutoff, top_k
 
 BM25_KIND = 'bm25_index.pisa'
 #: the settings :class:`BM25` takes (PISA's BM25 parameters, checked before PISA sees them)
@@ -61,7 +61,7 @@ class BM25(pt.Transformer):
         self.k1, self.b, self.num_results = settings.pop('k1'), settings.pop('b'), settings.pop('num_results')
         self.settings = settings
         self._retrievers = {}
-        self.retriever = self._retriever(self.num_results + 1)
+        self.retriever = self._retriever(first_depth(self.num_results, index.num_docs()))
 
     def _retriever(self, depth: int) -> pt.Transformer:
         """PISA's BM25 retriever of the top ``depth`` (capped at the number of documents), made once per depth."""

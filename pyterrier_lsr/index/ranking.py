@@ -3,18 +3,19 @@ docno, in ascending string order; ``rank`` counts from 0 within each query.
 
 The rule makes a cut-off a prefix: the top ``k`` of ``retriever % k`` are the first ``k`` of the un-cut ranking, at
 every ``k`` and on every engine, tied scores included.  Engines that keep their best ``n`` documents (PISA's heap,
-BMP, Seismic) keep an arbitrary subset of the documents tied at the ``n``-th score, so :func:`top_k` asks one document
-deeper than ``k`` and, for the queries whose last returned score still equals their ``k``-th, deeper again until every
-document tied with the ``k``-th is in hand; then :func:`tie_ordered` sorts and cuts.  Retrievers that score every
-candidate exactly (MaxSim, SSR) pick their top rows with :func:`top_rows`.  A cut-off of ``k <= 0`` (or not an
-integer) is left to PyTerrier's own ``RankCutoff`` (:func:`fusable_cutoff`): it keeps no row, columns intact.
+BMP, Seismic) keep an arbitrary subset of the documents tied at the ``n``-th score, so :func:`top_k` asks a little
+deeper than ``k`` (:func:`first_depth`) and, for the queries whose last returned score still equals their ``k``-th,
+deeper again until every document tied with the ``k``-th is in hand; then :func:`tie_ordered` sorts and cuts.
+Retrievers that score every candidate exactly (MaxSim, SSR, dense) pick their top rows with :func:`top_rows`.  A
+cut-off of ``k <= 0`` (or not an integer) is left to PyTerrier's own ``RankCutoff`` (:func:`fusable_cutoff`): it
+keeps no row, columns intact.
 """
 from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
-__all__ = ['fusable_cutoff', 'tie_ordered', 'top_k', 'top_rows', 'docno_ranks']
+__all__ = ['fusable_cutoff', 'tie_ordered', 'top_k', 'first_depth', 'top_rows', 'docno_ranks']
 
 
 def fusable_cutoff(k, num_results: int) -> bool:
@@ -47,26 +48,43 @@ def tie_ordered(frame: pd.DataFrame, k: int, positions: np.ndarray | None = None
     """``frame`` (results of several queries) in the rule's order, at most ``k`` rows per query, ``rank`` from 0.
 
     ``positions``: each row's query as its position in the input (queries come out in that order); default: the
-    order in which the frame's qids first appear.  A frame already in order (the usual case: engines sort by score and
-    ties are rare) is cut without sorting."""
+    order in which the frame's qids first appear.  Rows are sorted only when needed (engines sort by score, so only
+    tied documents, and queries returned out of order, move), and taken column by column once."""
     if positions is None:
         positions = pd.factorize(frame['qid'].astype(str))[0]
     positions = np.asarray(positions, dtype=np.int64)
     scores = frame['score'].to_numpy(dtype=np.float64)
-    docnos = frame['docno'].to_numpy(dtype=object)
     same = positions[1:] == positions[:-1]
     ordered = bool((positions[1:] >= positions[:-1]).all() and not (same & (scores[1:] > scores[:-1])).any())
-    if ordered:
-        tied = np.flatnonzero(same & (scores[1:] == scores[:-1]))
-        ordered = all(docnos[i] < docnos[i + 1] for i in tied.tolist())
-    if not ordered:
-        order = np.lexsort((docno_ranks(docnos), -scores, positions))
-        frame, positions = frame.iloc[order], positions[order]
-    ranks = np.arange(len(positions)) - np.searchsorted(positions, positions, side='left') if len(positions) else \
-        np.zeros(0, np.int64)
+    ties = np.flatnonzero(same & (scores[1:] == scores[:-1]))
+    order = None
+    if not ordered or len(ties):
+        docnos = frame['docno'].to_numpy(dtype=str)
+        if not ordered or not (docnos[ties] < docnos[ties + 1]).all():
+            order = np.lexsort((docnos, -scores, positions))
+            positions = positions[order]
+    ranks = np.arange(len(positions)) - np.searchsorted(positions, positions, side='left')
     keep = ranks < k
-    out = frame[keep] if not keep.all() else frame
-    return out.reset_index(drop=True).assign(rank=ranks[keep].astype(np.int64))
+    if order is None and keep.all() and 'rank' in frame.columns and isinstance(frame.index, pd.RangeIndex) and \
+            frame.index.start == 0 and frame.index.step == 1 and (ranks == frame['rank'].to_numpy()).all():
+        return frame  # as the engine gave it
+    rows = np.flatnonzero(keep) if order is None else order[keep]
+    # one take of each column: cheaper than taking whole rows and assigning the ranks into the copy
+    dtype = frame['rank'].dtype if 'rank' in frame.columns else np.int64
+    columns = {c: frame[c].array.take(rows) for c in frame.columns if c != 'rank'}
+    columns['rank'] = ranks[keep].astype(dtype)
+    names = list(frame.columns) if 'rank' in frame.columns else list(columns)
+    return pd.DataFrame({c: columns[c] for c in names}, copy=False)
+
+
+def _positions(found: pd.DataFrame, keys: dict, single: bool) -> np.ndarray:
+    """Each result row's query as its input position: engines return each query's rows together, so one look-up a
+    run of rows (one query asked: no look-up at all)."""
+    if single or not len(found):
+        return np.zeros(len(found), np.int64)
+    qids = found['qid'].to_numpy(dtype=object)
+    starts = np.flatnonzero(np.concatenate([[True], qids[1:] != qids[:-1]]))
+    return np.repeat([keys[str(qids[s])] for s in starts.tolist()], np.diff(np.append(starts, len(qids))))
 
 
 def top_k(search: Callable[[np.ndarray | None, int], pd.DataFrame], inp: pd.DataFrame, k: int,
@@ -76,13 +94,14 @@ def top_k(search: Callable[[np.ndarray | None, int], pd.DataFrame], inp: pd.Data
 
     ``search(rows, depth)`` returns the results (``qid, docno, score``, ...) of the input rows ``rows`` (positions;
     ``None``: every row, the frame as it is) at ``depth``; ``limit``: the depth at which the engine returns every
-    matching document (the number of documents).  First asked at ``k + 1``; a query whose last score still equals its
-    ``k``-th is asked again four times deeper, alone, until it is not or the depth reaches ``limit``."""
+    matching document (the number of documents).  First asked a little deeper than ``k`` (:func:`first_depth`); a
+    query whose last score still equals its ``k``-th is asked again, twice as deep, alone, until it is not or the
+    depth reaches ``limit``."""
     keys = {qid: row for row, qid in enumerate(inp['qid'].astype(str).tolist())}
-    depth, rows, parts = min(k + 1, limit), None, []
+    depth, rows, parts = first_depth(k, limit), None, []
     while True:
         found = search(rows, depth)
-        positions = found['qid'].astype(str).map(keys).to_numpy(dtype=np.int64)
+        positions = _positions(found, keys, len(keys) == 1)
         if depth >= limit or not len(found):
             parts.append((found, positions))
             break
@@ -96,8 +115,15 @@ def top_k(search: Callable[[np.ndarray | None, int], pd.DataFrame], inp: pd.Data
             break
         done = ~np.isin(positions, deeper)
         parts.append((found[done], positions[done]))
-        rows, depth = np.asarray(deeper, dtype=np.int64), min(limit, depth * 4)
+        rows, depth = np.asarray(deeper, dtype=np.int64), min(limit, depth * 2)
     if len(parts) == 1:
         return tie_ordered(parts[0][0], k, parts[0][1])
     frame = pd.concat([f for f, _ in parts], ignore_index=True)
     return tie_ordered(frame, k, np.concatenate([p for _, p in parts]))
+
+
+def first_depth(k: int, limit: int) -> int:
+    """The depth an engine is first asked for to rank ``k`` (at most ``limit``): a sixteenth more than ``k``, and one
+    at least, so that the usual ties across the cut (quantized scores tie often deep in a ranking) are seen in the
+    same call."""
+    return min(k + 1 + k // 16, limit)

@@ -8,7 +8,7 @@ from ..core.checks import check_query_frame, check_result_frame, check_vector
 from ..stages.encoders import SparseTextEncoder
 from ..stages.pruning import Prune
 from .quantization import quantize
-from .ranking import fusable_cutoff, top_k
+from .ranking import first_depth, fusable_cutoff, top_k
 
 __all__ = ['QueryToksRetriever', 'QueryRetriever', 'DefaultRetriever', 'StoredScorer', 'system_label']
 
@@ -52,10 +52,10 @@ class QueryToksRetriever(pt.Transformer):
         return top_k(search, inp, self.num_results, self.index.num_docs())
 
     def _engine(self, depth: int) -> pt.Transformer:
-        """The engine's retriever of the top ``depth``, made once per depth (:func:`~.ranking.top_k` asks one
+        """The engine's retriever of the top ``depth``, made once per depth (:func:`~.ranking.top_k` asks a little
         deeper than ``num_results``, and deeper at ties) on this retriever's build."""
         engines = self.__dict__.setdefault(
-            '_engines', {min(self.num_results + 1, self.index.num_docs()): self.engine_retriever})
+            '_engines', {first_depth(self.num_results, self.index.num_docs()): self.engine_retriever})
         if depth not in engines:
             deeper = self.index.toks_retriever(depth, self.engine, **self.params)
             if deeper.build_id != self.build_id:
