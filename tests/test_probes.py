@@ -317,7 +317,7 @@ def test_a_failed_write_of_a_bm25_index_is_an_error_not_an_abort(full, tmp_path,
 
 @pytest.fixture
 def splade_folder(tmp_path):
-    from pyterrier_lsr.core.offline import resolve_model
+    from pyterrier_lsr.core.names import resolve_model
     folder = tmp_path / 'model'
     shutil.copytree(resolve_model('splade-tiny'), folder)
     return folder
