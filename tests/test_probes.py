@@ -393,6 +393,14 @@ def test_bmp_without_scipy_names_the_engines_extra(tmp_path):
     assert 'pip install "pyterrier-lsr[engines]"' in done.stdout and 'scipy' in done.stdout
 
 
+def test_a_report_refuses_two_systems_of_one_name(tmp_path):
+    from pyterrier_lsr.report import ConfigError, load_config
+    (tmp_path / 'c.yaml').write_text('dataset: irds:vaswani\noutput: out\nworkdir: idx\n'
+                                     'systems: [{name: x, type: bm25}, {name: x, type: bm25}]\n')
+    with pytest.raises(ConfigError, match=r"systems\[1\].name: 'x' is also the name of systems\[0\]"):
+        load_config(tmp_path / 'c.yaml')
+
+
 def test_a_report_never_serves_one_corpus_s_index_for_another(splade, tmp_path):
     from pyterrier_lsr.report.builder import _SystemBuilder
 

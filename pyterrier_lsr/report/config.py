@@ -215,8 +215,13 @@ def check_config(config) -> dict:
         _check_positive(config, key)
     if 'topics' in config:
         _check_topics(config['topics'])
+    named = {}
     for i, system in enumerate(config['systems']):
         _check_system(system, f'systems[{i}]')
+        if system['name'] in named:  # rows of one name would be merged in the table and the plot
+            raise ConfigError(f'config key systems[{i}].name: {system["name"]!r} is also the name of '
+                              f'systems[{named[system["name"]]}]; each system needs its own name')
+        named[system['name']] = i
     return config
 
 
