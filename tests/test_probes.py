@@ -1,8 +1,9 @@
-"""Regression tests for the defect classes a probe campaign over the newest surfaces found: an abort of the process,
-results silently wrong (a store's encoder reloaded from a replaced folder, resumed encodings keyed by ``str(text)``,
-a byte-order mark inside a later line, ties cut differently at every k), unclear crashes (huge qrels labels,
-``% 0`` / ``% -1``, unchecked engine settings, a full disk, damaged or foreign model folders, a BOM starting a JSONL
-corpus) and promises not kept (``verbose=False`` and transformers' bars; BMP without scipy)."""
+"""Failure modes at the package's edges, each with the behaviour it must have: no abort of the process (a corpus
+without a term PISA keeps, a failed write under PISA), no silently wrong result (a store's model reloaded from a
+replaced folder, resumed encodings keyed by the text's string form, a byte-order mark starting a later line, ties cut
+differently at every k, judged documents missing from a subset's corpus, one corpus's index reused for another), clear
+errors (huge qrels labels, ``% 0`` / ``% -1``, engine and batch settings, full disks, damaged or foreign model folders,
+a BOM starting a JSONL corpus) and promises kept (``verbose=False`` and transformers' bars; BMP without scipy)."""
 import json
 import resource
 import shutil
