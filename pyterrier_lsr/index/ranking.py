@@ -58,16 +58,20 @@ def tie_ordered(frame: pd.DataFrame, k: int, positions: np.ndarray | None = None
     ordered = bool((positions[1:] >= positions[:-1]).all() and not (same & (scores[1:] > scores[:-1])).any())
     ties = np.flatnonzero(same & (scores[1:] == scores[:-1]))
     order = None
-    if not ordered or len(ties):
-        docnos = frame['docno'].to_numpy(dtype=str)
-        if not ordered or not (docnos[ties] < docnos[ties + 1]).all():
-            order = np.lexsort((docnos, -scores, positions))
-            positions = positions[order]
+    if ordered and len(ties):  # only the tied documents' docnos are compared
+        pairs = frame['docno'].array.take(np.concatenate([ties, ties + 1])).to_numpy(dtype=str)
+        ordered = bool((pairs[:len(ties)] < pairs[len(ties):]).all())
+    if not ordered:
+        order = np.lexsort((frame['docno'].to_numpy(dtype=str), -scores, positions))
+        positions = positions[order]
     ranks = np.arange(len(positions)) - np.searchsorted(positions, positions, side='left')
     keep = ranks < k
-    if order is None and keep.all() and 'rank' in frame.columns and isinstance(frame.index, pd.RangeIndex) and \
+    if order is None and 'rank' in frame.columns and isinstance(frame.index, pd.RangeIndex) and \
             frame.index.start == 0 and frame.index.step == 1 and (ranks == frame['rank'].to_numpy()).all():
-        return frame  # as the engine gave it
+        if keep.all():
+            return frame  # as the engine gave it
+        if positions[0] == positions[-1]:  # one query: a prefix
+            return frame.iloc[:k]
     rows = np.flatnonzero(keep) if order is None else order[keep]
     # one take of each column: cheaper than taking whole rows and assigning the ranks into the copy
     dtype = frame['rank'].dtype if 'rank' in frame.columns else np.int64
