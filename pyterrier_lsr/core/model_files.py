@@ -15,6 +15,9 @@ from .quiet import quiet_transformers
 
 REMEDY = 'save the model again, or copy or download it anew'
 # a parameter of one numbered layer (bert.encoder.layer.3.*, model.layers.3.*)
+# A model folder holds one of these: HF's configuration, a sentence-transformers module list (its modules in
+# subfolders), an ONNX export's settings.
+MODEL_FILES = ('config.json', 'modules.json', 'onnx_config.json')
 _LAYER = re.compile(r'\.layers?\.\d+\.')
 
 __all__ = ['ModelLoadError', 'check_model_folder', 'load_hf_model', 'load_tokenizer', 'read_tensors', 'load_weights']
@@ -77,9 +80,11 @@ def check_model_folder(folder) -> None:
     from .storage import artifact_type
     _check_not_empty(folder)
     path = Path(str(folder))
-    if not path.is_dir() or (path / 'config.json').is_file() or (path / 'modules.json').is_file():
-        return  # an HF folder, or a sentence-transformers one (its modules in subfolders)
+    if not path.is_dir() or any((path / name).is_file() for name in MODEL_FILES):
+        return
     kind = artifact_type(path)
+    if kind == 'model':  # a model folder this package wrote: its loader knows its files
+        return
     what = f'a pyterrier-lsr {kind!r} folder, not a model' if kind else 'it has no config.json, nor modules.json'
     copy = path / 'model'
     hint = f'; its model is the copy in {copy}' if (copy / 'config.json').is_file() else ''
