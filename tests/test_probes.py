@@ -83,9 +83,9 @@ def test_a_maxsim_store_keeps_its_encoder_whatever_becomes_of_the_model_folder(t
 def test_a_resumed_encoding_tells_a_missing_text_from_its_name(missing, text, splade, tmp_path):
     from pyterrier_lsr import scaleout
     docs = [{'docno': 'a', 'text': 'radio waves'}, {'docno': 'b', 'text': missing}]
-    scaleout.encode(docs, splade, tmp_path / 'v', num_workers=0, shard_size=8, chunk_size=8, verbose=False)
+    scaleout.encode(docs, splade, tmp_path / 'v', num_workers=0, shard_size=8, verbose=False)
     docs[1]['text'] = text  # now a word: its shard must be encoded again
-    store = scaleout.encode(docs, splade, tmp_path / 'v', num_workers=0, shard_size=8, chunk_size=8, verbose=False)
+    store = scaleout.encode(docs, splade, tmp_path / 'v', num_workers=0, shard_size=8, verbose=False)
     assert dict(store)['b'] == splade.encode_docs(['radio waves', text])[1] != {}  # one chunk, as the shard's
 
 
@@ -374,7 +374,7 @@ def test_verbose_false_is_silent_in_training_and_scaleout(tiny, splade, tmp_path
           verbose=False)
     assert capfd.readouterr() == ('', '')
     scaleout.encode([{'docno': 'a', 'text': 'radio'}], splade, tmp_path / 'v', num_workers=0, shard_size=8,
-                    chunk_size=8, verbose=False)
+                    verbose=False)
     assert capfd.readouterr() == ('', '')
     corpus = [{'docno': f'd{i}', 'text': f'radio wave noise number {i}. electron density {i}.'} for i in range(40)]
     config = DomainConfig.two_sided(steps=2, batch_size=4, eval_every=2, heldout=5, heldout_pool=5, pool=5,
