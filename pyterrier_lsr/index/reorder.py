@@ -15,7 +15,7 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from ..core.checks import check_int
-from .engines.native import require
+from ..core.extras import import_extra
 
 __all__ = ['bisection_order', 'permute_rows']
 
@@ -33,7 +33,7 @@ def bisection_order(indptr: np.ndarray, ids: np.ndarray, num_terms: int, leaf_si
     most ``iterations`` swap rounds per level."""
     leaf_size = check_int('leaf_size', leaf_size, 2)
     # imported here: the BMP engine imports this module, and without scipy it must fail naming its extra
-    sparse = require('scipy.sparse', 'scipy')
+    sparse = import_extra('engines', 'scipy.sparse', needed_for='reordering documents')
     iterations = check_int('iterations', iterations, 1)
     indptr, ids = np.asarray(indptr, dtype=np.int64), np.asarray(ids)
     n = len(indptr) - 1
