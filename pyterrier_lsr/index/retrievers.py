@@ -28,9 +28,9 @@ class QueryToksRetriever(pt.Transformer):
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         check_query_frame(inp, ['query_toks'])
-        return self.search(inp, list(inp['query_toks']))
+        return self.search_toks(inp, list(inp['query_toks']))
 
-    def search(self, inp: pd.DataFrame, toks: list) -> pd.DataFrame:
+    def search_toks(self, inp: pd.DataFrame, toks: list) -> pd.DataFrame:
         """:meth:`transform` of a checked query frame ``inp`` whose ``query_toks`` are given as ``toks`` (one per row,
         not yet checked); ``inp`` itself need not hold them."""
         if self.index.build_id() != self.build_id:  # the engine holds the files of the build it was opened on
@@ -139,7 +139,7 @@ class QueryRetriever(pt.Transformer):
         toks = encoder.encode(texts) if texts else []
         for prune in prunes:
             toks = [prune._prune(vector, 'query_toks', row) for row, vector in enumerate(toks)]
-        return self.toks_retriever.search(inp, toks)
+        return self.toks_retriever.search_toks(inp, toks)
 
     def fuse_rank_cutoff(self, k: int) -> 'QueryRetriever | None':
         fused = self.toks_retriever.fuse_rank_cutoff(k)
