@@ -8,7 +8,7 @@ from ..core.checks import check_query_frame, check_result_frame, check_vector
 from ..stages.encoders import SparseTextEncoder
 from ..stages.pruning import Prune
 from .quantization import quantize
-from .ranking import first_depth, fusable_cutoff, top_k
+from .ranking import first_depth, fusable_cutoff, tie_ordered, top_k
 
 __all__ = ['QueryToksRetriever', 'QueryRetriever', 'DefaultRetriever', 'StoredScorer', 'system_label']
 
@@ -188,7 +188,7 @@ class DefaultRetriever(pt.Transformer):
 class StoredScorer(pt.Transformer):
     """Re-ranks ``qid, query_toks, docno`` candidates with the documents' stored vectors, in the retrievers' units
     (``sum_t int(q_t * scale) * int(d_t * scale)``, as PISA scores them); a docno the index does not hold is an error
-    naming it.  Ties are broken by docno, so the ranking does not depend on the input's order."""
+    naming it.  Ranked by the one tie rule (:mod:`.ranking`), so the ranking does not depend on the input's order."""
 
     def __init__(self, index):
         self.index = index
@@ -213,9 +213,7 @@ class StoredScorer(pt.Transformer):
                 queries[qid] = quantize(check_vector(toks, f'query {qid!r}'), scale)
             query, doc = queries[qid], docs[docno]
             scores.append(float(sum(w * doc.get(t, 0) for t, w in query.items())))
-        out = out.assign(score=scores).sort_values(['qid', 'score', 'docno'], ascending=[True, False, True],
-                                                   kind='stable')
-        return pt.model.add_ranks(out.reset_index(drop=True), single_query=False)
+        return tie_ordered(out.assign(score=scores).reset_index(drop=True), len(out))
 
     def __eq__(self, other):
         return type(other) is type(self) and str(other.index.path.absolute()) == str(self.index.path.absolute())
