@@ -145,27 +145,27 @@ def test_ties_break_by_docno_at_every_cutoff_on_every_engine(engine, tmp_path):
 
 @pytest.mark.parametrize('k', [1, 3, 10, 40, 99, 200])
 def test_the_tie_rule_holds_whatever_subset_of_ties_an_engine_keeps(k):
-    from pyterrier_lsr.index.ranking import top_k
+    from pyterrier_lsr.index.ranking import Hits, top_hits
     rng = np.random.default_rng(k)
     docnos = np.array([f'd{i}' for i in rng.permutation(150)], dtype=object)
-    table = {qid: rng.integers(0, levels, len(docnos)).astype(float) for qid, levels in (('a', 3), ('b', 40),
-                                                                                         ('c', 1))}
-    inp = pd.DataFrame({'qid': ['a', 'b', 'c']})
+    table = [rng.integers(0, levels, len(docnos)).astype(float) for levels in (3, 40, 1)]
 
     def search(rows, depth):  # an engine's best `depth`, ties kept in the worst order: docno descending
-        frames = []
-        for qid in inp['qid'].iloc[rows if rows is not None else slice(None)]:
-            scores = table[qid]
-            order = sorted(range(len(docnos)), key=lambda i: (-scores[i], [-ord(c) for c in docnos[i]]))[:depth]
-            frames.append(pd.DataFrame({'qid': qid, 'docno': docnos[order], 'score': scores[order],
-                                        'rank': np.arange(len(order))}))
-        return pd.concat(frames, ignore_index=True)
-    out = top_k(search, inp, k, len(docnos))
-    for qid, ranking in out.groupby('qid', sort=False):
-        expected = sorted(zip(-table[qid], docnos))[:k]
-        assert list(zip(-ranking['score'], ranking['docno'])) == expected
-        assert list(ranking['rank']) == list(range(min(k, len(docnos))))
-    assert list(dict.fromkeys(out['qid'])) == ['a', 'b', 'c']
+        queries, found, scores = [], [], []
+        for place, query in enumerate(range(len(table)) if rows is None else rows):
+            order = sorted(range(len(docnos)),
+                           key=lambda i: (-table[query][i], [-ord(c) for c in docnos[i]]))[:depth]
+            queries += [place] * len(order)
+            found.append(docnos[order])
+            scores.append(table[query][order])
+        return Hits(np.array(queries), np.concatenate(found), np.concatenate(scores))
+    hits, ranks = top_hits(search, k, len(docnos))
+    for query in range(len(table)):
+        mine = hits.queries == query
+        expected = sorted(zip(-table[query], docnos))[:k]
+        assert list(zip(-hits.scores[mine], hits.docnos[mine])) == expected
+        assert list(ranks[mine]) == list(range(min(k, len(docnos))))
+    assert list(dict.fromkeys(hits.queries)) == [0, 1, 2]
 
 
 def test_ties_break_by_docno_in_bm25(tmp_path):

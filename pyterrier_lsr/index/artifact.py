@@ -243,7 +243,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
             raise ValueError(f'the {engine} engine cannot score a {self.scoring["kind"]!r} index')
         build = str(self._stamp.get('build'))
         with quiet_native(params.get('verbose', False)):
-            # deeper than asked: the tie rule (.ranking.top_k) sees whether ties cross the cut
+            # deeper than asked: the tie rule (.ranking.top_hits) sees whether ties cross the cut
             inner = impl.retriever(self, self.path / impl.subfolder, first_depth(num_results, self.num_docs()),
                                    **params)
         return QueryToksRetriever(inner, self, engine, build, num_results, params)

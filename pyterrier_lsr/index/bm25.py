@@ -19,6 +19,7 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pyterrier as pt
 from tqdm.auto import tqdm
@@ -28,8 +29,9 @@ from ..core.checks import check_bm25, check_bool, check_documents, check_not_tex
 from ..core.collection import corpus_key
 from ..core.encoding import as_text, as_texts
 from ..core.quiet import quiet_native
+from .engines.native import result_frame
 from .engines.pisa import pisa_settings
-from .ranking import first_depth, fusable_cutoff, top_k
+from .ranking import Hits, first_depth, fusable_cutoff, top_hits
 
 BM25_KIND = 'bm25_index.pisa'
 #: the settings :class:`BM25` takes (PISA's BM25 parameters, checked before PISA sees them)
@@ -79,8 +81,18 @@ class BM25(pt.Transformer):
             inp = inp.assign(query=queries)
         if not len(inp):
             return self.retriever(inp)
-        return top_k(lambda rows, depth: self._retriever(depth)(inp if rows is None else inp.iloc[rows]), inp,
-                     self.num_results, self.index.num_docs())
+        positions = {qid: row for row, qid in enumerate(inp['qid'].astype(str).tolist())}
+
+        def search(rows, depth):
+            asked = inp if rows is None else inp.iloc[rows]
+            found = self._retriever(depth)(asked)
+            # pyterrier-pisa's frame as the hits of the rows asked (numbered by their place in `rows`)
+            place = {row: i for i, row in enumerate(range(len(inp)) if rows is None else rows.tolist())}
+            queries = [place[positions[qid]] for qid in found['qid'].astype(str).tolist()]
+            return Hits(np.asarray(queries, dtype=np.int64), found['docno'].to_numpy(dtype=object),
+                        found['score'].to_numpy())
+        hits, ranks = top_hits(search, self.num_results, self.index.num_docs())
+        return result_frame(inp, hits.queries, hits.docnos, hits.scores, ranks)
 
     def fuse_rank_cutoff(self, k: int) -> 'BM25 | None':
         """``bm25 % k``: PISA asked for the top ``k`` (PyTerrier's rank cutoff protocol); ``k <= 0`` is PyTerrier's

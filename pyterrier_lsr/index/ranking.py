@@ -3,19 +3,21 @@ docno, in ascending string order; ``rank`` counts from 0 within each query.
 
 The rule makes a cut-off a prefix: the top ``k`` of ``retriever % k`` are the first ``k`` of the un-cut ranking, at
 every ``k`` and on every engine, tied scores included.  Engines that keep their best ``n`` documents (PISA's heap,
-BMP, Seismic) keep an arbitrary subset of the documents tied at the ``n``-th score, so :func:`top_k` asks a little
-deeper than ``k`` (:func:`first_depth`) and, for the queries whose last returned score still equals their ``k``-th,
-deeper again until every document tied with the ``k``-th is in hand; then :func:`tie_ordered` sorts and cuts.
+BMP, Seismic) keep an arbitrary subset of the documents tied at the ``n``-th score, so :func:`top_hits` asks a
+little deeper than ``k`` (:func:`first_depth`) and, for the queries whose last returned score still equals their
+``k``-th, deeper again until every document tied with the ``k``-th is in hand; then :func:`ranked` sorts and cuts.
+All of it works on the engines' arrays (:class:`Hits`): a retriever builds one frame, at the end.
 Retrievers that score every candidate exactly (MaxSim, SSR, dense) pick their top rows with :func:`top_rows`.  A
 cut-off of ``k <= 0`` (or not an integer) is left to PyTerrier's own ``RankCutoff`` (:func:`fusable_cutoff`): it
 keeps no row, columns intact.
 """
 from collections.abc import Callable
+from typing import NamedTuple
 
 import numpy as np
 import pandas as pd
 
-__all__ = ['fusable_cutoff', 'tie_ordered', 'top_k', 'first_depth', 'top_rows', 'docno_ranks']
+__all__ = ['Hits', 'fusable_cutoff', 'ranked', 'tie_ordered', 'top_hits', 'first_depth', 'top_rows', 'docno_ranks']
 
 
 def fusable_cutoff(k, num_results: int) -> bool:
@@ -44,86 +46,99 @@ def top_rows(scores: np.ndarray, k: int, ranks: np.ndarray, keep=None) -> np.nda
     return candidates[order]
 
 
+class Hits(NamedTuple):
+    """An engine's results for a list of queries, as arrays: each hit's query (its position in the list, int64), its
+    docno (a numpy array of ``str``, or a pandas string array) and its score; a query's hits together and best first
+    (ties among them in any order)."""
+    queries: np.ndarray
+    docnos: np.ndarray
+    scores: np.ndarray
+
+    def take(self, rows: np.ndarray) -> 'Hits':
+        return Hits(self.queries[rows], self.docnos[rows], self.scores[rows])
+
+    @staticmethod
+    def concat(parts: list['Hits']) -> 'Hits':
+        return Hits(*(np.concatenate([np.asarray(getattr(p, f), dtype=object if f == 'docnos' else None)
+                                      for p in parts]) for f in Hits._fields))
+
+
+def ranked(queries: np.ndarray, docnos, scores: np.ndarray, k: int) -> tuple[np.ndarray | None, np.ndarray]:
+    """The rule applied to hits (``queries``: each hit's query as a position): the positions of the hits kept, in the
+    rule's order, at most ``k`` a query (``None``: every hit, in the order given), and their ranks from 0.
+
+    Queries come out in ascending position.  Hits are sorted only when needed (engines sort by score, so only tied
+    documents, and queries returned out of order, move), and only tied docnos are compared."""
+    queries = np.asarray(queries, dtype=np.int64)
+    scores = np.asarray(scores, dtype=np.float64)
+    same = queries[1:] == queries[:-1]
+    ordered = bool((queries[1:] >= queries[:-1]).all() and not (same & (scores[1:] > scores[:-1])).any())
+    ties = np.flatnonzero(same & (scores[1:] == scores[:-1]))
+    order = None
+    if ordered and len(ties):
+        pairs = np.asarray(docnos[np.concatenate([ties, ties + 1])], dtype=str)
+        ordered = bool((pairs[:len(ties)] < pairs[len(ties):]).all())
+    if not ordered:
+        order = np.lexsort((np.asarray(docnos, dtype=str), -scores, queries))
+        queries = queries[order]
+    ranks = np.arange(len(queries)) - np.searchsorted(queries, queries, side='left')
+    keep = ranks < k
+    if order is None and keep.all():
+        return None, ranks
+    return (np.flatnonzero(keep) if order is None else order[keep]), ranks[keep]
+
+
 def tie_ordered(frame: pd.DataFrame, k: int, positions: np.ndarray | None = None) -> pd.DataFrame:
     """``frame`` (results of several queries) in the rule's order, at most ``k`` rows per query, ``rank`` from 0.
 
     ``positions``: each row's query as its position in the input (queries come out in that order); default: the
-    order in which the frame's qids first appear.  Rows are sorted only when needed (engines sort by score, so only
-    tied documents, and queries returned out of order, move), and taken column by column once."""
+    order in which the frame's qids first appear."""
     if positions is None:
         positions = pd.factorize(frame['qid'].astype(str))[0]
-    positions = np.asarray(positions, dtype=np.int64)
-    scores = frame['score'].to_numpy(dtype=np.float64)
-    same = positions[1:] == positions[:-1]
-    ordered = bool((positions[1:] >= positions[:-1]).all() and not (same & (scores[1:] > scores[:-1])).any())
-    ties = np.flatnonzero(same & (scores[1:] == scores[:-1]))
-    order = None
-    if ordered and len(ties):  # only the tied documents' docnos are compared
-        pairs = frame['docno'].array.take(np.concatenate([ties, ties + 1])).to_numpy(dtype=str)
-        ordered = bool((pairs[:len(ties)] < pairs[len(ties):]).all())
-    if not ordered:
-        order = np.lexsort((frame['docno'].to_numpy(dtype=str), -scores, positions))
-        positions = positions[order]
-    ranks = np.arange(len(positions)) - np.searchsorted(positions, positions, side='left')
-    keep = ranks < k
-    if order is None and 'rank' in frame.columns and isinstance(frame.index, pd.RangeIndex) and \
-            frame.index.start == 0 and frame.index.step == 1 and (ranks == frame['rank'].to_numpy()).all():
-        if keep.all():
-            return frame  # as the engine gave it
-        if positions[0] == positions[-1]:  # one query: a prefix
-            return frame.iloc[:k]
-    rows = np.flatnonzero(keep) if order is None else order[keep]
-    # one take of each column: cheaper than taking whole rows and assigning the ranks into the copy
+    rows, ranks = ranked(positions, frame['docno'].array, frame['score'].to_numpy(), k)
     dtype = frame['rank'].dtype if 'rank' in frame.columns else np.int64
+    if rows is None:
+        if 'rank' in frame.columns and (ranks == frame['rank'].to_numpy()).all() and \
+                isinstance(frame.index, pd.RangeIndex) and frame.index.start == 0 and frame.index.step == 1:
+            return frame  # as the engine gave it
+        rows = np.arange(len(frame))
+    # one take of each column: cheaper than taking whole rows and assigning the ranks into the copy
     columns = {c: frame[c].array.take(rows) for c in frame.columns if c != 'rank'}
-    columns['rank'] = ranks[keep].astype(dtype)
+    columns['rank'] = ranks.astype(dtype)
     names = list(frame.columns) if 'rank' in frame.columns else list(columns)
     return pd.DataFrame({c: columns[c] for c in names}, copy=False)
 
 
-def _positions(found: pd.DataFrame, keys: dict, single: bool) -> np.ndarray:
-    """Each result row's query as its input position: engines return each query's rows together, so one look-up a
-    run of rows (one query asked: no look-up at all)."""
-    if single or not len(found):
-        return np.zeros(len(found), np.int64)
-    qids = found['qid'].to_numpy(dtype=object)
-    starts = np.flatnonzero(np.concatenate([[True], qids[1:] != qids[:-1]]))
-    return np.repeat([keys[str(qids[s])] for s in starts.tolist()], np.diff(np.append(starts, len(qids))))
+def top_hits(search: Callable[[np.ndarray | None, int], Hits], k: int, limit: int) -> tuple[Hits, np.ndarray]:
+    """The top ``k`` hits of each query under the rule, and their ranks, from an engine that returns its best
+    ``depth`` documents per query (ties among them arbitrary).
 
-
-def top_k(search: Callable[[np.ndarray | None, int], pd.DataFrame], inp: pd.DataFrame, k: int,
-          limit: int) -> pd.DataFrame:
-    """The top ``k`` results of each query of ``inp`` (one row per qid) under the rule, from an engine that returns
-    its best ``depth`` documents per query (ties among them arbitrary).
-
-    ``search(rows, depth)`` returns the results (``qid, docno, score``, ...) of the input rows ``rows`` (positions;
-    ``None``: every row, the frame as it is) at ``depth``; ``limit``: the depth at which the engine returns every
+    ``search(rows, depth)`` returns the :class:`Hits` of the queries at positions ``rows`` (``None``: all of them),
+    numbered by their place in ``rows``, at ``depth``; ``limit``: the depth at which the engine returns every
     matching document (the number of documents).  First asked a little deeper than ``k`` (:func:`first_depth`); a
     query whose last score still equals its ``k``-th is asked again, twice as deep, alone, until it is not or the
     depth reaches ``limit``."""
-    keys = {qid: row for row, qid in enumerate(inp['qid'].astype(str).tolist())}
     depth, rows, parts = first_depth(k, limit), None, []
     while True:
         found = search(rows, depth)
-        positions = _positions(found, keys, len(keys) == 1)
-        if depth >= limit or not len(found):
-            parts.append((found, positions))
+        queries = np.asarray(found.queries if rows is None else rows[found.queries], dtype=np.int64)
+        found = found._replace(queries=queries)
+        if depth >= limit or not len(queries):
+            parts.append(found)
             break
-        scores = found['score'].to_numpy(dtype=np.float64)
-        starts = np.flatnonzero(np.concatenate([[True], positions[1:] != positions[:-1]]))
-        ends = np.append(starts[1:], len(positions))
-        deeper = [int(positions[s]) for s, e in zip(starts.tolist(), ends.tolist())
+        scores = np.asarray(found.scores, dtype=np.float64)
+        starts = np.flatnonzero(np.concatenate([[True], queries[1:] != queries[:-1]]))
+        ends = np.append(starts[1:], len(queries))
+        deeper = [int(queries[s]) for s, e in zip(starts.tolist(), ends.tolist())
                   if e - s >= depth and scores[s + k - 1] == scores[e - 1]]
         if not deeper:
-            parts.append((found, positions))
+            parts.append(found)
             break
-        done = ~np.isin(positions, deeper)
-        parts.append((found[done], positions[done]))
+        parts.append(found.take(np.flatnonzero(~np.isin(queries, deeper))))
         rows, depth = np.asarray(deeper, dtype=np.int64), min(limit, depth * 2)
-    if len(parts) == 1:
-        return tie_ordered(parts[0][0], k, parts[0][1])
-    frame = pd.concat([f for f, _ in parts], ignore_index=True)
-    return tie_ordered(frame, k, np.concatenate([p for _, p in parts]))
+    hits = parts[0] if len(parts) == 1 else Hits.concat(parts)
+    kept, ranks = ranked(hits.queries, hits.docnos, hits.scores, k)
+    return (hits if kept is None else hits.take(kept)), ranks
 
 
 def first_depth(k: int, limit: int) -> int:

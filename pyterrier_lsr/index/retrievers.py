@@ -4,11 +4,12 @@ retriever (``index`` and ``index % k`` as transformers), and the re-ranker over 
 import pandas as pd
 import pyterrier as pt
 
-from ..core.checks import check_query_frame, check_result_frame, check_vector
+from ..core.checks import check_query_frame, check_result_frame, check_vector, column_array
 from ..stages.encoders import SparseTextEncoder
 from ..stages.pruning import Prune
+from .engines.native import result_frame
 from .quantization import quantize
-from .ranking import first_depth, fusable_cutoff, tie_ordered, top_k
+from .ranking import first_depth, fusable_cutoff, tie_ordered, top_hits
 
 __all__ = ['QueryToksRetriever', 'QueryRetriever', 'DefaultRetriever', 'StoredScorer', 'system_label']
 
@@ -25,6 +26,7 @@ class QueryToksRetriever(pt.Transformer):
         self.build_id = build_id
         self.num_results = num_results
         self.params = params
+        self.num_docs = index.num_docs()  # of the build `build_id` names: a call checks that it is still the one there
 
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         check_query_frame(inp, ['query_toks'])
@@ -46,16 +48,15 @@ class QueryToksRetriever(pt.Transformer):
 
         def search(rows, depth):
             # The checked queries go to the engine as they are: the frame is never copied to hold them.
-            if rows is None:
-                return self._engine(depth).results(inp, toks)
-            return self._engine(depth).results(inp.iloc[rows], [toks[row] for row in rows])
-        return top_k(search, inp, self.num_results, self.index.num_docs())
+            return self._engine(depth).hits(toks if rows is None else [toks[row] for row in rows])
+        hits, ranks = top_hits(search, self.num_results, self.num_docs)
+        return result_frame(inp, hits.queries, hits.docnos, hits.scores, ranks)
 
     def _engine(self, depth: int) -> pt.Transformer:
-        """The engine's retriever of the top ``depth``, made once per depth (:func:`~.ranking.top_k` asks a little
+        """The engine's retriever of the top ``depth``, made once per depth (:func:`~.ranking.top_hits` asks a little
         deeper than ``num_results``, and deeper at ties) on this retriever's build."""
         engines = self.__dict__.setdefault(
-            '_engines', {first_depth(self.num_results, self.index.num_docs()): self.engine_retriever})
+            '_engines', {first_depth(self.num_results, self.num_docs): self.engine_retriever})
         if depth not in engines:
             deeper = self.index.toks_retriever(depth, self.engine, **self.params)
             if deeper.build_id != self.build_id:
@@ -135,7 +136,7 @@ class QueryRetriever(pt.Transformer):
         # search (measured one query a call); the results are the same.
         encoder, prunes = direct
         check_query_frame(inp, [encoder.text_field])
-        texts = inp[encoder.text_field].tolist()
+        texts = column_array(inp, encoder.text_field).tolist()
         toks = encoder.encode(texts) if texts else []
         for prune in prunes:
             toks = [prune._prune(vector, 'query_toks', row) for row, vector in enumerate(toks)]

@@ -10,9 +10,10 @@ import pyterrier as pt
 
 from ...core.checks import check_int, check_term
 from ...core.extras import import_extra
+from ..ranking import Hits
 
-__all__ = ['require', 'check_threads', 'check_depth', 'engine_settings', 'quantized_csr', 'result_frame', 'STR',
-           'ToksSearcher', 'Timer']
+__all__ = ['require', 'check_threads', 'check_depth', 'engine_settings', 'quantized_csr', 'result_frame', 'hit_ranks',
+           'str_array', 'STR', 'ToksSearcher', 'Timer']
 
 
 def require(module: str, package: str, extra: str = 'engines'):
@@ -74,33 +75,68 @@ class Timer:
         self.seconds = time.perf_counter() - self.start
 
 
-_COLUMNS: dict[tuple, pd.Index] = {}
+# per input layout (its columns): the input's columns kept, their names, the output's columns, all unique
+_LAYOUTS: dict[tuple, tuple[list[int], list, pd.Index, bool]] = {}
 # pandas' default string dtype (``'str'``) as an object: converting to it by name costs more than the conversion
 STR = pd.Series([], dtype='str').dtype
+_STR_ARRAY = STR.construct_array_type()
+
+
+def str_array(values: np.ndarray):
+    """A numpy array of ``str`` (missing values as None or NaN) as a pandas array of the default string dtype: through
+    Arrow directly when that is the dtype's storage, a third of what ``pd.array(values, dtype='str')`` costs on the
+    dozen docnos of a one-query call."""
+    if getattr(STR, 'storage', None) == 'pyarrow':
+        import pyarrow as pa
+        try:
+            return _STR_ARRAY(pa.array(values, type=pa.large_string(), from_pandas=True), dtype=STR)
+        except (TypeError, ValueError, pa.ArrowException):  # not all strings: pandas converts them, or says why
+            pass
+    return pd.array(values, dtype=STR)
+
+
+def _taken(array, rows: np.ndarray):
+    """``array`` (a column of the input) at ``rows``: a string column through numpy and :func:`str_array`, at half
+    the cost of its own ``take`` on a one-query call."""
+    if isinstance(array, _STR_ARRAY) and array.dtype == STR:
+        return str_array(np.asarray(array, dtype=object)[rows])
+    return array.take(rows)
 
 
 def result_frame(inp: pd.DataFrame, rows: np.ndarray, docnos, scores: np.ndarray, ranks: np.ndarray) -> pd.DataFrame:
-    """``inp``'s rows ``rows`` (its columns but ``query_toks``) beside the results' ``docno, score, rank`` columns.
+    """``inp``'s rows ``rows`` (its columns but ``query_toks``) beside the results' ``docno, score, rank`` columns
+    (``docnos``: a numpy array of ``str``, or a pandas string array).
 
     On a one-query call, building a frame from a dict cost several times an engine's search (pandas sanitizes every
     column and builds the column index each time): the arrays go in as they are and the column index of each input
     layout is kept; the frame is the one ``pd.DataFrame(dict(...), copy=False)`` gives."""
-    names = tuple(c for c in inp.columns if c != 'query_toks')
+    layout = _LAYOUTS.get(tuple(inp.columns))
+    if layout is None:
+        if len(_LAYOUTS) > 64:  # input layouts seen by this process; a few in practice
+            _LAYOUTS.clear()
+        names = [c for c in inp.columns if c != 'query_toks']
+        columns = pd.Index([*names, 'docno', 'score', 'rank'])
+        layout = _LAYOUTS[tuple(inp.columns)] = ([i for i, c in enumerate(inp.columns) if c != 'query_toks'], names,
+                                                  columns, columns.is_unique and inp.columns.is_unique)
+    positions, names, columns, unique = layout
     column = getattr(inp, '_get_column_array', None)  # pandas' own accessor: a Series per column costs 20 us each
-    if column is None or not inp.columns.is_unique:
-        arrays = [inp[c].array.take(rows) for c in names]
+    if column is None or not unique:
+        arrays = [_taken(inp[c].array, rows) for c in names]
     else:
-        arrays = [column(i).take(rows) for i, c in enumerate(inp.columns) if c != 'query_toks']
-    arrays += [docnos, scores, ranks]
-    columns = _COLUMNS.get(names)
-    if columns is None:
-        if len(_COLUMNS) > 64:  # input layouts seen by this process; a few in practice
-            _COLUMNS.clear()
-        columns = _COLUMNS[names] = pd.Index([*names, 'docno', 'score', 'rank'])
+        arrays = [_taken(column(i), rows) for i in positions]
+    arrays += [str_array(docnos) if isinstance(docnos, np.ndarray) else docnos, scores, ranks]
     from_arrays = getattr(pd.DataFrame, '_from_arrays', None)
-    if from_arrays is None or len(set(columns)) != len(columns):
+    if from_arrays is None or not unique:
         return pd.DataFrame(dict(zip(columns, arrays)), copy=False)
     return from_arrays(arrays, columns=columns, index=pd.RangeIndex(len(rows)), verify_integrity=False)
+
+
+def hit_ranks(queries: np.ndarray) -> np.ndarray:
+    """The rank of each hit within its query (hits of a query together, best first), from 0."""
+    if not len(queries):
+        return np.zeros(0, np.int64)
+    starts = np.flatnonzero(np.concatenate([[True], queries[1:] != queries[:-1]]))
+    return np.arange(len(queries)) - np.repeat(starts, np.diff(np.append(starts, len(queries))))
 
 
 class ToksSearcher(pt.Transformer):
@@ -120,16 +156,17 @@ class ToksSearcher(pt.Transformer):
     def results(self, inp: pd.DataFrame, toks: list[dict[str, float]]) -> pd.DataFrame:
         """:meth:`transform` with the frame's ``query_toks`` given as ``toks`` (checked by the caller), so that the
         frame itself is never copied to hold them."""
+        hits = self.hits(toks)
+        return result_frame(inp, hits.queries, hits.docnos, hits.scores, hit_ranks(hits.queries))
+
+    def hits(self, toks: list[dict[str, float]]) -> Hits:
+        """The results of the (checked) queries ``toks`` as arrays (:class:`~..ranking.Hits`)."""
         asked = [row for row, query in enumerate(toks) if query]
         found = self.searcher([toks[row] for row in asked]) if asked else []
         counts = np.array([len(rows) for rows, _ in found], dtype=np.int64)
-        rows = np.repeat(np.asarray(asked, dtype=np.int64), counts)
-        # Built column by column: taking whole rows of the input (query_toks' dicts included) and assigning into that
-        # copy cost several times the engine's own call at k = 1000 (measured on Seismic).
-        return result_frame(inp, rows,
-                            self.docnos.take(np.concatenate([np.zeros(0, np.int64)] + [hits for hits, _ in found])),
-                            np.concatenate([np.zeros(0)] + [scores for _, scores in found]).astype(np.float64),
-                            np.concatenate([np.zeros(0, np.int64)] + [np.arange(n) for n in counts]))
+        return Hits(np.repeat(np.asarray(asked, dtype=np.int64), counts),
+                    self.docnos.take(np.concatenate([np.zeros(0, np.int64)] + [rows for rows, _ in found])),
+                    np.concatenate([np.zeros(0)] + [scores for _, scores in found]).astype(np.float64))
 
     def __repr__(self):
         return self.name

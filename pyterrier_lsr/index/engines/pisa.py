@@ -9,7 +9,8 @@ import pyterrier as pt
 
 from ...core.checks import check_bm25, check_bool, check_choice, check_int, check_term
 from ..quantization import pisa_term, quantize
-from .native import STR, Timer, check_threads, result_frame
+from ..ranking import Hits
+from .native import Timer, check_threads, hit_ranks, result_frame
 
 QUERY_ALGORITHMS = ('block_max_wand', 'block_max_maxscore', 'block_max_ranked_and', 'maxscore', 'wand', 'ranked_and',
                     'ranked_or')
@@ -85,7 +86,8 @@ class _PisaSearcher(pt.Transformer):
 
     def results(self, inp, toks):
         if not self.retriever.verbose:  # its progress bar is pyterrier-pisa's own
-            return self._search(inp, toks)
+            hits = self.hits(toks)
+            return result_frame(inp, hits.queries, hits.docnos, hits.scores, hit_ranks(hits.queries))
         out = self.retriever(inp.assign(query_toks=[{pisa_term(t): w for t, w in q.items()} for q in toks]))
         # pyterrier-pisa returns a new frame: deleting in place spares a copy of every column, a large share of a
         # one-query call at k = 1000 (frame copies cost more than the engine on small indexes).
@@ -94,13 +96,16 @@ class _PisaSearcher(pt.Transformer):
         columns = [c for c in inp.columns if c != 'query_toks'] + ['docno', 'score', 'rank']
         return out if list(out.columns) == columns else out[columns]
 
-    def _search(self, inp, toks):
-        """What pyterrier-pisa's ``transform`` does for ``query_toks``, without its frame work: validating the frame
-        again, copying it to hold the escaped terms, taking the input's rows with ``iloc`` and adding the results'
-        columns one by one cost several times PISA's own search on a one-query call. The queries go to PISA as its
-        transform sends them (weights times ``toks_scale`` as floats), and the output has its columns and dtypes."""
+    def hits(self, toks) -> Hits:
+        """What pyterrier-pisa's ``transform`` does for ``query_toks``, as arrays (:class:`~..ranking.Hits`), without
+        its frame work: validating the frame again, copying it to hold the escaped terms, taking the input's rows with
+        ``iloc`` and adding the results' columns one by one cost several times PISA's own search on a one-query
+        call. The queries go to PISA as its transform sends them (weights times ``toks_scale`` as floats)."""
         from pyterrier_pisa import _pisathon
         retriever = self.retriever
+        if retriever.verbose:  # its progress bar: the frame path, read back as arrays
+            out = self.results(pd.DataFrame({'qid': [str(i) for i in range(len(toks))], 'query_toks': toks}), toks)
+            return Hits(out['qid'].astype(np.int64).to_numpy(), out['docno'].array, out['score'].to_numpy())
         retriever.reset_retrieval_context()  # a no-op once its context is open
         scale = retriever.toks_scale
         queries = [(i, {pisa_term(t): float(w * scale) for t, w in q.items()}) for i, q in enumerate(toks)]
@@ -111,7 +116,7 @@ class _PisaSearcher(pt.Transformer):
                                   threads=retriever.threads, query_weighted=1 if retriever.query_weighted else 0,
                                   pretokenised=True, result_qidxs=qidxs, result_docnos=docnos, result_ranks=ranks,
                                   result_scores=scores)
-        return result_frame(inp, qidxs[:size], pd.array(docnos[:size], dtype=STR), scores[:size], ranks[:size])
+        return Hits(qidxs[:size].astype(np.int64), docnos[:size], scores[:size])
 
     def __repr__(self):
         return repr(self.retriever)
