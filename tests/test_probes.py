@@ -143,6 +143,20 @@ def test_ties_break_by_docno_at_every_cutoff_on_every_engine(engine, tmp_path):
     assert list(full['docno']) == list(pisa['docno'])
 
 
+@pytest.mark.parametrize('engine', sorted(ENGINES))
+def test_the_result_frame_built_from_arrays_keeps_every_input_column_as_pandas_would(engine, tmp_path):
+    index = SpladeIndexer(tmp_path / 'x.lsr', engines=sorted(ENGINES), verbose=False).index(
+        [{'docno': d['docno'], 'toks': {t: w for t, w in d['toks'].items() if w}} for d in TIED])
+    queries = pd.DataFrame({'qid': ['q1', 'q2', 'q3'], 'note': ['x', None, 'z'], 'n': [3, 1, 2],
+                            'w': [0.5, np.nan, 1.5], 'query_toks': [{'a': 1.0}, {'zzz': 1.0}, {'b': 2.0}]})
+    out = index.toks_retriever(4, engine=engine)(queries)
+    expected = queries.drop(columns='query_toks').set_index('qid').loc[out['qid']].reset_index()
+    pd.testing.assert_frame_equal(out[['qid', 'note', 'n', 'w']], expected)
+    assert list(out.columns) == ['qid', 'note', 'n', 'w', 'docno', 'score', 'rank']
+    assert out['docno'].dtype == pd.Series(['d'], dtype='str').dtype and set(out['qid']) == {'q1', 'q3'}
+    assert list(out['rank']) == [0, 1, 2, 3] * 2
+
+
 @pytest.mark.parametrize('k', [1, 3, 10, 40, 99, 200])
 def test_the_tie_rule_holds_whatever_subset_of_ties_an_engine_keeps(k):
     from pyterrier_lsr.index.ranking import Hits, top_hits

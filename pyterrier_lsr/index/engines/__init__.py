@@ -8,7 +8,9 @@ An engine is an object with
   when complete) from ``index.vectors()`` and ``index.scale``; returns the settings to record in ``lsr.json``;
 * ``retriever(index, folder, num_results, **params) -> pt.Transformer``: maps ``qid, query_toks`` frames (floats in
   model units) to ``qid, docno, score, rank`` results (with the input's other columns but ``query_toks``); its
-  ``results(frame, toks)`` does the same with the frame's ``query_toks`` given already checked, as ``toks``.
+  ``results(frame, toks)`` does the same with the frame's ``query_toks`` given already checked, as ``toks``, and
+  ``hits(toks)`` returns those results as arrays (:class:`~pyterrier_lsr.index.ranking.Hits`), which the index's
+  retrievers rank under the tie rule before they build their one result frame.
 
 Engines are looked up by name, so optional ones import only when used.
 """
