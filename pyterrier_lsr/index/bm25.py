@@ -25,12 +25,12 @@ import pyterrier as pt
 from tqdm.auto import tqdm
 
 from ..core import storage
-from ..core.checks import check_bm25, check_bool, check_documents, check_not_text, check_query_frame
+from ..core.checks import check_bm25, check_bool, check_documents, check_not_text, check_query_frame, column_array
 from ..core.collection import corpus_key
 from ..core.encoding import as_text, as_texts
 from ..core.quiet import quiet_native
 from .engines.native import result_frame
-from .engines.pisa import pisa_settings
+from .engines.pisa import pisa_hits, pisa_settings
 from .ranking import Hits, first_depth, fusable_cutoff, top_hits
 
 BM25_KIND = 'bm25_index.pisa'
@@ -76,21 +76,21 @@ class BM25(pt.Transformer):
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         check_not_text(inp, 'BM25')
         check_query_frame(inp, ['query'])
-        queries = [pisa_text(q) for q in as_texts(inp['query'], 'column "query"')]
-        if queries != inp['query'].tolist():  # only then a copy, with the texts PISA can read
-            inp = inp.assign(query=queries)
+        given = column_array(inp, 'query').tolist()
+        texts = [pisa_text(q) for q in as_texts(given, 'column "query"')]
+        if texts != given:  # only then a copy, with the texts PISA can read
+            inp = inp.assign(query=texts)
         if not len(inp):
             return self.retriever(inp)
-        positions = {qid: row for row, qid in enumerate(inp['qid'].astype(str).tolist())}
 
         def search(rows, depth):
-            asked = inp if rows is None else inp.iloc[rows]
-            found = self._retriever(depth)(asked)
-            # pyterrier-pisa's frame as the hits of the rows asked (numbered by their place in `rows`)
-            place = {row: i for i, row in enumerate(range(len(inp)) if rows is None else rows.tolist())}
-            queries = [place[positions[qid]] for qid in found['qid'].astype(str).tolist()]
-            return Hits(np.asarray(queries, dtype=np.int64), found['docno'].to_numpy(dtype=object),
-                        found['score'].to_numpy())
+            retriever = self._retriever(depth)
+            if retriever.verbose:  # its progress bar: pyterrier-pisa's own transform, read back as arrays
+                asked = inp if rows is None else inp.iloc[rows]
+                out = retriever(asked.assign(qid=[str(i) for i in range(len(asked))]))
+                return Hits(out['qid'].astype(np.int64).to_numpy(), out['docno'].to_numpy(dtype=object),
+                            out['score'].to_numpy())
+            return pisa_hits(retriever, texts if rows is None else [texts[row] for row in rows])
         hits, ranks = top_hits(search, self.num_results, self.index.num_docs())
         return result_frame(inp, hits.queries, hits.docnos, hits.scores, ranks)
 

@@ -97,26 +97,32 @@ class _PisaSearcher(pt.Transformer):
         return out if list(out.columns) == columns else out[columns]
 
     def hits(self, toks) -> Hits:
-        """What pyterrier-pisa's ``transform`` does for ``query_toks``, as arrays (:class:`~..ranking.Hits`), without
-        its frame work: validating the frame again, copying it to hold the escaped terms, taking the input's rows with
-        ``iloc`` and adding the results' columns one by one cost several times PISA's own search on a one-query
-        call. The queries go to PISA as its transform sends them (weights times ``toks_scale`` as floats)."""
-        from pyterrier_pisa import _pisathon
+        """The results of ``toks`` as arrays (:class:`~..ranking.Hits`), through :func:`pisa_hits`; the weights go to
+        PISA as pyterrier-pisa's transform sends them (times ``toks_scale``, as floats)."""
         retriever = self.retriever
         if retriever.verbose:  # its progress bar: the frame path, read back as arrays
             out = self.results(pd.DataFrame({'qid': [str(i) for i in range(len(toks))], 'query_toks': toks}), toks)
             return Hits(out['qid'].astype(np.int64).to_numpy(), out['docno'].array, out['score'].to_numpy())
-        retriever.reset_retrieval_context()  # a no-op once its context is open
         scale = retriever.toks_scale
-        queries = [(i, {pisa_term(t): float(w * scale) for t, w in q.items()}) for i, q in enumerate(toks)]
-        shape = len(queries) * retriever.num_results
-        qidxs, docnos = np.empty(shape, dtype=np.int32), np.empty(shape, dtype=object)
-        ranks, scores = np.empty(shape, dtype=np.int32), np.empty(shape, dtype=np.float32)
-        size = _pisathon.retrieve(retriever._ctxt, retriever.query_algorithm.value, queries, k=retriever.num_results,
-                                  threads=retriever.threads, query_weighted=1 if retriever.query_weighted else 0,
-                                  pretokenised=True, result_qidxs=qidxs, result_docnos=docnos, result_ranks=ranks,
-                                  result_scores=scores)
-        return Hits(qidxs[:size].astype(np.int64), docnos[:size], scores[:size])
+        return pisa_hits(retriever, [{pisa_term(t): float(w * scale) for t, w in q.items()} for q in toks])
 
     def __repr__(self):
         return repr(self.retriever)
+
+
+def pisa_hits(retriever, queries: list) -> Hits:
+    """What a pyterrier-pisa retriever's ``transform`` computes for ``queries`` (``{term: weight}`` dicts, or texts
+    that PISA tokenizes, stems and stops as the index was built), as arrays, without its frame work: validating the
+    frame, copying it, taking the input's rows with ``iloc`` and adding the results' columns one by one cost several
+    times PISA's own search on a one-query call."""
+    from pyterrier_pisa import _pisathon
+    retriever.reset_retrieval_context()  # a no-op once its context is open
+    shape = len(queries) * retriever.num_results
+    qidxs, docnos = np.empty(shape, dtype=np.int32), np.empty(shape, dtype=object)
+    ranks, scores = np.empty(shape, dtype=np.int32), np.empty(shape, dtype=np.float32)
+    size = _pisathon.retrieve(retriever._ctxt, retriever.query_algorithm.value, list(enumerate(queries)),
+                              k=retriever.num_results, threads=retriever.threads,
+                              query_weighted=1 if retriever.query_weighted else 0,
+                              pretokenised=bool(queries) and not isinstance(queries[0], str), result_qidxs=qidxs,
+                              result_docnos=docnos, result_ranks=ranks, result_scores=scores)
+    return Hits(qidxs[:size].astype(np.int64), docnos[:size], scores[:size])
