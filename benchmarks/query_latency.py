@@ -14,7 +14,8 @@ measures instead what a call costs beside the engine's own work: CPU ms per quer
 code included; the least mean of ``--repeats`` passes) one query a call and in one batched call, for each engine of
 the index and each query side (IDF table, the index model's queries), split into the query encoding, the engine alone
 (its searcher on checked ``query_toks``) and the whole ``index.retriever()`` call; beside BM25 on PISA through
-pyterrier-pisa's retriever and, as "engine alone", through the same lean native call as the LSR engines' PISA. The
+this library's ``BM25``, through pyterrier-pisa's own retriever (``pyterrier_pisa_*``) and, as "engine alone", through
+PISA's native call with the results' frame built from its arrays. The
 figures go under ``--label`` into ``benchmarks/results/query_call.json`` (so that runs before and after a change sit
 together).
 """
@@ -98,6 +99,7 @@ def call_costs(args):
     from pyterrier_lsr.stages.pruning import Prune
     idf = IDFQueryEncoder.from_index(index)
     sides = {'idf': lambda: idf, 'idf-top5': lambda: idf >> Prune(top_n=5),
+             'idf-ratio0.3': lambda: idf >> Prune(ratio=0.3),
              'splade': lambda: index.model().query_encoder()}
     sides = {side: sides[side]() for side in args.sides}
     rows = []
@@ -122,9 +124,12 @@ def call_costs(args):
             bm25 = BM25(pyterrier_pisa.PisaIndex(args.bm25), num_results=10, query_algorithm='block_max_maxscore')
             lean = lean_bm25(pyterrier_pisa.PisaIndex(args.bm25).bm25(num_results=10,
                                                                        query_algorithm='block_max_maxscore'))
+            plain = pyterrier_pisa.PisaIndex(args.bm25).bm25(num_results=10, query_algorithm='block_max_maxscore')
             rows.append({'side': 'BM25', 'engine': 'pisa', 'retriever_one': cpu_ms_per_call(bm25, frames, args.repeats),
                          'retriever_batched': cpu_ms_per_call(bm25, [queries], args.repeats) / len(queries),
-                         'engine_alone': cpu_ms_per_call(lean, frames, args.repeats)})
+                         'engine_alone': cpu_ms_per_call(lean, frames, args.repeats),
+                         'pyterrier_pisa_one': cpu_ms_per_call(plain, frames, args.repeats),
+                         'pyterrier_pisa_batched': cpu_ms_per_call(plain, [queries], args.repeats) / len(queries)})
             print(rows[-1], flush=True)
     path = Path(args.output)
     results = json.loads(path.read_text()) if path.is_file() else {}
@@ -151,8 +156,10 @@ def main():
     parser.add_argument('--num-queries', type=int, default=300)
     parser.add_argument('--bm25', help='a PISA text index for the BM25 reference (--index mode)')
     parser.add_argument('--engine-settings', nargs='*', default=[], help='engine:name=value,... (--index mode)')
-    parser.add_argument('--sides', nargs='+', default=['idf', 'splade'], choices=['idf', 'idf-top5', 'splade'],
-                        help='query sides (--index mode): IDF table, its 5 rarest tokens, the index model')
+    parser.add_argument('--sides', nargs='+', default=['idf', 'splade'],
+                        choices=['idf', 'idf-top5', 'idf-ratio0.3', 'splade'],
+                        help='query sides (--index mode): IDF table, its 5 rarest tokens, its tokens of idf at least '
+                             '0.3 times the largest, the index model')
     parser.add_argument('--label', default='now', help='the key of this run in the --index mode output')
     args = parser.parse_args()
     if args.index:
