@@ -5,8 +5,9 @@ is encoded by one of ``num_workers`` actors (each loads the model once from a fo
 :func:`~pyterrier_lsr.load_model`: one replica per GPU, or per ``threads_per_worker`` CPUs) and written as
 ``part-<i>.parquet`` (see :mod:`pyterrier_lsr.index.vectors`) plus ``part-<i>.json``: its manifest entry and a digest
 of its docnos and texts. A re-run skips every shard whose ``.json``, digest and file size check out, so an interrupted
-job resumes where it stopped, and a longer corpus that starts with the same documents reuses their shards.
-``vectors.json``, written last, joins the shards in corpus order. ``encode.json`` keeps the job's settings (the
+job resumes where it stopped, and a longer corpus that starts with the same documents reuses their shards (a shorter
+one leaves the longer one's other shards in place, for the next time it is encoded). ``vectors.json``, written last,
+joins the shards of the corpus encoded last, in corpus order. ``encode.json`` keeps the job's settings (the
 model's weights, its precision, the shard size): resuming with other settings is refused, so shards encoded
 differently never mix.
 
@@ -374,26 +375,9 @@ def encode(corpus, model, folder, *, num_workers: int | None = None, shard_size:
         pool.close()
     if not entries:
         raise ValueError('cannot encode an empty corpus')
-    _remove_stale_shards(folder, len(entries))
+    # Shards past this corpus (a longer one encoded here before) stay, unnamed by the manifest: encoding the longer
+    # corpus again reuses them (each is checked against its documents' digest), where removing them lost hours of work.
     return write_manifest(folder, [entries[i] for i in range(len(entries))])
-
-
-def _remove_stale_shards(folder: Path, count: int) -> None:
-    """Removes the shards numbered ``count`` and up that a job recorded here (a longer corpus encoded before), and
-    their records; files the records do not name stay."""
-    for record in sorted(folder.iterdir()):
-        match = SHARD_RECORD.fullmatch(record.name)
-        if not match or int(match[1]) < count:
-            continue
-        try:
-            entry = storage.read_json(record, 'shard record').get('entry')
-        except ValueError:
-            continue  # not a record this module wrote
-        if isinstance(entry, dict) and entry.get('file') == shard_name(int(match[1])):
-            shard = folder / entry['file']
-            if shard.is_file():
-                shard.unlink()
-            record.unlink()
 
 
 def index(corpus, model, index_path, *, scale: float = 100., engines: Sequence[str] = ('pisa',),

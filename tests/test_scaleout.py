@@ -266,3 +266,16 @@ def test_a_longer_corpus_reuses_the_shards_of_its_prefix(splade, vaswani_docs, t
     assert {name for name in after if after[name] != before.get(name)} == {
         f'part-0000{i}.{ext}' for i in (2, 3, 4) for ext in ('parquet', 'json')}
     assert list(store) == list(distributed.encode(vaswani_docs[:20], splade, tmp_path / 'fresh', **settings))
+
+
+def test_a_shorter_corpus_keeps_the_longer_ones_shards_for_its_next_encoding(splade, vaswani_docs, tmp_path):
+    """Encoding a prefix into a folder that holds a longer corpus names only the prefix's shards, and removes none:
+    the longer corpus encoded again afterwards encodes nothing."""
+    from pyterrier_lsr import scaleout as distributed
+    folder, settings = tmp_path / 'v', dict(num_workers=0, shard_size=4, verbose=False)
+    full = list(distributed.encode(vaswani_docs[:12], splade, folder, **settings))
+    before = _shard_times(folder)
+    prefix = distributed.encode(vaswani_docs[:4], splade, folder, **settings)
+    assert list(prefix) == full[:4] and len(prefix) == 4
+    assert list(distributed.encode(vaswani_docs[:12], splade, folder, **settings)) == full
+    assert _shard_times(folder) == before
