@@ -157,6 +157,21 @@ def test_the_result_frame_built_from_arrays_keeps_every_input_column_as_pandas_w
     assert list(out['rank']) == [0, 1, 2, 3] * 2
 
 
+def test_verbose_pisa_retrievers_show_pyterrier_pisa_s_bar_and_rank_alike(tmp_path, capfd):
+    from pyterrier_lsr.index.bm25 import BM25
+    index = SpladeIndexer(tmp_path / 'x.lsr', verbose=False).index(
+        [{'docno': d['docno'], 'toks': {t: w for t, w in d['toks'].items() if w}} for d in TIED])
+    queries = pd.DataFrame({'qid': ['q1', 'q2'], 'query_toks': [{'a': 1.0}, {'a': 1.0, 'b': 1.0}]})
+    corpus = [{'docno': f'd{i:02d}', 'text': 'alpha beta' if i % 2 else 'alpha'} for i in range(12)]
+    text = bm25(tmp_path / 'b.pisa', corpus, verbose=False)
+    topics = pd.DataFrame({'qid': ['1', '2'], 'query': ['alpha', 'beta']})
+    capfd.readouterr()
+    for quiet, loud, inp in ((index.toks_retriever(5), index.toks_retriever(5, verbose=True), queries),
+                             (text % 5, BM25(text.index, num_results=5, verbose=True), topics)):
+        pd.testing.assert_frame_equal(loud(inp), quiet(inp))
+        assert 'PISA' in capfd.readouterr().err
+
+
 @pytest.mark.parametrize('k', [1, 3, 10, 40, 99, 200])
 def test_the_tie_rule_holds_whatever_subset_of_ties_an_engine_keeps(k):
     from pyterrier_lsr.index.ranking import Hits, top_hits

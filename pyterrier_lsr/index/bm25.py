@@ -19,7 +19,6 @@ import sys
 from collections.abc import Iterable
 from pathlib import Path
 
-import numpy as np
 import pandas as pd
 import pyterrier as pt
 from tqdm.auto import tqdm
@@ -87,9 +86,7 @@ class BM25(pt.Transformer):
             retriever = self._retriever(depth)
             if retriever.verbose:  # its progress bar: pyterrier-pisa's own transform, read back as arrays
                 asked = inp if rows is None else inp.iloc[rows]
-                out = retriever(asked.assign(qid=[str(i) for i in range(len(asked))]))
-                return Hits(out['qid'].astype(np.int64).to_numpy(), out['docno'].to_numpy(dtype=object),
-                            out['score'].to_numpy())
+                return Hits.of_frame(retriever(asked.assign(qid=[str(i) for i in range(len(asked))])))
             return pisa_hits(retriever, texts if rows is None else [texts[row] for row in rows])
         hits, ranks = top_hits(search, self.num_results, self.index.num_docs())
         return result_frame(inp, hits.queries, hits.docnos, hits.scores, ranks)

@@ -58,6 +58,12 @@ class Hits(NamedTuple):
         return Hits(self.queries[rows], self.docnos[rows], self.scores[rows])
 
     @staticmethod
+    def of_frame(frame: pd.DataFrame) -> 'Hits':
+        """The hits of a result frame whose qids are the queries' positions (as strings)."""
+        return Hits(frame['qid'].astype(np.int64).to_numpy(), frame['docno'].to_numpy(dtype=object),
+                    frame['score'].to_numpy())
+
+    @staticmethod
     def concat(parts: list['Hits']) -> 'Hits':
         return Hits(*(np.concatenate([np.asarray(getattr(p, f), dtype=object if f == 'docnos' else None)
                                       for p in parts]) for f in Hits._fields))

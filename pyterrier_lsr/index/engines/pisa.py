@@ -101,8 +101,8 @@ class _PisaSearcher(pt.Transformer):
         PISA as pyterrier-pisa's transform sends them (times ``toks_scale``, as floats)."""
         retriever = self.retriever
         if retriever.verbose:  # its progress bar: the frame path, read back as arrays
-            out = self.results(pd.DataFrame({'qid': [str(i) for i in range(len(toks))], 'query_toks': toks}), toks)
-            return Hits(out['qid'].astype(np.int64).to_numpy(), out['docno'].array, out['score'].to_numpy())
+            return Hits.of_frame(self.results(pd.DataFrame({'qid': [str(i) for i in range(len(toks))],
+                                                            'query_toks': toks}), toks))
         scale = retriever.toks_scale
         return pisa_hits(retriever, [{pisa_term(t): float(w * scale) for t, w in q.items()} for q in toks])
 
