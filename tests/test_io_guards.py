@@ -44,14 +44,14 @@ def test_distributed_encode_never_replaces_a_model_folder_it_did_not_write(splad
     assert (folder / 'model' / 'notes.txt').read_text() == 'mine'
 
 
-def test_stale_shards_are_removed_but_not_files_that_merely_look_like_shards(splade, tmp_path):
+def test_a_shorter_corpus_names_its_shards_and_touches_no_other_file(splade, tmp_path):
     folder = tmp_path / 'vectors'
     encode(DOCS, splade, folder)  # 3 shards
     (folder / 'part-00007.json').write_text('{"my": "notes"}')
     (folder / 'part-00002.parquet.bak').write_text('backup')
-    store = encode(DOCS[:2], splade, folder)  # 1 shard: shards 1 and 2 are stale
-    assert store.docnos() == ['d0', 'd1']
-    assert not (folder / 'part-00001.parquet').exists() and not (folder / 'part-00002.json').exists()
+    store = encode(DOCS[:2], splade, folder)  # 1 shard: shards 1 and 2 stay for the longer corpus
+    assert store.docnos() == ['d0', 'd1'] and len(store.manifest['shards']) == 1
+    assert (folder / 'part-00001.parquet').exists() and (folder / 'part-00002.json').exists()
     assert (folder / 'part-00007.json').read_text() == '{"my": "notes"}'
     assert (folder / 'part-00002.parquet.bak').read_text() == 'backup'
 
