@@ -48,7 +48,7 @@ def plot(records: dict, path: Path, precision: str):
         axes[3].plot(*zip(*bm25), 'k^--', label="BM25 (pyterrier-pisa's retriever)")
         axes[3].plot([n for n, _ in bm25], [ms / 2 for _, ms in bm25], 'k:', label='half of BM25 (the target)')
     titles = ('build CPU seconds', 'peak RSS during the stage (MiB)', 'CPU ms/query: one a call (-), batched (--)',
-              'query sides, fastest engine at R@10 >= 0.99: CPU ms one a call')
+              'query sides (fastest engine): CPU ms one a call')
     for ax, title in zip(axes, titles):
         ax.set_xscale('log')
         ax.set_yscale('log')
