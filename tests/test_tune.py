@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 
+import pandas as pd
 import pytest
 
 from pyterrier_lsr import IDFQueryEncoder, LsrIndex, SpladeIndexer
@@ -111,3 +112,19 @@ def test_rebuilt_engine_drops_the_record_and_bad_arguments_are_named(index, topi
     assert engine_of(index.retriever(10))[0] == 'seismic'
     index.build_engine('seismic', overwrite=True, n_postings=100)
     assert tuning.recorded(index) is None and engine_of(index.retriever(10))[0] == 'pisa'
+
+
+def test_the_index_as_a_retriever_follows_a_new_tuning_and_a_rebuild(index, topics, splade, vaswani_docs, tmp_path):
+    queries = topics.head(5)[['qid', 'query']]
+    default = index % 10  # made once, reused call after call while the index and its tunings stay as they are
+    index.tune(topics, engines=['pisa'], grids={'pisa': [{}]}, verbose=False)
+    pd.testing.assert_frame_equal(default(queries), index.retriever(10, engine='pisa')(queries))
+    index.tune(topics, 0.01, engines=['seismic'], grids={'seismic': [LOSSY]}, verbose=False)
+    lossy = index.retriever(10, engine='seismic', **LOSSY)(queries)
+    assert not lossy.equals(index.retriever(10, engine='pisa')(queries))
+    pd.testing.assert_frame_equal(default(queries), lossy)
+    small = SpladeIndexer(tmp_path / 's.lsr', splade, verbose=False).index(vaswani_docs[:20])
+    default = small % 3
+    assert set(default(queries)['docno']) <= {d['docno'] for d in vaswani_docs[:20]}
+    SpladeIndexer(tmp_path / 's.lsr', splade, verbose=False, overwrite=True).index(vaswani_docs[20:40])
+    assert set(default(queries)['docno']) <= {d['docno'] for d in vaswani_docs[20:40]}

@@ -268,7 +268,7 @@ class LsrIndex(pta.Artifact, pt.Indexer):
     def transform(self, inp: pd.DataFrame) -> pd.DataFrame:
         """The index as its own default retriever: :meth:`toks_retriever` for frames carrying ``query_toks`` (e.g.
         after the model's query encoder, ``model.query_encoder() >> index``), else :meth:`retriever`."""
-        return DefaultRetriever(self)(inp)
+        return self.__dict__.setdefault('_default', DefaultRetriever(self))(inp)
 
     def fuse_rank_cutoff(self, k: int):
         """``index % k``: the default retriever asking its engine for the top ``k`` (PyTerrier's rank cutoff

@@ -36,7 +36,7 @@ from ..core import storage
 from ..core.checks import check_bool, check_float, check_int, check_query_frame
 from ..core.quiet import quiet_native
 
-__all__ = ['GRIDS', 'TUNING_FILE', 'tune', 'recorded', 'encoder_identity', 'pareto_front']
+__all__ = ['GRIDS', 'TUNING_FILE', 'tune', 'recorded', 'stamp', 'encoder_identity', 'pareto_front']
 
 TUNING_FILE = 'tuning.json'
 TUNING_VERSION = 1
@@ -197,6 +197,17 @@ def _read(index) -> dict:
 
 def _query_encoder(index, query_encoder):
     return index.model().query_encoder() if query_encoder is None else query_encoder
+
+
+def stamp(index) -> tuple:
+    """What ``index.retriever()`` depends on beside its arguments, as a value that changes with it: the build and its
+    engines (the index's marker, rewritten by every build) and the recorded tunings (their file's stat)."""
+    try:
+        stat = (index.path / TUNING_FILE).stat()
+        tuned = stat.st_ino, stat.st_size, stat.st_mtime_ns
+    except OSError:
+        tuned = None
+    return storage.marker_stamp(index.path), tuned
 
 
 def recorded(index, query_encoder=None) -> dict | None:
