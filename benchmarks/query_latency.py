@@ -58,23 +58,10 @@ def cpu_ms_per_call(fn, inputs, repeats):
 def lean_bm25(retriever):
     """BM25 on PISA called as the LSR engines' PISA glue calls it (its native search, the results' frame built from
     arrays), without pyterrier-pisa's own frame handling: what BM25 would cost one query a call through that path."""
-    import numpy as np
-    import pandas as pd
-    from pyterrier_pisa import _pisathon
+    from pyterrier_lsr.index.engines.native import result_frame
+    from pyterrier_lsr.index.engines.pisa import pisa_hits
 
-    from pyterrier_lsr.index.engines.native import STR, result_frame
-
-    def call(frame):
-        k = retriever.num_results
-        shape = len(frame) * k
-        qidxs, docnos = np.empty(shape, dtype=np.int32), np.empty(shape, dtype=object)
-        ranks, scores = np.empty(shape, dtype=np.int32), np.empty(shape, dtype=np.float32)
-        size = _pisathon.retrieve(retriever._ctxt, retriever.query_algorithm.value, list(enumerate(frame['query'])),
-                                  k=k, threads=1, query_weighted=0, pretokenised=False, result_qidxs=qidxs,
-                                  result_docnos=docnos, result_ranks=ranks, result_scores=scores)
-        return result_frame(frame, qidxs[:size], pd.array(docnos[:size], dtype=STR), scores[:size], ranks[:size])
-
-    return call
+    return lambda frame: result_frame(frame, pisa_hits(retriever, frame['query'].tolist()))
 
 
 def call_costs(args):

@@ -89,7 +89,7 @@ class BM25(pt.Transformer):
                 return Hits.of_frame(retriever(asked.assign(qid=[str(i) for i in range(len(asked))])))
             return pisa_hits(retriever, texts if rows is None else [texts[row] for row in rows])
         hits, ranks = top_hits(search, self.num_results, self.index.num_docs())
-        return result_frame(inp, hits.queries, hits.docnos, hits.scores, ranks)
+        return result_frame(inp, hits, ranks)
 
     def fuse_rank_cutoff(self, k: int) -> 'BM25 | None':
         """``bm25 % k``: PISA asked for the top ``k`` (PyTerrier's rank cutoff protocol); ``k <= 0`` is PyTerrier's

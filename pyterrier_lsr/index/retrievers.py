@@ -51,7 +51,7 @@ class QueryToksRetriever(pt.Transformer):
             # The checked queries go to the engine as they are: the frame is never copied to hold them.
             return self._engine(depth).hits(toks if rows is None else [toks[row] for row in rows])
         hits, ranks = top_hits(search, self.num_results, self.num_docs)
-        return result_frame(inp, hits.queries, hits.docnos, hits.scores, ranks)
+        return result_frame(inp, hits, ranks)
 
     def _engine(self, depth: int) -> pt.Transformer:
         """The engine's retriever of the top ``depth``, made once per depth (:func:`~.ranking.top_hits` asks a little

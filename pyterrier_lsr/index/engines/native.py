@@ -103,9 +103,9 @@ def _taken(array, rows: np.ndarray):
     return array.take(rows)
 
 
-def result_frame(inp: pd.DataFrame, rows: np.ndarray, docnos, scores: np.ndarray, ranks: np.ndarray) -> pd.DataFrame:
-    """``inp``'s rows ``rows`` (its columns but ``query_toks``) beside the results' ``docno, score, rank`` columns
-    (``docnos``: a numpy array of ``str``, or a pandas string array).
+def result_frame(inp: pd.DataFrame, hits: Hits, ranks: np.ndarray | None = None) -> pd.DataFrame:
+    """Each hit's query row of ``inp`` (its columns but ``query_toks``) beside the hit's ``docno, score, rank``
+    (``ranks``: default, each hit's place among its query's hits, as the engine returned them).
 
     On a one-query call, building a frame from a dict cost several times an engine's search (pandas sanitizes every
     column and builds the column index each time): the arrays go in as they are and the column index of each input
@@ -119,12 +119,14 @@ def result_frame(inp: pd.DataFrame, rows: np.ndarray, docnos, scores: np.ndarray
         layout = _LAYOUTS[tuple(inp.columns)] = ([i for i, c in enumerate(inp.columns) if c != 'query_toks'], names,
                                                   columns, columns.is_unique and inp.columns.is_unique)
     positions, names, columns, unique = layout
+    rows, docnos = hits.queries, hits.docnos
     column = getattr(inp, '_get_column_array', None)  # pandas' own accessor: a Series per column costs 20 us each
     if column is None or not unique:
         arrays = [_taken(inp[c].array, rows) for c in names]
     else:
         arrays = [_taken(column(i), rows) for i in positions]
-    arrays += [str_array(docnos) if isinstance(docnos, np.ndarray) else docnos, scores, ranks]
+    arrays += [str_array(docnos) if isinstance(docnos, np.ndarray) else docnos, hits.scores,
+               hit_ranks(rows) if ranks is None else ranks]
     from_arrays = getattr(pd.DataFrame, '_from_arrays', None)
     if from_arrays is None or not unique:
         return pd.DataFrame(dict(zip(columns, arrays)), copy=False)
@@ -156,8 +158,7 @@ class ToksSearcher(pt.Transformer):
     def results(self, inp: pd.DataFrame, toks: list[dict[str, float]]) -> pd.DataFrame:
         """:meth:`transform` with the frame's ``query_toks`` given as ``toks`` (checked by the caller), so that the
         frame itself is never copied to hold them."""
-        hits = self.hits(toks)
-        return result_frame(inp, hits.queries, hits.docnos, hits.scores, hit_ranks(hits.queries))
+        return result_frame(inp, self.hits(toks))
 
     def hits(self, toks: list[dict[str, float]]) -> Hits:
         """The results of the (checked) queries ``toks`` as arrays (:class:`~..ranking.Hits`)."""

@@ -10,7 +10,7 @@ import pyterrier as pt
 from ...core.checks import check_bm25, check_bool, check_choice, check_int, check_term
 from ..quantization import pisa_term, quantize
 from ..ranking import Hits
-from .native import Timer, check_threads, hit_ranks, result_frame
+from .native import Timer, check_threads, result_frame
 
 QUERY_ALGORITHMS = ('block_max_wand', 'block_max_maxscore', 'block_max_ranked_and', 'maxscore', 'wand', 'ranked_and',
                     'ranked_or')
@@ -86,8 +86,7 @@ class _PisaSearcher(pt.Transformer):
 
     def results(self, inp, toks):
         if not self.retriever.verbose:  # its progress bar is pyterrier-pisa's own
-            hits = self.hits(toks)
-            return result_frame(inp, hits.queries, hits.docnos, hits.scores, hit_ranks(hits.queries))
+            return result_frame(inp, self.hits(toks))
         out = self.retriever(inp.assign(query_toks=[{pisa_term(t): w for t, w in q.items()} for q in toks]))
         # pyterrier-pisa returns a new frame: deleting in place spares a copy of every column, a large share of a
         # one-query call at k = 1000 (frame copies cost more than the engine on small indexes).
